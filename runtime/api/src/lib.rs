@@ -1,0 +1,27 @@
+//! `headwater-api`: everything a Headwater plugin (source, transform, predicate, converter)
+//! sees, and nothing else.
+//!
+//! - [`schema`] and [`value`]: Kafka Connect's data model (schemas, values, structs), with
+//!   values validated against their schema;
+//! - [`logical`]: Connect logical types and Debezium semantic types;
+//! - [`record`]: [`SourceRecord`], headers and the source partition/offset maps;
+//! - [`plugin`]: the Source / Transform / Predicate contracts;
+//! - [`config`]: typed configuration definitions and per-field validation;
+//! - [`error`]: the error classes that decide retry versus fail.
+//!
+//! This crate depends on no other Headwater crate; plugins depend on it only.
+
+pub mod config;
+pub mod error;
+pub mod logical;
+pub mod plugin;
+pub mod record;
+pub mod schema;
+pub mod value;
+
+pub use config::{ConfigDef, ConfigKey, ConfigType, ConfigValidation, ConfigValue, Importance, Validator};
+pub use error::{ConnectError, DataError, ErrorKind};
+pub use plugin::{Predicate, Properties, SourceConnector, SourceTask, SourceTaskContext, Transform};
+pub use record::{ConnectRecord, Header, Headers, OffsetMap, OffsetValue, SourceRecord};
+pub use schema::{Field, Schema, SchemaBuilder, SchemaRef, SchemaType};
+pub use value::{Struct, Value};

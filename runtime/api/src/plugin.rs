@@ -1,0 +1,106 @@
+//! The plugin contracts: what a source connector, a source task, a transform and a predicate
+//! promise to the engine, and what the engine promises back.
+//!
+//! Plugins are plain Rust types registered in the worker's explicit plugin list under their Kafka
+//! Connect / Debezium class names. Futures are boxed so the engine can hold plugins as trait
+//! objects (`Box<dyn SourceTask>`); the async runtime is tokio.
+//!
+//! The durability contract the engine keeps for every source: a source offset passed to
+//! [`SourceTask::commit`] covers only records that are durably stored in the log, so a task may
+//! acknowledge its database (confirm a slot LSN, purge nothing it still needs) up to that offset
+//! and no further.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::config::{ConfigDef, ConfigValidation};
+use crate::error::ConnectError;
+use crate::record::{ConnectRecord, OffsetMap, SourceRecord};
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A connector's or task's configuration: a flat string map, as Kafka Connect stores it.
+pub type Properties = BTreeMap<String, String>;
+
+/// A source connector: validates its configuration and splits the work into task configs.
+///
+/// Contract: `validate` never fails for bad input, it reports every problem per key;
+/// `task_configs` is called only with a configuration that validated without errors and returns
+/// at most `max_tasks` configurations.
+pub trait SourceConnector: Send + Sync {
+    /// The plugin version shown by `GET /connector-plugins`.
+    fn version(&self) -> String;
+    /// The connector's own configuration keys.
+    fn config_def(&self) -> ConfigDef;
+    /// Validates a full connector configuration. The default checks it against
+    /// [`SourceConnector::config_def`]; connectors add cross-field checks.
+    fn validate(&self, props: &Properties) -> ConfigValidation {
+        self.config_def().validate(props)
+    }
+    /// Splits the work into at most `max_tasks` task configurations.
+    fn task_configs(&self, props: &Properties, max_tasks: usize) -> Result<Vec<Properties>, ConnectError>;
+    /// A new, unstarted task.
+    fn create_task(&self) -> Box<dyn SourceTask>;
+}
+
+/// What the engine tells a task when it starts.
+#[derive(Clone, Debug, Default)]
+pub struct SourceTaskContext {
+    pub connector_name: String,
+    pub task_id: u32,
+    /// The last durably committed offset for each source partition this connector has written,
+    /// as `(source partition, source offset)` pairs.
+    pub committed_offsets: Vec<(OffsetMap, OffsetMap)>,
+}
+
+impl SourceTaskContext {
+    /// The committed offset of one source partition (Kafka's `OffsetStorageReader.offset`).
+    pub fn offset(&self, partition: &OffsetMap) -> Option<&OffsetMap> {
+        self.committed_offsets
+            .iter()
+            .find(|(p, _)| p == partition)
+            .map(|(_, o)| o)
+    }
+}
+
+/// A source task: reads changes and returns them as records.
+///
+/// Contract:
+/// - `start` resumes from `context.committed_offsets` (or starts fresh when there are none);
+/// - `poll` returns the next batch in source order, waiting a bounded time when there is nothing
+///   (an empty batch is fine); it must keep answering the source's keepalives while the engine
+///   applies backpressure by not calling it;
+/// - `commit` is called with offsets whose records are all durable; only then may the task
+///   acknowledge the source;
+/// - `stop` releases connections; after it, no method is called again.
+pub trait SourceTask: Send {
+    fn start(&mut self, context: SourceTaskContext, props: Properties) -> BoxFuture<'_, Result<(), ConnectError>>;
+    fn poll(&mut self) -> BoxFuture<'_, Result<Vec<SourceRecord>, ConnectError>>;
+    fn commit<'a>(&'a mut self, committed: &'a [(OffsetMap, OffsetMap)]) -> BoxFuture<'a, Result<(), ConnectError>>;
+    fn stop(&mut self) -> BoxFuture<'_, ()>;
+}
+
+/// A single message transform (Kafka Connect's `Transformation`), a pure function of a record.
+///
+/// Contract: no I/O and no hidden state that changes results between calls; `Ok(None)` drops the
+/// record (its offset still counts as processed); an error fails the record under the
+/// connector's `errors.tolerance`.
+pub trait Transform<R: ConnectRecord>: Send + Sync {
+    fn apply(&self, record: R) -> Result<Option<R>, ConnectError>;
+}
+
+/// A condition on records that gates a transform (`transforms.<a>.predicate`, optionally negated).
+///
+/// Contract: pure and cheap; it never changes the record.
+pub trait Predicate<R: ConnectRecord>: Send + Sync {
+    fn test(&self, record: &R) -> bool;
+}
+
+/// A configurable plugin kind (transform or predicate): its configuration keys and a way to
+/// build a configured instance. `create` is only called with properties that validated cleanly.
+pub trait PluginFactory<T: ?Sized>: Send + Sync {
+    fn config_def(&self) -> ConfigDef;
+    fn create(&self, props: &Properties) -> Result<Box<T>, ConnectError>;
+}

@@ -1,0 +1,244 @@
+//! Records as they flow from a source task through transforms to a converter.
+//!
+//! A [`SourceRecord`] carries the Kafka coordinates (topic, optional partition), the key and
+//! value each with their optional schema, headers, a timestamp, and the source position it came
+//! from: a *source partition* (which stream, e.g. `{"server": "cdc"}`) and a *source offset*
+//! (where in that stream, e.g. `{"lsn": 123}`). Both maps hold only primitives, as Kafka Connect
+//! requires, and are ordered so their JSON form (the offsets-topic key) is stable.
+//!
+//! Invariant: a record is a tombstone exactly when its value and value schema are both absent.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::schema::SchemaRef;
+use crate::value::Value;
+
+/// A primitive that may appear in a source partition or offset map.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum OffsetValue {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    String(String),
+}
+
+impl From<i64> for OffsetValue {
+    fn from(v: i64) -> Self {
+        OffsetValue::Int(v)
+    }
+}
+impl From<bool> for OffsetValue {
+    fn from(v: bool) -> Self {
+        OffsetValue::Bool(v)
+    }
+}
+impl From<&str> for OffsetValue {
+    fn from(v: &str) -> Self {
+        OffsetValue::String(v.to_owned())
+    }
+}
+impl From<String> for OffsetValue {
+    fn from(v: String) -> Self {
+        OffsetValue::String(v)
+    }
+}
+
+/// A source partition or source offset: primitive values by name, in key order.
+pub type OffsetMap = BTreeMap<String, OffsetValue>;
+
+/// One record header (`org.apache.kafka.connect.header.Header`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Header {
+    pub key: String,
+    pub schema: Option<SchemaRef>,
+    pub value: Value,
+}
+
+/// Ordered record headers; a key may repeat, as in Kafka.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Headers(Vec<Header>);
+
+impl Headers {
+    pub fn new() -> Self {
+        Headers(Vec::new())
+    }
+    pub fn add(&mut self, key: impl Into<String>, schema: Option<SchemaRef>, value: Value) {
+        self.0.push(Header {
+            key: key.into(),
+            schema,
+            value,
+        });
+    }
+    /// The last header with this key (Kafka's `lastWithName`).
+    pub fn last_with_name(&self, key: &str) -> Option<&Header> {
+        self.0.iter().rev().find(|h| h.key == key)
+    }
+    /// Removes every header with this key.
+    pub fn remove(&mut self, key: &str) {
+        self.0.retain(|h| h.key != key);
+    }
+    pub fn iter(&self) -> impl Iterator<Item = &Header> {
+        self.0.iter()
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// What transforms and predicates can see and change of any record (source or sink), as Kafka
+/// Connect's `ConnectRecord`.
+pub trait ConnectRecord: Clone + Send + 'static {
+    fn topic(&self) -> &str;
+    fn set_topic(&mut self, topic: String);
+    fn kafka_partition(&self) -> Option<i32>;
+    fn set_kafka_partition(&mut self, partition: Option<i32>);
+    fn key_schema(&self) -> Option<&SchemaRef>;
+    fn key(&self) -> &Value;
+    fn set_key(&mut self, schema: Option<SchemaRef>, key: Value);
+    fn value_schema(&self) -> Option<&SchemaRef>;
+    fn value(&self) -> &Value;
+    fn set_value(&mut self, schema: Option<SchemaRef>, value: Value);
+    /// Milliseconds since the epoch.
+    fn timestamp(&self) -> Option<i64>;
+    fn set_timestamp(&mut self, timestamp: Option<i64>);
+    fn headers(&self) -> &Headers;
+    fn headers_mut(&mut self) -> &mut Headers;
+    /// A tombstone: no value and no value schema.
+    fn is_tombstone(&self) -> bool {
+        self.value().is_null() && self.value_schema().is_none()
+    }
+}
+
+/// A record produced by a source task.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SourceRecord {
+    pub source_partition: OffsetMap,
+    pub source_offset: OffsetMap,
+    pub topic: String,
+    pub kafka_partition: Option<i32>,
+    pub key_schema: Option<SchemaRef>,
+    pub key: Value,
+    pub value_schema: Option<SchemaRef>,
+    pub value: Value,
+    pub timestamp: Option<i64>,
+    pub headers: Headers,
+}
+
+impl SourceRecord {
+    /// A record with key and value; partition chosen by the key, no headers or timestamp.
+    pub fn new(
+        source_partition: OffsetMap,
+        source_offset: OffsetMap,
+        topic: impl Into<String>,
+        key_schema: Option<SchemaRef>,
+        key: Value,
+        value_schema: Option<SchemaRef>,
+        value: Value,
+    ) -> Self {
+        SourceRecord {
+            source_partition,
+            source_offset,
+            topic: topic.into(),
+            kafka_partition: None,
+            key_schema,
+            key,
+            value_schema,
+            value,
+            timestamp: None,
+            headers: Headers::new(),
+        }
+    }
+}
+
+impl ConnectRecord for SourceRecord {
+    fn topic(&self) -> &str {
+        &self.topic
+    }
+    fn set_topic(&mut self, topic: String) {
+        self.topic = topic;
+    }
+    fn kafka_partition(&self) -> Option<i32> {
+        self.kafka_partition
+    }
+    fn set_kafka_partition(&mut self, partition: Option<i32>) {
+        self.kafka_partition = partition;
+    }
+    fn key_schema(&self) -> Option<&SchemaRef> {
+        self.key_schema.as_ref()
+    }
+    fn key(&self) -> &Value {
+        &self.key
+    }
+    fn set_key(&mut self, schema: Option<SchemaRef>, key: Value) {
+        self.key_schema = schema;
+        self.key = key;
+    }
+    fn value_schema(&self) -> Option<&SchemaRef> {
+        self.value_schema.as_ref()
+    }
+    fn value(&self) -> &Value {
+        &self.value
+    }
+    fn set_value(&mut self, schema: Option<SchemaRef>, value: Value) {
+        self.value_schema = schema;
+        self.value = value;
+    }
+    fn timestamp(&self) -> Option<i64> {
+        self.timestamp
+    }
+    fn set_timestamp(&mut self, timestamp: Option<i64>) {
+        self.timestamp = timestamp;
+    }
+    fn headers(&self) -> &Headers {
+        &self.headers
+    }
+    fn headers_mut(&mut self) -> &mut Headers {
+        &mut self.headers
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::Schema;
+
+    #[test]
+    fn tombstone_and_offset_json() {
+        let mut partition = OffsetMap::new();
+        partition.insert("server".into(), "cdc".into());
+        let mut offset = OffsetMap::new();
+        offset.insert("lsn".into(), 31228304i64.into());
+        offset.insert("snapshot".into(), "INITIAL".into());
+        let mut rec = SourceRecord::new(
+            partition.clone(),
+            offset.clone(),
+            "cdc.public.orders",
+            Some(Schema::int32()),
+            Value::Int32(1),
+            None,
+            Value::Null,
+        );
+        assert!(rec.is_tombstone());
+        rec.set_value(Some(Schema::optional_string()), Value::Null);
+        assert!(!rec.is_tombstone(), "a null value with a schema is not a tombstone");
+        assert_eq!(
+            serde_json::to_string(&offset).unwrap(),
+            r#"{"lsn":31228304,"snapshot":"INITIAL"}"#
+        );
+        let back: OffsetMap = serde_json::from_str(r#"{"lsn":31228304,"snapshot":"INITIAL"}"#).unwrap();
+        assert_eq!(back, offset);
+        rec.headers_mut().add("__debezium.oldkey", None, Value::Null);
+        rec.headers_mut().add("a", Some(Schema::string()), "1".into());
+        rec.headers_mut().add("a", Some(Schema::string()), "2".into());
+        assert_eq!(rec.headers().last_with_name("a").unwrap().value, Value::from("2"));
+        rec.headers_mut().remove("a");
+        assert_eq!(rec.headers().len(), 1);
+    }
+}

@@ -1,0 +1,395 @@
+//! Values of Kafka Connect's data model and their validation against a [`Schema`].
+//!
+//! Logical and semantic types are carried in their base representation, exactly as they appear on
+//! the wire: a `Decimal` is the big-endian two's-complement unscaled value in [`Value::Bytes`]
+//! (the scale lives in the schema), a Connect `Date` is days since the epoch in [`Value::Int32`],
+//! an `io.debezium.time.ZonedTimestamp` is its ISO string, and so on. [`crate::logical`] has the
+//! helpers that build and read them. This keeps converters and transforms free of per-event
+//! conversions.
+//!
+//! A [`Struct`] always holds exactly one value per field of its schema, and every value it holds
+//! was checked against that field's schema when it was put (nulls in required fields are allowed
+//! while building and rejected by [`Struct::validate`]).
+
+use std::fmt;
+
+use crate::error::DataError;
+use crate::schema::{Schema, SchemaRef, SchemaType};
+
+/// A Kafka Connect value.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub enum Value {
+    #[default]
+    Null,
+    Boolean(bool),
+    Int8(i8),
+    Int16(i16),
+    Int32(i32),
+    Int64(i64),
+    Float32(f32),
+    Float64(f64),
+    String(String),
+    Bytes(Vec<u8>),
+    Array(Vec<Value>),
+    /// Map entries in order. Keys are unique by construction of the producer.
+    Map(Vec<(Value, Value)>),
+    Struct(Struct),
+}
+
+impl Value {
+    pub fn is_null(&self) -> bool {
+        matches!(self, Value::Null)
+    }
+    /// The schema type this value's variant belongs to (`None` for null).
+    pub fn schema_type(&self) -> Option<SchemaType> {
+        Some(match self {
+            Value::Null => return None,
+            Value::Boolean(_) => SchemaType::Boolean,
+            Value::Int8(_) => SchemaType::Int8,
+            Value::Int16(_) => SchemaType::Int16,
+            Value::Int32(_) => SchemaType::Int32,
+            Value::Int64(_) => SchemaType::Int64,
+            Value::Float32(_) => SchemaType::Float32,
+            Value::Float64(_) => SchemaType::Float64,
+            Value::String(_) => SchemaType::String,
+            Value::Bytes(_) => SchemaType::Bytes,
+            Value::Array(_) => SchemaType::Array,
+            Value::Map(_) => SchemaType::Map,
+            Value::Struct(_) => SchemaType::Struct,
+        })
+    }
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub fn as_struct(&self) -> Option<&Struct> {
+        match self {
+            Value::Struct(s) => Some(s),
+            _ => None,
+        }
+    }
+    /// Any integer variant widened to `i64`.
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Value::Int8(v) => Some(v.into()),
+            Value::Int16(v) => Some(v.into()),
+            Value::Int32(v) => Some(v.into()),
+            Value::Int64(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+impl From<&str> for Value {
+    fn from(v: &str) -> Self {
+        Value::String(v.to_owned())
+    }
+}
+impl From<String> for Value {
+    fn from(v: String) -> Self {
+        Value::String(v)
+    }
+}
+impl From<bool> for Value {
+    fn from(v: bool) -> Self {
+        Value::Boolean(v)
+    }
+}
+impl From<i8> for Value {
+    fn from(v: i8) -> Self {
+        Value::Int8(v)
+    }
+}
+impl From<i16> for Value {
+    fn from(v: i16) -> Self {
+        Value::Int16(v)
+    }
+}
+impl From<i32> for Value {
+    fn from(v: i32) -> Self {
+        Value::Int32(v)
+    }
+}
+impl From<i64> for Value {
+    fn from(v: i64) -> Self {
+        Value::Int64(v)
+    }
+}
+impl From<f32> for Value {
+    fn from(v: f32) -> Self {
+        Value::Float32(v)
+    }
+}
+impl From<f64> for Value {
+    fn from(v: f64) -> Self {
+        Value::Float64(v)
+    }
+}
+impl From<Vec<u8>> for Value {
+    fn from(v: Vec<u8>) -> Self {
+        Value::Bytes(v)
+    }
+}
+impl From<Struct> for Value {
+    fn from(v: Struct) -> Self {
+        Value::Struct(v)
+    }
+}
+impl<T: Into<Value>> From<Option<T>> for Value {
+    fn from(v: Option<T>) -> Self {
+        v.map_or(Value::Null, Into::into)
+    }
+}
+
+/// A structured value: one value per field of a struct schema.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Struct {
+    schema: SchemaRef,
+    values: Vec<Value>,
+}
+
+impl Struct {
+    /// An all-null struct of `schema`; fails when `schema` is not a struct schema.
+    pub fn new(schema: SchemaRef) -> Result<Struct, DataError> {
+        if schema.schema_type() != SchemaType::Struct {
+            return Err(DataError::new(format!(
+                "Not a struct schema: {}",
+                schema.schema_type()
+            )));
+        }
+        let values = vec![Value::Null; schema.fields().len()];
+        Ok(Struct { schema, values })
+    }
+
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Values in field order.
+    pub fn values(&self) -> &[Value] {
+        &self.values
+    }
+
+    /// Sets a field by name after checking the value against the field's schema.
+    pub fn put(&mut self, field: &str, value: impl Into<Value>) -> Result<&mut Self, DataError> {
+        let index = self
+            .schema
+            .field(field)
+            .ok_or_else(|| DataError::new(format!("{field} is not a valid field name")))?
+            .index();
+        self.put_at(index, value)
+    }
+
+    /// Sets a field by position after checking the value against the field's schema.
+    pub fn put_at(&mut self, index: usize, value: impl Into<Value>) -> Result<&mut Self, DataError> {
+        let value = value.into();
+        let field = self
+            .schema
+            .fields()
+            .get(index)
+            .ok_or_else(|| DataError::new(format!("field index {index} is out of range")))?;
+        if !value.is_null() {
+            validate_value_named(field.name(), field.schema(), &value)?;
+        }
+        self.values[index] = value;
+        Ok(self)
+    }
+
+    /// Builder-style [`Struct::put`] that panics on a bad value; for values the caller built
+    /// from the same schema (a programming error otherwise).
+    pub fn with(mut self, field: &str, value: impl Into<Value>) -> Self {
+        if let Err(e) = self.put(field, value) {
+            panic!("{e}");
+        }
+        self
+    }
+
+    /// The raw value of a field (null when unset), or `None` for an unknown field name.
+    pub fn get(&self, field: &str) -> Option<&Value> {
+        let index = self.schema.field(field)?.index();
+        Some(&self.values[index])
+    }
+
+    /// The value of a field, or the field schema's default when the value is null.
+    pub fn get_or_default(&self, field: &str) -> Option<&Value> {
+        let f = self.schema.field(field)?;
+        let v = &self.values[f.index()];
+        if v.is_null() {
+            if let Some(d) = f.schema().default_value() {
+                return Some(d);
+            }
+        }
+        Some(v)
+    }
+
+    /// Checks that every required field has a value (or a default) and all values are valid.
+    pub fn validate(&self) -> Result<(), DataError> {
+        for (field, value) in self.schema.fields().iter().zip(&self.values) {
+            if value.is_null() && field.schema().default_value().is_some() {
+                continue;
+            }
+            validate_value_named(field.name(), field.schema(), value)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Struct {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Struct{")?;
+        let mut first = true;
+        for (field, value) in self.schema.fields().iter().zip(&self.values) {
+            if value.is_null() {
+                continue;
+            }
+            if !first {
+                f.write_str(",")?;
+            }
+            first = false;
+            write!(f, "{}={:?}", field.name(), value)?;
+        }
+        f.write_str("}")
+    }
+}
+
+/// Checks `value` against `schema` as Kafka Connect's `ConnectSchema.validateValue` does:
+/// null only for optional schemas, the variant must match the type, struct values must carry an
+/// equal schema, array items and map entries are checked recursively, and the logical types
+/// `Decimal` requires its `scale` parameter.
+pub fn validate_value(schema: &Schema, value: &Value) -> Result<(), DataError> {
+    validate_value_inner(None, schema, value)
+}
+
+fn validate_value_named(field: &str, schema: &Schema, value: &Value) -> Result<(), DataError> {
+    validate_value_inner(Some(field), schema, value)
+}
+
+fn validate_value_inner(field: Option<&str>, schema: &Schema, value: &Value) -> Result<(), DataError> {
+    let field_desc = || match field {
+        Some(f) => format!("field: \"{f}\""),
+        None => "value".to_owned(),
+    };
+    let Some(actual) = value.schema_type() else {
+        if schema.is_optional() {
+            return Ok(());
+        }
+        return Err(DataError::new(format!(
+            "Invalid value: null used for required {}, schema type: {}",
+            field_desc(),
+            schema.schema_type()
+        )));
+    };
+    if actual != schema.schema_type() {
+        return Err(DataError::new(format!(
+            "Invalid Java object for schema with type {}: {} for {}",
+            schema.schema_type(),
+            actual,
+            field_desc()
+        )));
+    }
+    match value {
+        Value::Bytes(_) if schema.name() == Some(crate::logical::decimal::LOGICAL_NAME) => {
+            crate::logical::decimal::scale(schema).map(|_| ())
+        }
+        Value::Struct(s) => {
+            if !std::ptr::eq(s.schema().as_ref(), schema) && s.schema().as_ref() != schema {
+                return Err(DataError::new(format!(
+                    "Struct schemas do not match for {}",
+                    field_desc()
+                )));
+            }
+            Ok(())
+        }
+        Value::Array(items) => {
+            let item_schema = schema
+                .value_schema()
+                .ok_or_else(|| DataError::new("array schema without an item schema"))?;
+            items
+                .iter()
+                .try_for_each(|item| validate_value_inner(field, item_schema, item))
+        }
+        Value::Map(entries) => {
+            let (Some(ks), Some(vs)) = (schema.key_schema(), schema.value_schema()) else {
+                return Err(DataError::new("map schema without key/value schemas"));
+            };
+            entries.iter().try_for_each(|(k, v)| {
+                validate_value_inner(field, ks, k)?;
+                validate_value_inner(field, vs, v)
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logical::decimal;
+    use crate::schema::SchemaBuilder;
+
+    fn row_schema() -> SchemaRef {
+        SchemaBuilder::struct_()
+            .name("cdc.public.orders.Value")
+            .field("id", Schema::int64())
+            .field("amount", decimal::builder(2).build_ref())
+            .field("note", Schema::optional_string())
+            .field(
+                "tags",
+                SchemaBuilder::array(Schema::string()).optional().build_ref(),
+            )
+            .field(
+                "status",
+                SchemaBuilder::string().default_value("new".into()).build_ref(),
+            )
+            .build_ref()
+    }
+
+    #[test]
+    fn struct_puts_are_checked_against_field_schemas() {
+        let mut s = Struct::new(row_schema()).unwrap();
+        assert!(s.put("id", 1i64).is_ok());
+        let err = s.put("id", "one").unwrap_err();
+        assert!(err.message().contains("INT64"), "{err}");
+        assert!(s.put("nope", 1i64).unwrap_err().message().contains("not a valid field name"));
+        assert!(s.put("tags", Value::Array(vec![Value::Int32(1)])).is_err());
+        assert!(s.put("tags", Value::Array(vec!["a".into()])).is_ok());
+        // Required amount is still null: validate reports it; status has a default.
+        let err = s.validate().unwrap_err();
+        assert!(err.message().contains("\"amount\""), "{err}");
+        s.put("amount", decimal::unscaled_from_i128(1998)).unwrap();
+        s.validate().unwrap();
+        assert_eq!(s.get_or_default("status"), Some(&Value::from("new")));
+        assert_eq!(s.get("status"), Some(&Value::Null));
+    }
+
+    #[test]
+    fn nested_struct_schema_must_match() {
+        let inner = SchemaBuilder::struct_().field("a", Schema::int32()).optional().build_ref();
+        let other = SchemaBuilder::struct_().field("b", Schema::int32()).optional().build_ref();
+        let outer = SchemaBuilder::struct_().field("inner", inner.clone()).build_ref();
+        let mut s = Struct::new(outer).unwrap();
+        let good = Struct::new(inner).unwrap().with("a", 1i32);
+        let bad = Struct::new(other).unwrap().with("b", 1i32);
+        assert!(s.put("inner", bad).is_err());
+        assert!(s.put("inner", good).is_ok());
+    }
+
+    #[test]
+    fn defaults_and_schema_shapes_are_validated() {
+        assert!(SchemaBuilder::int32().default_value(Value::from("x")).try_build().is_err());
+        assert!(SchemaBuilder::int32().try_field("f", Schema::int32()).is_err());
+        assert!(SchemaBuilder::struct_()
+            .field("f", Schema::int32())
+            .try_field("f", Schema::int64())
+            .is_err());
+        let decimal_without_scale = SchemaBuilder::bytes().name(decimal::LOGICAL_NAME).build();
+        assert!(validate_value(&decimal_without_scale, &Value::Bytes(vec![1])).is_err());
+        let map = SchemaBuilder::map(Schema::string(), Schema::int32()).build();
+        assert!(validate_value(&map, &Value::Map(vec![("k".into(), Value::Int32(1))])).is_ok());
+        assert!(validate_value(&map, &Value::Map(vec![(Value::Int32(1), Value::Int32(1))])).is_err());
+        assert!(validate_value(&map, &Value::Null).is_err());
+        assert!(Struct::new(Schema::int32()).is_err());
+    }
+}

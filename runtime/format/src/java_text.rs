@@ -1,0 +1,237 @@
+//! Byte-exact text forms that Kafka Connect's JSON converter gets from Java and Jackson:
+//! `Double.toString` / `Float.toString` for floats, `BigDecimal.toString` for numeric decimals,
+//! and Jackson's string escaping.
+//!
+//! Invariants: every function appends valid JSON text to the output buffer and allocates nothing
+//! beyond it except a small stack-sized scratch for float digits.
+
+use std::fmt::Write as _;
+
+/// Appends `text` as a JSON string literal, escaped exactly as Jackson does by default:
+/// `"` and `\` backslash-escaped, `\b \t \n \f \r` short forms, other control characters as
+/// `\u00XX` with upper-case hex, everything else (including non-ASCII) as UTF-8.
+pub fn write_json_string(out: &mut Vec<u8>, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.push(b'"');
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            0x09 => b"\\t",
+            0x0a => b"\\n",
+            0x0c => b"\\f",
+            0x0d => b"\\r",
+            0x00..=0x1f => {
+                out.extend_from_slice(&bytes[start..i]);
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[usize::from(b >> 4)]);
+                out.push(HEX[usize::from(b & 0x0f)]);
+                start = i + 1;
+                continue;
+            }
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        out.extend_from_slice(escape);
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+/// Appends a `double` as Jackson writes it: `Double.toString` text, and the non-finite values as
+/// the quoted strings `"NaN"`, `"Infinity"`, `"-Infinity"` (Jackson's default
+/// `WRITE_NAN_AS_STRINGS`).
+pub fn write_java_double(out: &mut Vec<u8>, value: f64) {
+    if !value.is_finite() {
+        out.extend_from_slice(non_finite(value.is_nan(), value.is_sign_negative()).as_bytes());
+        return;
+    }
+    let mut scratch = String::with_capacity(32);
+    let _ = write!(scratch, "{value:e}");
+    java_format(out, &scratch, value == 0.0, f64::abs(value));
+}
+
+/// Appends a `float` as Jackson writes it (`Float.toString`, non-finite values quoted).
+pub fn write_java_float(out: &mut Vec<u8>, value: f32) {
+    if !value.is_finite() {
+        out.extend_from_slice(non_finite(value.is_nan(), value.is_sign_negative()).as_bytes());
+        return;
+    }
+    let mut scratch = String::with_capacity(24);
+    let _ = write!(scratch, "{value:e}");
+    java_format(out, &scratch, value == 0.0, f64::from(value.abs()));
+}
+
+fn non_finite(nan: bool, negative: bool) -> &'static str {
+    if nan {
+        "\"NaN\""
+    } else if negative {
+        "\"-Infinity\""
+    } else {
+        "\"Infinity\""
+    }
+}
+
+/// Rewrites Rust's shortest scientific form (`-3.4e38`, `1e-300`, `2.5e0`) into Java's
+/// `Double.toString` layout: plain decimal with at least one fraction digit for magnitudes in
+/// [1e-3, 1e7), otherwise `d.dddE±n` with at least one fraction digit.
+fn java_format(out: &mut Vec<u8>, sci: &str, is_zero: bool, magnitude: f64) {
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (negative, mantissa) = match mantissa.strip_prefix('-') {
+        Some(m) => (true, m),
+        None => (false, mantissa),
+    };
+    if negative {
+        out.push(b'-');
+    }
+    if is_zero {
+        out.extend_from_slice(b"0.0");
+        return;
+    }
+    // Significant digits without the point.
+    let digits: Vec<u8> = mantissa.bytes().filter(|b| *b != b'.').collect();
+    if (1e-3..1e7).contains(&magnitude) {
+        if exp >= 0 {
+            let int_len = usize::try_from(exp).unwrap_or(0) + 1;
+            for i in 0..int_len {
+                out.push(*digits.get(i).unwrap_or(&b'0'));
+            }
+            out.push(b'.');
+            if digits.len() > int_len {
+                out.extend_from_slice(&digits[int_len..]);
+            } else {
+                out.push(b'0');
+            }
+        } else {
+            out.extend_from_slice(b"0.");
+            for _ in 0..(-exp - 1) {
+                out.push(b'0');
+            }
+            out.extend_from_slice(&digits);
+        }
+    } else {
+        out.push(digits[0]);
+        out.push(b'.');
+        if digits.len() > 1 {
+            out.extend_from_slice(&digits[1..]);
+        } else {
+            out.push(b'0');
+        }
+        out.push(b'E');
+        out.extend_from_slice(exp.to_string().as_bytes());
+    }
+}
+
+/// Appends an unscaled decimal at `scale` as Java's `BigDecimal.toString()` renders it:
+/// plain when `scale >= 0` and the adjusted exponent is at least -6, scientific otherwise
+/// (`1E+3`, `1.23E-7`).
+pub fn write_java_big_decimal(out: &mut Vec<u8>, unscaled_digits: &str, negative: bool, scale: i32) {
+    let digits = unscaled_digits.as_bytes();
+    let len = i64::try_from(digits.len()).unwrap_or(i64::MAX);
+    let adjusted = -i64::from(scale) + (len - 1);
+    if negative {
+        out.push(b'-');
+    }
+    if scale >= 0 && adjusted >= -6 {
+        let scale = usize::try_from(scale).unwrap_or(0);
+        if scale == 0 {
+            out.extend_from_slice(digits);
+        } else if digits.len() > scale {
+            let split = digits.len() - scale;
+            out.extend_from_slice(&digits[..split]);
+            out.push(b'.');
+            out.extend_from_slice(&digits[split..]);
+        } else {
+            out.extend_from_slice(b"0.");
+            out.extend(std::iter::repeat_n(b'0', scale - digits.len()));
+            out.extend_from_slice(digits);
+        }
+        return;
+    }
+    out.push(digits[0]);
+    if digits.len() > 1 {
+        out.push(b'.');
+        out.extend_from_slice(&digits[1..]);
+    }
+    out.push(b'E');
+    if adjusted >= 0 {
+        out.push(b'+');
+    }
+    out.extend_from_slice(adjusted.to_string().as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(v: f64) -> String {
+        let mut out = Vec::new();
+        write_java_double(&mut out, v);
+        String::from_utf8(out).unwrap()
+    }
+    fn f(v: f32) -> String {
+        let mut out = Vec::new();
+        write_java_float(&mut out, v);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn doubles_match_java() {
+        // Expected strings are Java's Double.toString output.
+        assert_eq!(d(2.718281828459045), "2.718281828459045");
+        assert_eq!(d(1e-300), "1.0E-300");
+        assert_eq!(d(1.5), "1.5");
+        assert_eq!(d(100.0), "100.0");
+        assert_eq!(d(0.0), "0.0");
+        assert_eq!(d(-0.0), "-0.0");
+        assert_eq!(d(0.001), "0.001");
+        assert_eq!(d(0.0001), "1.0E-4");
+        assert_eq!(d(9999999.0), "9999999.0");
+        assert_eq!(d(1e7), "1.0E7");
+        assert_eq!(d(12345678.9), "1.23456789E7");
+        assert_eq!(d(-1.25e-5), "-1.25E-5");
+        assert_eq!(d(f64::NAN), "\"NaN\"");
+        assert_eq!(d(f64::NEG_INFINITY), "\"-Infinity\"");
+        assert_eq!(d(0.1 + 0.2), "0.30000000000000004");
+    }
+
+    #[test]
+    fn floats_match_java() {
+        assert_eq!(f(-3.4e38), "-3.4E38");
+        assert_eq!(f(1.5), "1.5");
+        assert_eq!(f(0.1), "0.1");
+        assert_eq!(f(f32::INFINITY), "\"Infinity\"");
+        assert_eq!(f(123456.78), "123456.78");
+    }
+
+    #[test]
+    fn strings_escape_like_jackson() {
+        let mut out = Vec::new();
+        write_json_string(&mut out, "hello ü 日本 \"q\" \\ back\n\t\u{1}\u{7f}/");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "\"hello ü 日本 \\\"q\\\" \\\\ back\\n\\t\\u0001\u{7f}/\""
+        );
+    }
+
+    #[test]
+    fn big_decimals_match_java_to_string() {
+        let s = |digits: &str, neg: bool, scale: i32| {
+            let mut out = Vec::new();
+            write_java_big_decimal(&mut out, digits, neg, scale);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(s("1998", false, 2), "19.98");
+        assert_eq!(s("1", true, 2), "-0.01");
+        assert_eq!(s("0", false, 0), "0");
+        assert_eq!(s("1", false, 7), "1E-7");
+        assert_eq!(s("1", false, 6), "0.000001");
+        assert_eq!(s("1", false, -3), "1E+3");
+        assert_eq!(s("123", false, -1), "1.23E+3");
+    }
+}

@@ -1,0 +1,840 @@
+//! Kafka Connect's `JsonConverter`, reproduced byte for byte.
+//!
+//! Serialisation ([`JsonConverter::from_connect_data`]) writes exactly the bytes Kafka Connect's
+//! converter writes: the `{"schema":...,"payload":...}` envelope when `schemas.enable=true`,
+//! schema keys in Jackson's order (`type`, `items` | `keys`,`values` | `fields`, `optional`,
+//! `name`, `version`, `doc`, `parameters`, `default`, and `field` last for struct members),
+//! Java's number text, base64 bytes, and Decimals as base64 (or numbers with
+//! `decimal.format=NUMERIC`). Only a null value *without* a schema becomes a Kafka null
+//! (tombstone).
+//!
+//! The serialised schema text is cached per schema object (`Arc` identity, bounded by
+//! `schemas.cache.size`), so a stream of records sharing a schema serialises it once. The cache
+//! holds a clone of each `Arc`, so a cached address can never be reused by another schema.
+//!
+//! Deserialisation ([`JsonConverter::to_connect_data`]) parses the envelope, rebuilds the schema
+//! (cached by its JSON text) and the value, and is the inverse of serialisation for every value
+//! the converter can write.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, Importance, Validator};
+use headwater_api::logical::decimal;
+use headwater_api::{DataError, Properties, Schema, SchemaBuilder, SchemaRef, SchemaType, Struct, Value};
+use serde_json::value::RawValue;
+use serde_json::Value as Json;
+
+use crate::java_text::{write_java_big_decimal, write_java_double, write_java_float, write_json_string};
+
+/// How Decimal values are written (`decimal.format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecimalFormat {
+    /// Base64 of the unscaled two's-complement bytes (Kafka's default).
+    Base64,
+    /// A JSON number.
+    Numeric,
+}
+
+/// `JsonConverter` settings, with Kafka's defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JsonConverterConfig {
+    pub schemas_enable: bool,
+    pub schemas_cache_size: usize,
+    pub decimal_format: DecimalFormat,
+    pub replace_null_with_default: bool,
+}
+
+impl Default for JsonConverterConfig {
+    fn default() -> Self {
+        JsonConverterConfig {
+            schemas_enable: true,
+            schemas_cache_size: 1000,
+            decimal_format: DecimalFormat::Base64,
+            replace_null_with_default: true,
+        }
+    }
+}
+
+impl JsonConverterConfig {
+    /// The converter's keys (without the `key.converter.` / `value.converter.` prefix).
+    pub fn config_def() -> ConfigDef {
+        ConfigDef::new()
+            .define(
+                ConfigKey::new("schemas.enable", ConfigType::Boolean)
+                    .default_str("true")
+                    .importance(Importance::High)
+                    .doc("Include schemas within each of the serialized values and keys."),
+            )
+            .define(
+                ConfigKey::new("schemas.cache.size", ConfigType::Int)
+                    .default_str("1000")
+                    .importance(Importance::High)
+                    .validator(Validator::at_least(0.0))
+                    .doc("The maximum number of schemas that can be cached in this converter instance."),
+            )
+            .define(
+                ConfigKey::new("decimal.format", ConfigType::String)
+                    .default_str("BASE64")
+                    .importance(Importance::Low)
+                    .validator(Validator::one_of_case_insensitive(&["BASE64", "NUMERIC"]))
+                    .doc("Controls which format this converter will serialize decimals in: BASE64 or NUMERIC."),
+            )
+            .define(
+                ConfigKey::new("replace.null.with.default", ConfigType::Boolean)
+                    .default_str("true")
+                    .importance(Importance::Low)
+                    .doc("Whether to replace fields that have a default value and that are null to the default value."),
+            )
+    }
+
+    /// Reads the settings from converter properties (prefix already stripped).
+    pub fn from_props(props: &Properties) -> Result<Self, headwater_api::ConfigValidation> {
+        let parsed = Self::config_def().parse(props)?;
+        let decimal_format = match parsed.get_string("decimal.format") {
+            Some(f) if f.eq_ignore_ascii_case("NUMERIC") => DecimalFormat::Numeric,
+            _ => DecimalFormat::Base64,
+        };
+        Ok(JsonConverterConfig {
+            schemas_enable: parsed.get_bool("schemas.enable").unwrap_or(true),
+            schemas_cache_size: usize::try_from(parsed.get_long("schemas.cache.size").unwrap_or(1000)).unwrap_or(0),
+            decimal_format,
+            replace_null_with_default: parsed.get_bool("replace.null.with.default").unwrap_or(true),
+        })
+    }
+}
+
+/// A schema and a value, as produced by deserialisation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchemaAndValue {
+    pub schema: Option<SchemaRef>,
+    pub value: Value,
+}
+
+#[derive(Default)]
+struct Caches {
+    /// Schema `Arc` address -> (the schema, its serialised JSON).
+    serialised: HashMap<usize, (SchemaRef, Arc<[u8]>)>,
+    /// Schema JSON text -> parsed schema.
+    parsed: HashMap<Box<str>, SchemaRef>,
+}
+
+/// Kafka Connect's JSON converter.
+pub struct JsonConverter {
+    config: JsonConverterConfig,
+    caches: Mutex<Caches>,
+}
+
+impl JsonConverter {
+    pub fn new(config: JsonConverterConfig) -> Self {
+        JsonConverter {
+            config,
+            caches: Mutex::new(Caches::default()),
+        }
+    }
+
+    pub fn config(&self) -> &JsonConverterConfig {
+        &self.config
+    }
+
+    /// Serialises a value; `Ok(None)` is a Kafka null (only for a null value without schema).
+    pub fn from_connect_data(
+        &self,
+        _topic: &str,
+        schema: Option<&SchemaRef>,
+        value: &Value,
+    ) -> Result<Option<Vec<u8>>, DataError> {
+        let mut out = Vec::with_capacity(256);
+        if self.write_connect_data(schema, value, &mut out)? {
+            Ok(Some(out))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Appends the serialised form to `out`; returns `false` (and writes nothing) for a Kafka null.
+    pub fn write_connect_data(
+        &self,
+        schema: Option<&SchemaRef>,
+        value: &Value,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, DataError> {
+        if schema.is_none() && value.is_null() {
+            return Ok(false);
+        }
+        if self.config.schemas_enable {
+            out.extend_from_slice(b"{\"schema\":");
+            match schema {
+                Some(s) => out.extend_from_slice(&self.schema_json(s)),
+                None => out.extend_from_slice(b"null"),
+            }
+            out.extend_from_slice(b",\"payload\":");
+            self.write_value(schema.map(|s| s.as_ref()), value, out)?;
+            out.push(b'}');
+        } else {
+            self.write_value(schema.map(|s| s.as_ref()), value, out)?;
+        }
+        Ok(true)
+    }
+
+    /// The serialised JSON of a schema, from the cache when this schema object was seen before.
+    pub fn schema_json(&self, schema: &SchemaRef) -> Arc<[u8]> {
+        let key = Arc::as_ptr(schema) as usize;
+        if let Some((_, json)) = self.lock().serialised.get(&key) {
+            return json.clone();
+        }
+        let mut buf = Vec::with_capacity(512);
+        self.write_schema(schema, None, &mut buf);
+        let json: Arc<[u8]> = buf.into();
+        let mut caches = self.lock();
+        if caches.serialised.len() >= self.config.schemas_cache_size {
+            caches.serialised.clear();
+        }
+        if self.config.schemas_cache_size > 0 {
+            caches.serialised.insert(key, (schema.clone(), json.clone()));
+        }
+        json
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Caches> {
+        // A panic while holding the lock leaves only caches behind: safe to keep using.
+        self.caches.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write_schema(&self, schema: &Schema, field_name: Option<&str>, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"type\":\"");
+        out.extend_from_slice(schema.schema_type().json_name().as_bytes());
+        out.push(b'"');
+        match schema.schema_type() {
+            SchemaType::Array => {
+                out.extend_from_slice(b",\"items\":");
+                match schema.value_schema() {
+                    Some(items) => self.write_schema(items, None, out),
+                    None => out.extend_from_slice(b"null"),
+                }
+            }
+            SchemaType::Map => {
+                out.extend_from_slice(b",\"keys\":");
+                match schema.key_schema() {
+                    Some(k) => self.write_schema(k, None, out),
+                    None => out.extend_from_slice(b"null"),
+                }
+                out.extend_from_slice(b",\"values\":");
+                match schema.value_schema() {
+                    Some(v) => self.write_schema(v, None, out),
+                    None => out.extend_from_slice(b"null"),
+                }
+            }
+            SchemaType::Struct => {
+                out.extend_from_slice(b",\"fields\":[");
+                for (i, field) in schema.fields().iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    self.write_schema(field.schema(), Some(field.name()), out);
+                }
+                out.push(b']');
+            }
+            _ => {}
+        }
+        out.extend_from_slice(if schema.is_optional() {
+            b",\"optional\":true"
+        } else {
+            b",\"optional\":false"
+        });
+        if let Some(name) = schema.name() {
+            out.extend_from_slice(b",\"name\":");
+            write_json_string(out, name);
+        }
+        if let Some(version) = schema.version() {
+            out.extend_from_slice(b",\"version\":");
+            out.extend_from_slice(version.to_string().as_bytes());
+        }
+        if let Some(doc) = schema.doc() {
+            out.extend_from_slice(b",\"doc\":");
+            write_json_string(out, doc);
+        }
+        if let Some(params) = schema.parameters() {
+            out.extend_from_slice(b",\"parameters\":{");
+            for (i, (k, v)) in params.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_json_string(out, k);
+                out.push(b':');
+                write_json_string(out, v);
+            }
+            out.push(b'}');
+        }
+        if let Some(default) = schema.default_value() {
+            out.extend_from_slice(b",\"default\":");
+            // A default was validated against its schema when the schema was built.
+            if self.write_value(Some(schema), default, out).is_err() {
+                out.extend_from_slice(b"null");
+            }
+        }
+        if let Some(name) = field_name {
+            out.extend_from_slice(b",\"field\":");
+            write_json_string(out, name);
+        }
+        out.push(b'}');
+    }
+
+    fn write_value(&self, schema: Option<&Schema>, value: &Value, out: &mut Vec<u8>) -> Result<(), DataError> {
+        let Some(schema) = schema else {
+            return self.write_schemaless(value, out);
+        };
+        if value.is_null() {
+            if let (Some(default), true) = (schema.default_value(), self.config.replace_null_with_default) {
+                return self.write_value(Some(schema), default, out);
+            }
+            if schema.is_optional() {
+                out.extend_from_slice(b"null");
+                return Ok(());
+            }
+            return Err(DataError::new(
+                "Conversion error: null value for field that is required and has no default value",
+            ));
+        }
+        let mismatch = || {
+            DataError::new(format!(
+                "Invalid type for {}: {:?}",
+                schema.schema_type(),
+                value.schema_type()
+            ))
+        };
+        match (schema.schema_type(), value) {
+            (SchemaType::Bytes, Value::Bytes(bytes)) if schema.name() == Some(decimal::LOGICAL_NAME) => {
+                match self.config.decimal_format {
+                    DecimalFormat::Base64 => write_base64(out, bytes),
+                    DecimalFormat::Numeric => {
+                        let scale = decimal::scale(schema)?;
+                        let plain = decimal::unscaled_to_string(bytes, 0);
+                        let (negative, digits) = match plain.strip_prefix('-') {
+                            Some(d) => (true, d),
+                            None => (false, plain.as_str()),
+                        };
+                        write_java_big_decimal(out, digits, negative, scale);
+                    }
+                }
+            }
+            (SchemaType::Int8, Value::Int8(v)) => out.extend_from_slice(v.to_string().as_bytes()),
+            (SchemaType::Int16, Value::Int16(v)) => out.extend_from_slice(v.to_string().as_bytes()),
+            (SchemaType::Int32, Value::Int32(v)) => out.extend_from_slice(v.to_string().as_bytes()),
+            (SchemaType::Int64, Value::Int64(v)) => out.extend_from_slice(v.to_string().as_bytes()),
+            (SchemaType::Float32, Value::Float32(v)) => write_java_float(out, *v),
+            (SchemaType::Float64, Value::Float64(v)) => write_java_double(out, *v),
+            (SchemaType::Boolean, Value::Boolean(v)) => {
+                out.extend_from_slice(if *v { b"true" } else { b"false" })
+            }
+            (SchemaType::String, Value::String(s)) => write_json_string(out, s),
+            (SchemaType::Bytes, Value::Bytes(b)) => write_base64(out, b),
+            (SchemaType::Array, Value::Array(items)) => {
+                let item_schema = schema.value_schema().map(|s| s.as_ref());
+                out.push(b'[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    self.write_value(item_schema, item, out)?;
+                }
+                out.push(b']');
+            }
+            (SchemaType::Map, Value::Map(entries)) => {
+                let key_schema = schema.key_schema().map(|s| s.as_ref());
+                let value_schema = schema.value_schema().map(|s| s.as_ref());
+                let object_mode = key_schema.is_some_and(|k| k.schema_type() == SchemaType::String);
+                self.write_map(entries, key_schema, value_schema, object_mode, out)?;
+            }
+            (SchemaType::Struct, Value::Struct(s)) => {
+                if !std::ptr::eq(s.schema().as_ref(), schema) && s.schema().as_ref() != schema {
+                    return Err(DataError::new("Mismatching schema."));
+                }
+                out.push(b'{');
+                for (i, (field, v)) in schema.fields().iter().zip(s.values()).enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write_json_string(out, field.name());
+                    out.push(b':');
+                    self.write_value(Some(field.schema()), v, out)?;
+                }
+                out.push(b'}');
+            }
+            _ => return Err(mismatch()),
+        }
+        Ok(())
+    }
+
+    fn write_map(
+        &self,
+        entries: &[(Value, Value)],
+        key_schema: Option<&Schema>,
+        value_schema: Option<&Schema>,
+        object_mode: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<(), DataError> {
+        out.push(if object_mode { b'{' } else { b'[' });
+        for (i, (k, v)) in entries.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            if object_mode {
+                let Value::String(key) = k else {
+                    return Err(DataError::new("Map key in object mode must be a string"));
+                };
+                write_json_string(out, key);
+                out.push(b':');
+                self.write_value(value_schema, v, out)?;
+            } else {
+                out.push(b'[');
+                self.write_value(key_schema, k, out)?;
+                out.push(b',');
+                self.write_value(value_schema, v, out)?;
+                out.push(b']');
+            }
+        }
+        out.push(if object_mode { b'}' } else { b']' });
+        Ok(())
+    }
+
+    fn write_schemaless(&self, value: &Value, out: &mut Vec<u8>) -> Result<(), DataError> {
+        match value {
+            Value::Null => out.extend_from_slice(b"null"),
+            Value::Boolean(v) => out.extend_from_slice(if *v { b"true" } else { b"false" }),
+            Value::Int8(v) => out.extend_from_slice(v.to_string().as_bytes()),
+            Value::Int16(v) => out.extend_from_slice(v.to_string().as_bytes()),
+            Value::Int32(v) => out.extend_from_slice(v.to_string().as_bytes()),
+            Value::Int64(v) => out.extend_from_slice(v.to_string().as_bytes()),
+            Value::Float32(v) => write_java_float(out, *v),
+            Value::Float64(v) => write_java_double(out, *v),
+            Value::String(s) => write_json_string(out, s),
+            Value::Bytes(b) => write_base64(out, b),
+            Value::Array(items) => {
+                out.push(b'[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    self.write_schemaless(item, out)?;
+                }
+                out.push(b']');
+            }
+            Value::Map(entries) => {
+                let object_mode = entries.iter().all(|(k, _)| matches!(k, Value::String(_)));
+                self.write_map(entries, None, None, object_mode, out)?;
+            }
+            Value::Struct(s) => {
+                let schema = s.schema().clone();
+                self.write_value(Some(&schema), value, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deserialises bytes written by this converter (or by Kafka Connect's); `None` is a Kafka
+    /// null and gives a null schema and value.
+    pub fn to_connect_data(&self, _topic: &str, bytes: Option<&[u8]>) -> Result<SchemaAndValue, DataError> {
+        let Some(bytes) = bytes else {
+            return Ok(SchemaAndValue {
+                schema: None,
+                value: Value::Null,
+            });
+        };
+        let fail = |e: serde_json::Error| {
+            DataError::new(format!(
+                "Converting byte[] to Kafka Connect data failed due to serialization error: {e}"
+            ))
+        };
+        if !self.config.schemas_enable {
+            let json: Json = serde_json::from_slice(bytes).map_err(fail)?;
+            return Ok(SchemaAndValue {
+                schema: None,
+                value: self.to_connect_value(None, &json)?,
+            });
+        }
+        let envelope: HashMap<String, &RawValue> = serde_json::from_slice(bytes).map_err(|_| envelope_error())?;
+        let (Some(schema_raw), Some(payload_raw), 2) =
+            (envelope.get("schema"), envelope.get("payload"), envelope.len())
+        else {
+            return Err(envelope_error());
+        };
+        let schema = self.parse_schema_cached(schema_raw.get())?;
+        let payload: Json = serde_json::from_str(payload_raw.get()).map_err(fail)?;
+        let value = self.to_connect_value(schema.as_deref(), &payload)?;
+        Ok(SchemaAndValue { schema, value })
+    }
+
+    fn parse_schema_cached(&self, text: &str) -> Result<Option<SchemaRef>, DataError> {
+        if text == "null" {
+            return Ok(None);
+        }
+        if let Some(schema) = self.lock().parsed.get(text) {
+            return Ok(Some(schema.clone()));
+        }
+        let json: Json = serde_json::from_str(text)
+            .map_err(|e| DataError::new(format!("Invalid schema JSON: {e}")))?;
+        let schema = Arc::new(self.as_connect_schema(&json)?);
+        let mut caches = self.lock();
+        if caches.parsed.len() >= self.config.schemas_cache_size {
+            caches.parsed.clear();
+        }
+        if self.config.schemas_cache_size > 0 {
+            caches.parsed.insert(text.into(), schema.clone());
+        }
+        Ok(Some(schema))
+    }
+
+    /// Builds a Connect schema from its JSON form (Kafka's `asConnectSchema`).
+    pub fn as_connect_schema(&self, json: &Json) -> Result<Schema, DataError> {
+        let obj = json
+            .as_object()
+            .ok_or_else(|| DataError::new("Schema must be a JSON object"))?;
+        let type_name = obj
+            .get("type")
+            .and_then(Json::as_str)
+            .ok_or_else(|| DataError::new("Schema must contain 'type' field"))?;
+        let schema_type = SchemaType::from_json_name(type_name)
+            .ok_or_else(|| DataError::new(format!("Unknown schema type: {type_name}")))?;
+        let sub = |key: &str| -> Result<SchemaRef, DataError> {
+            let node = obj
+                .get(key)
+                .filter(|n| !n.is_null())
+                .ok_or_else(|| DataError::new(format!("{type_name} schema did not specify the {key} type")))?;
+            Ok(Arc::new(self.as_connect_schema(node)?))
+        };
+        let mut builder = match schema_type {
+            SchemaType::Array => SchemaBuilder::array(sub("items")?),
+            SchemaType::Map => SchemaBuilder::map(sub("keys")?, sub("values")?),
+            SchemaType::Struct => {
+                let fields = obj
+                    .get("fields")
+                    .and_then(Json::as_array)
+                    .ok_or_else(|| DataError::new("Struct schema's \"fields\" argument is not an array."))?;
+                let mut b = SchemaBuilder::struct_();
+                for field in fields {
+                    let name = field
+                        .get("field")
+                        .and_then(Json::as_str)
+                        .ok_or_else(|| DataError::new("Struct schema's field name not specified properly"))?;
+                    b = b.try_field(name, Arc::new(self.as_connect_schema(field)?))?;
+                }
+                b
+            }
+            other => SchemaBuilder::new(other),
+        };
+        match obj.get("optional") {
+            Some(Json::Bool(true)) => builder = builder.optional(),
+            Some(Json::Bool(false)) | None | Some(Json::Null) => {}
+            Some(_) => return Err(DataError::new("Invalid value for \"optional\": must be a boolean")),
+        }
+        if let Some(name) = obj.get("name").and_then(Json::as_str) {
+            builder = builder.name(name);
+        }
+        if let Some(version) = obj.get("version").filter(|v| !v.is_null()) {
+            let v = version
+                .as_i64()
+                .and_then(|v| i32::try_from(v).ok())
+                .ok_or_else(|| DataError::new("Schema version must be an integer"))?;
+            builder = builder.version(v);
+        }
+        if let Some(doc) = obj.get("doc").and_then(Json::as_str) {
+            builder = builder.doc(doc);
+        }
+        if let Some(params) = obj.get("parameters").filter(|p| !p.is_null()) {
+            let params = params
+                .as_object()
+                .ok_or_else(|| DataError::new("Schema parameters must be a JSON object"))?;
+            builder = builder.parameters_present();
+            for (k, v) in params {
+                let v = v
+                    .as_str()
+                    .ok_or_else(|| DataError::new("Schema parameters must have string values."))?;
+                builder = builder.parameter(k.clone(), v);
+            }
+        }
+        if let Some(default) = obj.get("default").filter(|d| !d.is_null()) {
+            let partial = builder.clone().try_build()?;
+            let value = self.to_connect_value(Some(&partial), default)?;
+            builder = builder.default_value(value);
+        }
+        builder.try_build()
+    }
+
+    fn to_connect_value(&self, schema: Option<&Schema>, json: &Json) -> Result<Value, DataError> {
+        let Some(schema) = schema else {
+            return Ok(schemaless_value(json));
+        };
+        if json.is_null() {
+            if let (Some(default), true) = (schema.default_value(), self.config.replace_null_with_default) {
+                return Ok(default.clone());
+            }
+            if schema.is_optional() {
+                return Ok(Value::Null);
+            }
+            return Err(DataError::new(format!(
+                "Invalid null value for required {} field",
+                schema.schema_type()
+            )));
+        }
+        let bad = || {
+            DataError::new(format!(
+                "Invalid JSON for {} field: {}",
+                schema.schema_type(),
+                truncate(&json.to_string())
+            ))
+        };
+        let int = || json.as_i64().ok_or_else(bad);
+        Ok(match schema.schema_type() {
+            SchemaType::Bytes if schema.name() == Some(decimal::LOGICAL_NAME) => {
+                let scale = decimal::scale(schema)?;
+                match json {
+                    Json::String(s) => Value::Bytes(BASE64.decode(s).map_err(|_| bad())?),
+                    Json::Number(n) => Value::Bytes(decimal::unscaled_from_str(&number_plain_text(n), scale)?),
+                    _ => return Err(bad()),
+                }
+            }
+            SchemaType::Int8 => Value::Int8(i8::try_from(int()?).map_err(|_| bad())?),
+            SchemaType::Int16 => Value::Int16(i16::try_from(int()?).map_err(|_| bad())?),
+            SchemaType::Int32 => Value::Int32(i32::try_from(int()?).map_err(|_| bad())?),
+            SchemaType::Int64 => Value::Int64(int()?),
+            SchemaType::Float32 => Value::Float32(json_float(json).ok_or_else(bad)? as f32),
+            SchemaType::Float64 => Value::Float64(json_float(json).ok_or_else(bad)?),
+            SchemaType::Boolean => Value::Boolean(json.as_bool().ok_or_else(bad)?),
+            SchemaType::String => Value::String(json.as_str().ok_or_else(bad)?.to_owned()),
+            SchemaType::Bytes => {
+                let text = json.as_str().ok_or_else(bad)?;
+                Value::Bytes(BASE64.decode(text).map_err(|_| bad())?)
+            }
+            SchemaType::Array => {
+                let items = json.as_array().ok_or_else(bad)?;
+                let item_schema = schema.value_schema().map(|s| s.as_ref());
+                Value::Array(
+                    items
+                        .iter()
+                        .map(|i| self.to_connect_value(item_schema, i))
+                        .collect::<Result<_, _>>()?,
+                )
+            }
+            SchemaType::Map => {
+                let key_schema = schema.key_schema().map(|s| s.as_ref());
+                let value_schema = schema.value_schema().map(|s| s.as_ref());
+                let mut entries = Vec::new();
+                if key_schema.is_some_and(|k| k.schema_type() == SchemaType::String) {
+                    let obj = json.as_object().ok_or_else(bad)?;
+                    for (k, v) in obj {
+                        entries.push((Value::String(k.clone()), self.to_connect_value(value_schema, v)?));
+                    }
+                } else {
+                    let pairs = json.as_array().ok_or_else(bad)?;
+                    for pair in pairs {
+                        let pair = pair.as_array().filter(|p| p.len() == 2).ok_or_else(|| {
+                            DataError::new("Found invalid map entry instead of array tuple")
+                        })?;
+                        entries.push((
+                            self.to_connect_value(key_schema, &pair[0])?,
+                            self.to_connect_value(value_schema, &pair[1])?,
+                        ));
+                    }
+                }
+                Value::Map(entries)
+            }
+            SchemaType::Struct => {
+                let obj = json.as_object().ok_or_else(bad)?;
+                let schema_ref = Arc::new(schema.clone());
+                let mut result = Struct::new(schema_ref)?;
+                for field in schema.fields() {
+                    let v = self.to_connect_value(Some(field.schema()), obj.get(field.name()).unwrap_or(&Json::Null))?;
+                    if !v.is_null() {
+                        result.put_at(field.index(), v)?;
+                    }
+                }
+                Value::Struct(result)
+            }
+        })
+    }
+}
+
+fn envelope_error() -> DataError {
+    DataError::new(
+        "JsonConverter with schemas.enable requires \"schema\" and \"payload\" fields and may not contain additional fields. If you are trying to deserialize plain JSON data, set schemas.enable=false in your converter configuration.",
+    )
+}
+
+fn write_base64(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.push(b'"');
+    let start = out.len();
+    out.resize(start + base64::encoded_len(bytes.len(), true).unwrap_or(0), 0);
+    let written = BASE64.encode_slice(bytes, &mut out[start..]).unwrap_or(0);
+    out.truncate(start + written);
+    out.push(b'"');
+}
+
+/// A JSON number or one of Jackson's quoted non-finite names as `f64`.
+fn json_float(json: &Json) -> Option<f64> {
+    match json {
+        Json::Number(n) => n.as_f64(),
+        Json::String(s) => match s.as_str() {
+            "NaN" => Some(f64::NAN),
+            "Infinity" => Some(f64::INFINITY),
+            "-Infinity" => Some(f64::NEG_INFINITY),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Plain decimal text of a JSON number (exact for integers; floats go through `f64`).
+fn number_plain_text(n: &serde_json::Number) -> String {
+    if n.is_i64() || n.is_u64() {
+        return n.to_string();
+    }
+    let f = n.as_f64().unwrap_or(0.0);
+    let text = format!("{f}");
+    text
+}
+
+fn truncate(text: &str) -> String {
+    text.chars().take(100).collect()
+}
+
+/// Kafka's schemaless inference: integers as int64, other numbers as float64, objects as maps.
+fn schemaless_value(json: &Json) -> Value {
+    match json {
+        Json::Null => Value::Null,
+        Json::Bool(b) => Value::Boolean(*b),
+        Json::Number(n) => match n.as_i64() {
+            Some(i) => Value::Int64(i),
+            None => Value::Float64(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Json::String(s) => Value::String(s.clone()),
+        Json::Array(items) => Value::Array(items.iter().map(schemaless_value).collect()),
+        Json::Object(obj) => Value::Map(
+            obj.iter()
+                .map(|(k, v)| (Value::String(k.clone()), schemaless_value(v)))
+                .collect(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(bytes: Option<Vec<u8>>) -> Option<String> {
+        bytes.map(|b| String::from_utf8(b).unwrap())
+    }
+
+    #[test]
+    fn schemas_disabled_writes_bare_payload() {
+        let conv = JsonConverter::new(JsonConverterConfig {
+            schemas_enable: false,
+            ..Default::default()
+        });
+        let schema = SchemaBuilder::struct_()
+            .field("id", Schema::int32())
+            .field("price", decimal::builder(2).optional().build_ref())
+            .build_ref();
+        let v = Struct::new(schema.clone())
+            .unwrap()
+            .with("id", 7i32)
+            .with("price", decimal::unscaled_from_i128(-1));
+        let out = conv.from_connect_data("t", Some(&schema), &Value::Struct(v)).unwrap();
+        assert_eq!(text(out).unwrap(), r#"{"id":7,"price":"/w=="}"#);
+        // A null value with a schema is the JSON literal null, not a tombstone.
+        let opt = SchemaBuilder::string().optional().build_ref();
+        assert_eq!(text(conv.from_connect_data("t", Some(&opt), &Value::Null).unwrap()).unwrap(), "null");
+        assert_eq!(conv.from_connect_data("t", None, &Value::Null).unwrap(), None);
+        let back = conv.to_connect_data("t", Some(br#"{"a":[1,2.5,"x",null]}"#)).unwrap();
+        assert_eq!(
+            back.value,
+            Value::Map(vec![(
+                "a".into(),
+                Value::Array(vec![Value::Int64(1), Value::Float64(2.5), "x".into(), Value::Null])
+            )])
+        );
+    }
+
+    #[test]
+    fn numeric_decimals_and_map_layouts() {
+        let conv = JsonConverter::new(JsonConverterConfig {
+            decimal_format: DecimalFormat::Numeric,
+            ..Default::default()
+        });
+        let schema = SchemaBuilder::struct_()
+            .field("amount", decimal::builder(2).build_ref())
+            .field("by_name", SchemaBuilder::map(Schema::string(), Schema::int32()).build_ref())
+            .field("by_id", SchemaBuilder::map(Schema::int32(), Schema::string()).build_ref())
+            .build_ref();
+        let v = Struct::new(schema.clone())
+            .unwrap()
+            .with("amount", decimal::unscaled_from_str("-12.30", 2).unwrap())
+            .with("by_name", Value::Map(vec![("a".into(), Value::Int32(1))]))
+            .with("by_id", Value::Map(vec![(Value::Int32(1), "a".into())]));
+        let out = text(conv.from_connect_data("t", Some(&schema), &Value::Struct(v.clone())).unwrap()).unwrap();
+        assert_eq!(
+            out,
+            concat!(
+                r#"{"schema":{"type":"struct","fields":["#,
+                r#"{"type":"bytes","optional":false,"name":"org.apache.kafka.connect.data.Decimal","version":1,"parameters":{"scale":"2"},"field":"amount"},"#,
+                r#"{"type":"map","keys":{"type":"string","optional":false},"values":{"type":"int32","optional":false},"optional":false,"field":"by_name"},"#,
+                r#"{"type":"map","keys":{"type":"int32","optional":false},"values":{"type":"string","optional":false},"optional":false,"field":"by_id"}"#,
+                r#"],"optional":false},"payload":{"amount":-12.30,"by_name":{"a":1},"by_id":[[1,"a"]]}}"#
+            )
+        );
+        let back = conv.to_connect_data("t", Some(out.as_bytes())).unwrap();
+        assert_eq!(back.value, Value::Struct(v));
+    }
+
+    #[test]
+    fn null_handling_follows_kafka() {
+        let conv = JsonConverter::new(JsonConverterConfig::default());
+        let schema = SchemaBuilder::struct_()
+            .field("s", SchemaBuilder::string().optional().default_value("d".into()).build_ref())
+            .field("r", Schema::int32())
+            .build_ref();
+        let mut v = Struct::new(schema.clone()).unwrap();
+        v.put("r", 1i32).unwrap();
+        let out = text(conv.from_connect_data("t", Some(&schema), &Value::Struct(v.clone())).unwrap()).unwrap();
+        assert!(out.ends_with(r#""payload":{"s":"d","r":1}}"#), "{out}");
+        let keep_null = JsonConverter::new(JsonConverterConfig {
+            replace_null_with_default: false,
+            ..Default::default()
+        });
+        let out = text(keep_null.from_connect_data("t", Some(&schema), &Value::Struct(v)).unwrap()).unwrap();
+        assert!(out.ends_with(r#""payload":{"s":null,"r":1}}"#), "{out}");
+        let missing_required = Struct::new(schema.clone()).unwrap();
+        assert!(conv
+            .from_connect_data("t", Some(&schema), &Value::Struct(missing_required))
+            .is_err());
+    }
+
+    #[test]
+    fn envelope_must_have_exactly_schema_and_payload() {
+        let conv = JsonConverter::new(JsonConverterConfig::default());
+        for bad in [&br#"{"payload":1}"#[..], br#"{"schema":null,"payload":1,"x":2}"#, b"[1]", b"not json"] {
+            let err = conv.to_connect_data("t", Some(bad)).unwrap_err();
+            assert!(err.message().contains("schemas.enable"), "{err}");
+        }
+        let ok = conv.to_connect_data("t", Some(br#"{"schema":null,"payload":{"k":"v"}}"#)).unwrap();
+        assert_eq!(ok.schema, None);
+        assert!(conv
+            .to_connect_data("t", Some(br#"{"schema":{"type":"int32","optional":false},"payload":"x"}"#))
+            .is_err());
+    }
+
+    #[test]
+    fn config_from_props() {
+        let mut props = Properties::new();
+        props.insert("schemas.enable".into(), "false".into());
+        props.insert("decimal.format".into(), "numeric".into());
+        let cfg = JsonConverterConfig::from_props(&props).unwrap();
+        assert!(!cfg.schemas_enable);
+        assert_eq!(cfg.decimal_format, DecimalFormat::Numeric);
+        props.insert("decimal.format".into(), "hex".into());
+        let err = JsonConverterConfig::from_props(&props).unwrap_err();
+        assert_eq!(err.error_count(), 1);
+    }
+}
