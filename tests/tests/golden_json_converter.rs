@@ -17,23 +17,46 @@ fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("data/golden/debezium/postgres")
 }
 
-/// Every `(file, line, topic, key, value)` of the captured records.
-fn captured_records() -> Vec<(String, usize, String, Option<String>, Option<String>)> {
+/// One captured record and where it came from.
+struct Captured {
+    file: String,
+    line: usize,
+    topic: String,
+    key: Option<String>,
+    value: Option<String>,
+}
+
+/// Every captured record, in file and line order.
+fn captured_records() -> Vec<Captured> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(golden_dir())
         .expect("golden dir")
         .map(|e| e.unwrap().path())
         .filter(|p| p.to_string_lossy().ends_with(".raw.jsonl"))
         .collect();
     files.sort();
-    assert!(files.len() >= 19, "expected the 19 captured cases, found {}", files.len());
+    assert!(
+        files.len() >= 19,
+        "expected the 19 captured cases, found {}",
+        files.len()
+    );
     let mut out = Vec::new();
     for file in files {
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
         let text = std::fs::read_to_string(&file).unwrap();
-        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        for (i, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
             let rec: serde_json::Value = serde_json::from_str(line).unwrap();
             let field = |k: &str| rec[k].as_str().map(str::to_owned);
-            out.push((name.clone(), i + 1, field("topic").unwrap(), field("key"), field("value")));
+            out.push(Captured {
+                file: name.clone(),
+                line: i + 1,
+                topic: field("topic").unwrap(),
+                key: field("key"),
+                value: field("value"),
+            });
         }
     }
     out
@@ -52,11 +75,22 @@ fn roundtrip(converter: &JsonConverter, topic: &str, captured: Option<&str>) -> 
 #[test]
 fn every_captured_postgres_record_roundtrips_byte_for_byte() {
     let records = captured_records();
-    assert!(records.len() >= 25, "too few captured records: {}", records.len());
+    assert!(
+        records.len() >= 25,
+        "too few captured records: {}",
+        records.len()
+    );
     let converter = JsonConverter::new(JsonConverterConfig::default());
     let mut compared = 0;
     let mut tombstones = 0;
-    for (file, line, topic, key, value) in &records {
+    for Captured {
+        file,
+        line,
+        topic,
+        key,
+        value,
+    } in &records
+    {
         for (what, captured) in [("key", key), ("value", value)] {
             let ours = roundtrip(&converter, topic, captured.as_deref());
             assert_eq!(
@@ -71,7 +105,11 @@ fn every_captured_postgres_record_roundtrips_byte_for_byte() {
         }
         // Serialising again hits the schema cache and must give the same bytes.
         let again = roundtrip(&converter, topic, value.as_deref());
-        assert_eq!(again.as_deref(), value.as_deref(), "{file}:{line} cached schema output differs");
+        assert_eq!(
+            again.as_deref(),
+            value.as_deref(),
+            "{file}:{line} cached schema output differs"
+        );
     }
     assert!(tombstones >= 4, "the captures contain delete tombstones");
     println!("compared {compared} keys/values byte for byte");
@@ -80,7 +118,9 @@ fn every_captured_postgres_record_roundtrips_byte_for_byte() {
 fn field_struct(fields: &[(&str, SchemaRef)]) -> SchemaBuilder {
     fields
         .iter()
-        .fold(SchemaBuilder::struct_(), |b, (name, schema)| b.field(*name, schema.clone()))
+        .fold(SchemaBuilder::struct_(), |b, (name, schema)| {
+            b.field(*name, schema.clone())
+        })
 }
 
 /// `cdc.public.orders` insert (`12_seed_orders_insert`) built from the model alone.
@@ -92,10 +132,15 @@ fn hand_built_orders_event_matches_capture() {
             ("customer_id", Schema::int32()),
             (
                 "amount",
-                decimal::builder(2).parameter(decimal::PRECISION_PARAMETER, "12").build_ref(),
+                decimal::builder(2)
+                    .parameter(decimal::PRECISION_PARAMETER, "12")
+                    .build_ref(),
             ),
             ("status", Schema::string()),
-            ("created_at", debezium::builder(debezium::ZONED_TIMESTAMP, SchemaType::String).build_ref()),
+            (
+                "created_at",
+                debezium::builder(debezium::ZONED_TIMESTAMP, SchemaType::String).build_ref(),
+            ),
             ("note", Schema::optional_string()),
         ])
         .name("cdc.public.orders.Value");
@@ -157,7 +202,9 @@ fn hand_built_orders_event_matches_capture() {
     .name("cdc.public.orders.Envelope")
     .version(2)
     .build_ref();
-    let key_schema = field_struct(&[("id", Schema::int64())]).name("cdc.public.orders.Key").build_ref();
+    let key_schema = field_struct(&[("id", Schema::int64())])
+        .name("cdc.public.orders.Key")
+        .build_ref();
 
     let after = Struct::new(row_schema)
         .unwrap()
@@ -192,7 +239,8 @@ fn hand_built_orders_event_matches_capture() {
     value.validate().expect("a complete envelope");
     let key = Struct::new(key_schema.clone()).unwrap().with("id", 2i64);
 
-    let text = std::fs::read_to_string(golden_dir().join("12_seed_orders_insert.raw.jsonl")).unwrap();
+    let text =
+        std::fs::read_to_string(golden_dir().join("12_seed_orders_insert.raw.jsonl")).unwrap();
     let captured: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     let converter = JsonConverter::new(JsonConverterConfig::default());
     let ours_key = converter
@@ -203,7 +251,16 @@ fn hand_built_orders_event_matches_capture() {
         .from_connect_data("warehouse.orders", Some(&envelope), &Value::Struct(value))
         .unwrap()
         .unwrap();
-    assert_eq!(std::str::from_utf8(&ours_key).unwrap(), captured["key"].as_str().unwrap());
-    assert_eq!(std::str::from_utf8(&ours_value).unwrap(), captured["value"].as_str().unwrap());
-    assert!(Arc::strong_count(&envelope) >= 2, "the converter caches the schema it serialised");
+    assert_eq!(
+        std::str::from_utf8(&ours_key).unwrap(),
+        captured["key"].as_str().unwrap()
+    );
+    assert_eq!(
+        std::str::from_utf8(&ours_value).unwrap(),
+        captured["value"].as_str().unwrap()
+    );
+    assert!(
+        Arc::strong_count(&envelope) >= 2,
+        "the converter caches the schema it serialised"
+    );
 }

@@ -148,7 +148,10 @@ pub enum Validator {
     /// Numeric range, inclusive; either bound may be open.
     Range { min: Option<f64>, max: Option<f64> },
     /// One of the given strings (`ValidString` / `CaseInsensitiveValidString`).
-    OneOf { allowed: Vec<String>, case_sensitive: bool },
+    OneOf {
+        allowed: Vec<String>,
+        case_sensitive: bool,
+    },
     /// Every list item is one of the given strings (`ValidList`).
     ListOf { allowed: Vec<String> },
     /// A non-empty string (`NonEmptyString`).
@@ -711,7 +714,9 @@ mod tests {
             .define(
                 ConfigKey::new("snapshot.mode", ConfigType::String)
                     .default_str("initial")
-                    .validator(Validator::one_of_case_insensitive(&["initial", "never", "no_data"])),
+                    .validator(Validator::one_of_case_insensitive(&[
+                        "initial", "never", "no_data",
+                    ])),
             )
             .define(ConfigKey::new("database.password", ConfigType::Password).default_null())
             .define(ConfigKey::new("table.include.list", ConfigType::List).default_null())
@@ -719,7 +724,10 @@ mod tests {
     }
 
     fn props(pairs: &[(&str, &str)]) -> Properties {
-        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
     }
 
     #[test]
@@ -775,7 +783,10 @@ mod tests {
 
     #[test]
     fn config_infos_shape_hides_passwords() {
-        let v = def().validate(&props(&[("topic.prefix", "cdc"), ("database.password", "s3cret")]));
+        let v = def().validate(&props(&[
+            ("topic.prefix", "cdc"),
+            ("database.password", "s3cret"),
+        ]));
         let infos = v.to_config_infos("io.debezium.connector.postgresql.PostgresConnector");
         assert_eq!(infos["error_count"], 0);
         assert_eq!(infos["groups"], json!(["Connector"]));
@@ -791,7 +802,10 @@ mod tests {
         assert_eq!(prefix["definition"]["default_value"], Json::Null);
         assert_eq!(prefix["definition"]["importance"], "HIGH");
         assert_eq!(prefix["definition"]["order"], 1);
-        let tasks = configs.iter().find(|c| c["value"]["name"] == "tasks.max").unwrap();
+        let tasks = configs
+            .iter()
+            .find(|c| c["value"]["name"] == "tasks.max")
+            .unwrap();
         assert_eq!(tasks["definition"]["default_value"], "1");
         assert_eq!(tasks["value"]["value"], "1");
     }
@@ -799,7 +813,10 @@ mod tests {
     #[test]
     fn cross_field_errors_can_be_added() {
         let mut v = def().validate(&props(&[("topic.prefix", "cdc")]));
-        v.add_error("table.exclude.list", "cannot be used with table.include.list");
+        v.add_error(
+            "table.exclude.list",
+            "cannot be used with table.include.list",
+        );
         assert_eq!(v.error_count(), 1);
         let infos = v.to_config_infos("x");
         let last = infos["configs"].as_array().unwrap().last().unwrap().clone();

@@ -19,9 +19,13 @@ pub mod record;
 pub mod schema;
 pub mod value;
 
-pub use config::{ConfigDef, ConfigKey, ConfigType, ConfigValidation, ConfigValue, Importance, Validator};
+pub use config::{
+    ConfigDef, ConfigKey, ConfigType, ConfigValidation, ConfigValue, Importance, Validator,
+};
 pub use error::{ConnectError, DataError, ErrorKind};
-pub use plugin::{Predicate, Properties, SourceConnector, SourceTask, SourceTaskContext, Transform};
+pub use plugin::{
+    Predicate, Properties, SourceConnector, SourceTask, SourceTaskContext, Transform,
+};
 pub use record::{ConnectRecord, Header, Headers, OffsetMap, OffsetValue, SourceRecord};
 pub use schema::{Field, Schema, SchemaBuilder, SchemaRef, SchemaType};
 pub use value::{Struct, Value};

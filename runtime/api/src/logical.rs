@@ -28,9 +28,9 @@ pub mod decimal {
 
     /// The scale of a Decimal schema.
     pub fn scale(schema: &Schema) -> Result<i32, DataError> {
-        let raw = schema.parameter(SCALE_PARAMETER).ok_or_else(|| {
-            DataError::new("Invalid Decimal schema: scale parameter not found.")
-        })?;
+        let raw = schema
+            .parameter(SCALE_PARAMETER)
+            .ok_or_else(|| DataError::new("Invalid Decimal schema: scale parameter not found."))?;
         raw.parse()
             .map_err(|_| DataError::new(format!("Invalid scale for Decimal schema: {raw}")))
     }
@@ -76,7 +76,11 @@ pub mod decimal {
         if int_part.is_empty() && frac_part.is_empty() {
             return Err(bad());
         }
-        if !int_part.bytes().chain(frac_part.bytes()).all(|b| b.is_ascii_digit()) {
+        if !int_part
+            .bytes()
+            .chain(frac_part.bytes())
+            .all(|b| b.is_ascii_digit())
+        {
             return Err(bad());
         }
         let frac_trimmed = frac_part.trim_end_matches('0');
@@ -88,7 +92,10 @@ pub mod decimal {
         }
         let mut decimal_digits: Vec<u8> = int_part.bytes().map(|b| b - b'0').collect();
         decimal_digits.extend(frac_part.bytes().take(scale_usize).map(|b| b - b'0'));
-        decimal_digits.extend(std::iter::repeat_n(0, scale_usize.saturating_sub(frac_part.len())));
+        decimal_digits.extend(std::iter::repeat_n(
+            0,
+            scale_usize.saturating_sub(frac_part.len()),
+        ));
         if scale < 0 {
             // Negative scale: the unscaled value is value / 10^-scale; it must divide exactly.
             let drop = usize::try_from(-scale).unwrap_or(0);
@@ -109,7 +116,11 @@ pub mod decimal {
             return "0".to_owned();
         }
         let negative = bytes[0] & 0x80 != 0;
-        let magnitude = if negative { negate(bytes) } else { bytes.to_vec() };
+        let magnitude = if negative {
+            negate(bytes)
+        } else {
+            bytes.to_vec()
+        };
         let mut digits = base256_to_decimal_digits(&magnitude);
         let mut out = String::with_capacity(digits.len() + 3);
         if negative && digits.iter().any(|&d| d != 0) {
@@ -120,7 +131,10 @@ pub mod decimal {
                 out.push('0');
             } else {
                 out.extend(digits.iter().map(|d| char::from(b'0' + d)));
-                out.extend(std::iter::repeat_n('0', usize::try_from(-scale).unwrap_or(0)));
+                out.extend(std::iter::repeat_n(
+                    '0',
+                    usize::try_from(-scale).unwrap_or(0),
+                ));
             }
             return out;
         }
@@ -360,7 +374,19 @@ mod tests {
         assert_eq!(unscaled_from_i128(-128), vec![0x80]);
         assert_eq!(unscaled_from_i128(-129), vec![0xff, 0x7f]);
         assert_eq!(unscaled_from_i128(1998), vec![0x07, 0xce]);
-        for v in [-70000i128, -256, -255, 0, 1, 255, 256, 65535, i64::MAX as i128, i128::MIN, i128::MAX] {
+        for v in [
+            -70000i128,
+            -256,
+            -255,
+            0,
+            1,
+            255,
+            256,
+            65535,
+            i64::MAX as i128,
+            i128::MIN,
+            i128::MAX,
+        ] {
             assert_eq!(unscaled_to_i128(&unscaled_from_i128(v)), Some(v));
         }
     }
@@ -375,16 +401,29 @@ mod tests {
             ("1234567890.12", 2, "1234567890.12"),
             ("5.5", 2, "5.50"),
             ("-0.000001", 6, "-0.000001"),
-            ("3.14159265358979323846264338327950288", 35, "3.14159265358979323846264338327950288"),
-            ("-123456789012345678901234567890123456789012345678901234567890", 3,
-             "-123456789012345678901234567890123456789012345678901234567890.000"),
+            (
+                "3.14159265358979323846264338327950288",
+                35,
+                "3.14159265358979323846264338327950288",
+            ),
+            (
+                "-123456789012345678901234567890123456789012345678901234567890",
+                3,
+                "-123456789012345678901234567890123456789012345678901234567890.000",
+            ),
         ] {
             let bytes = unscaled_from_str(text, scale).unwrap();
             assert_eq!(unscaled_to_string(&bytes, scale), plain, "{text}");
         }
         // Matches the i128 encoder where both apply.
-        assert_eq!(unscaled_from_str("-1.29", 2).unwrap(), unscaled_from_i128(-129));
-        assert_eq!(unscaled_from_str("19.98", 2).unwrap(), unscaled_from_i128(1998));
+        assert_eq!(
+            unscaled_from_str("-1.29", 2).unwrap(),
+            unscaled_from_i128(-129)
+        );
+        assert_eq!(
+            unscaled_from_str("19.98", 2).unwrap(),
+            unscaled_from_i128(1998)
+        );
         assert!(unscaled_from_str("1.234", 2).is_err());
         assert!(unscaled_from_str("abc", 2).is_err());
         assert!(unscaled_from_str("", 2).is_err());

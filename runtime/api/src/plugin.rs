@@ -40,7 +40,11 @@ pub trait SourceConnector: Send + Sync {
         self.config_def().validate(props)
     }
     /// Splits the work into at most `max_tasks` task configurations.
-    fn task_configs(&self, props: &Properties, max_tasks: usize) -> Result<Vec<Properties>, ConnectError>;
+    fn task_configs(
+        &self,
+        props: &Properties,
+        max_tasks: usize,
+    ) -> Result<Vec<Properties>, ConnectError>;
     /// A new, unstarted task.
     fn create_task(&self) -> Box<dyn SourceTask>;
 }
@@ -76,9 +80,16 @@ impl SourceTaskContext {
 ///   acknowledge the source;
 /// - `stop` releases connections; after it, no method is called again.
 pub trait SourceTask: Send {
-    fn start(&mut self, context: SourceTaskContext, props: Properties) -> BoxFuture<'_, Result<(), ConnectError>>;
+    fn start(
+        &mut self,
+        context: SourceTaskContext,
+        props: Properties,
+    ) -> BoxFuture<'_, Result<(), ConnectError>>;
     fn poll(&mut self) -> BoxFuture<'_, Result<Vec<SourceRecord>, ConnectError>>;
-    fn commit<'a>(&'a mut self, committed: &'a [(OffsetMap, OffsetMap)]) -> BoxFuture<'a, Result<(), ConnectError>>;
+    fn commit<'a>(
+        &'a mut self,
+        committed: &'a [(OffsetMap, OffsetMap)],
+    ) -> BoxFuture<'a, Result<(), ConnectError>>;
     fn stop(&mut self) -> BoxFuture<'_, ()>;
 }
 

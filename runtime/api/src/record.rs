@@ -227,17 +227,27 @@ mod tests {
         );
         assert!(rec.is_tombstone());
         rec.set_value(Some(Schema::optional_string()), Value::Null);
-        assert!(!rec.is_tombstone(), "a null value with a schema is not a tombstone");
+        assert!(
+            !rec.is_tombstone(),
+            "a null value with a schema is not a tombstone"
+        );
         assert_eq!(
             serde_json::to_string(&offset).unwrap(),
             r#"{"lsn":31228304,"snapshot":"INITIAL"}"#
         );
-        let back: OffsetMap = serde_json::from_str(r#"{"lsn":31228304,"snapshot":"INITIAL"}"#).unwrap();
+        let back: OffsetMap =
+            serde_json::from_str(r#"{"lsn":31228304,"snapshot":"INITIAL"}"#).unwrap();
         assert_eq!(back, offset);
-        rec.headers_mut().add("__debezium.oldkey", None, Value::Null);
-        rec.headers_mut().add("a", Some(Schema::string()), "1".into());
-        rec.headers_mut().add("a", Some(Schema::string()), "2".into());
-        assert_eq!(rec.headers().last_with_name("a").unwrap().value, Value::from("2"));
+        rec.headers_mut()
+            .add("__debezium.oldkey", None, Value::Null);
+        rec.headers_mut()
+            .add("a", Some(Schema::string()), "1".into());
+        rec.headers_mut()
+            .add("a", Some(Schema::string()), "2".into());
+        assert_eq!(
+            rec.headers().last_with_name("a").unwrap().value,
+            Value::from("2")
+        );
         rec.headers_mut().remove("a");
         assert_eq!(rec.headers().len(), 1);
     }

@@ -95,7 +95,10 @@ impl SchemaType {
 
     /// True for every type except array, map and struct.
     pub fn is_primitive(self) -> bool {
-        !matches!(self, SchemaType::Array | SchemaType::Map | SchemaType::Struct)
+        !matches!(
+            self,
+            SchemaType::Array | SchemaType::Map | SchemaType::Struct
+        )
     }
 }
 
@@ -220,7 +223,9 @@ impl Schema {
         SchemaBuilder::new(SchemaType::Bytes).build_ref()
     }
     pub fn optional_string() -> SchemaRef {
-        SchemaBuilder::new(SchemaType::String).optional().build_ref()
+        SchemaBuilder::new(SchemaType::String)
+            .optional()
+            .build_ref()
     }
     pub fn optional_int64() -> SchemaRef {
         SchemaBuilder::new(SchemaType::Int64).optional().build_ref()
@@ -355,7 +360,11 @@ impl SchemaBuilder {
         }
     }
     /// Appends a struct member, failing on a non-struct schema or a duplicate name.
-    pub fn try_field(mut self, name: impl Into<String>, schema: SchemaRef) -> Result<Self, DataError> {
+    pub fn try_field(
+        mut self,
+        name: impl Into<String>,
+        schema: SchemaRef,
+    ) -> Result<Self, DataError> {
         let name = name.into();
         if self.schema.schema_type != SchemaType::Struct {
             return Err(DataError::new(format!(
@@ -369,16 +378,19 @@ impl SchemaBuilder {
             )));
         }
         let index = self.schema.fields.len();
-        self.schema.fields.push(Field { name, index, schema });
+        self.schema.fields.push(Field {
+            name,
+            index,
+            schema,
+        });
         Ok(self)
     }
 
     /// Finishes the schema, validating its default value.
     pub fn try_build(self) -> Result<Schema, DataError> {
         if let Some(default) = &self.schema.default {
-            crate::value::validate_value(&self.schema, default).map_err(|e| {
-                DataError::new(format!("Invalid default value: {}", e.message()))
-            })?;
+            crate::value::validate_value(&self.schema, default)
+                .map_err(|e| DataError::new(format!("Invalid default value: {}", e.message())))?;
         }
         Ok(self.schema)
     }

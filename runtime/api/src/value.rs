@@ -183,7 +183,11 @@ impl Struct {
     }
 
     /// Sets a field by position after checking the value against the field's schema.
-    pub fn put_at(&mut self, index: usize, value: impl Into<Value>) -> Result<&mut Self, DataError> {
+    pub fn put_at(
+        &mut self,
+        index: usize,
+        value: impl Into<Value>,
+    ) -> Result<&mut Self, DataError> {
         let value = value.into();
         let field = self
             .schema
@@ -266,7 +270,11 @@ fn validate_value_named(field: &str, schema: &Schema, value: &Value) -> Result<(
     validate_value_inner(Some(field), schema, value)
 }
 
-fn validate_value_inner(field: Option<&str>, schema: &Schema, value: &Value) -> Result<(), DataError> {
+fn validate_value_inner(
+    field: Option<&str>,
+    schema: &Schema,
+    value: &Value,
+) -> Result<(), DataError> {
     let field_desc = || match field {
         Some(f) => format!("field: \"{f}\""),
         None => "value".to_owned(),
@@ -337,11 +345,15 @@ mod tests {
             .field("note", Schema::optional_string())
             .field(
                 "tags",
-                SchemaBuilder::array(Schema::string()).optional().build_ref(),
+                SchemaBuilder::array(Schema::string())
+                    .optional()
+                    .build_ref(),
             )
             .field(
                 "status",
-                SchemaBuilder::string().default_value("new".into()).build_ref(),
+                SchemaBuilder::string()
+                    .default_value("new".into())
+                    .build_ref(),
             )
             .build_ref()
     }
@@ -352,7 +364,11 @@ mod tests {
         assert!(s.put("id", 1i64).is_ok());
         let err = s.put("id", "one").unwrap_err();
         assert!(err.message().contains("INT64"), "{err}");
-        assert!(s.put("nope", 1i64).unwrap_err().message().contains("not a valid field name"));
+        assert!(s
+            .put("nope", 1i64)
+            .unwrap_err()
+            .message()
+            .contains("not a valid field name"));
         assert!(s.put("tags", Value::Array(vec![Value::Int32(1)])).is_err());
         assert!(s.put("tags", Value::Array(vec!["a".into()])).is_ok());
         // Required amount is still null: validate reports it; status has a default.
@@ -366,9 +382,17 @@ mod tests {
 
     #[test]
     fn nested_struct_schema_must_match() {
-        let inner = SchemaBuilder::struct_().field("a", Schema::int32()).optional().build_ref();
-        let other = SchemaBuilder::struct_().field("b", Schema::int32()).optional().build_ref();
-        let outer = SchemaBuilder::struct_().field("inner", inner.clone()).build_ref();
+        let inner = SchemaBuilder::struct_()
+            .field("a", Schema::int32())
+            .optional()
+            .build_ref();
+        let other = SchemaBuilder::struct_()
+            .field("b", Schema::int32())
+            .optional()
+            .build_ref();
+        let outer = SchemaBuilder::struct_()
+            .field("inner", inner.clone())
+            .build_ref();
         let mut s = Struct::new(outer).unwrap();
         let good = Struct::new(inner).unwrap().with("a", 1i32);
         let bad = Struct::new(other).unwrap().with("b", 1i32);
@@ -378,8 +402,13 @@ mod tests {
 
     #[test]
     fn defaults_and_schema_shapes_are_validated() {
-        assert!(SchemaBuilder::int32().default_value(Value::from("x")).try_build().is_err());
-        assert!(SchemaBuilder::int32().try_field("f", Schema::int32()).is_err());
+        assert!(SchemaBuilder::int32()
+            .default_value(Value::from("x"))
+            .try_build()
+            .is_err());
+        assert!(SchemaBuilder::int32()
+            .try_field("f", Schema::int32())
+            .is_err());
         assert!(SchemaBuilder::struct_()
             .field("f", Schema::int32())
             .try_field("f", Schema::int64())
@@ -388,7 +417,9 @@ mod tests {
         assert!(validate_value(&decimal_without_scale, &Value::Bytes(vec![1])).is_err());
         let map = SchemaBuilder::map(Schema::string(), Schema::int32()).build();
         assert!(validate_value(&map, &Value::Map(vec![("k".into(), Value::Int32(1))])).is_ok());
-        assert!(validate_value(&map, &Value::Map(vec![(Value::Int32(1), Value::Int32(1))])).is_err());
+        assert!(
+            validate_value(&map, &Value::Map(vec![(Value::Int32(1), Value::Int32(1))])).is_err()
+        );
         assert!(validate_value(&map, &Value::Null).is_err());
         assert!(Struct::new(Schema::int32()).is_err());
     }

@@ -23,11 +23,15 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, Importance, Validator};
 use headwater_api::logical::decimal;
-use headwater_api::{DataError, Properties, Schema, SchemaBuilder, SchemaRef, SchemaType, Struct, Value};
+use headwater_api::{
+    DataError, Properties, Schema, SchemaBuilder, SchemaRef, SchemaType, Struct, Value,
+};
 use serde_json::value::RawValue;
 use serde_json::Value as Json;
 
-use crate::java_text::{write_java_big_decimal, write_java_double, write_java_float, write_json_string};
+use crate::java_text::{
+    write_java_big_decimal, write_java_double, write_java_float, write_json_string,
+};
 
 /// How Decimal values are written (`decimal.format`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,7 +103,10 @@ impl JsonConverterConfig {
         };
         Ok(JsonConverterConfig {
             schemas_enable: parsed.get_bool("schemas.enable").unwrap_or(true),
-            schemas_cache_size: usize::try_from(parsed.get_long("schemas.cache.size").unwrap_or(1000)).unwrap_or(0),
+            schemas_cache_size: usize::try_from(
+                parsed.get_long("schemas.cache.size").unwrap_or(1000),
+            )
+            .unwrap_or(0),
             decimal_format,
             replace_null_with_default: parsed.get_bool("replace.null.with.default").unwrap_or(true),
         })
@@ -193,7 +200,9 @@ impl JsonConverter {
             caches.serialised.clear();
         }
         if self.config.schemas_cache_size > 0 {
-            caches.serialised.insert(key, (schema.clone(), json.clone()));
+            caches
+                .serialised
+                .insert(key, (schema.clone(), json.clone()));
         }
         json
     }
@@ -282,12 +291,20 @@ impl JsonConverter {
         out.push(b'}');
     }
 
-    fn write_value(&self, schema: Option<&Schema>, value: &Value, out: &mut Vec<u8>) -> Result<(), DataError> {
+    fn write_value(
+        &self,
+        schema: Option<&Schema>,
+        value: &Value,
+        out: &mut Vec<u8>,
+    ) -> Result<(), DataError> {
         let Some(schema) = schema else {
             return self.write_schemaless(value, out);
         };
         if value.is_null() {
-            if let (Some(default), true) = (schema.default_value(), self.config.replace_null_with_default) {
+            if let (Some(default), true) = (
+                schema.default_value(),
+                self.config.replace_null_with_default,
+            ) {
                 return self.write_value(Some(schema), default, out);
             }
             if schema.is_optional() {
@@ -306,7 +323,9 @@ impl JsonConverter {
             ))
         };
         match (schema.schema_type(), value) {
-            (SchemaType::Bytes, Value::Bytes(bytes)) if schema.name() == Some(decimal::LOGICAL_NAME) => {
+            (SchemaType::Bytes, Value::Bytes(bytes))
+                if schema.name() == Some(decimal::LOGICAL_NAME) =>
+            {
                 match self.config.decimal_format {
                     DecimalFormat::Base64 => write_base64(out, bytes),
                     DecimalFormat::Numeric => {
@@ -436,7 +455,11 @@ impl JsonConverter {
 
     /// Deserialises bytes written by this converter (or by Kafka Connect's); `None` is a Kafka
     /// null and gives a null schema and value.
-    pub fn to_connect_data(&self, _topic: &str, bytes: Option<&[u8]>) -> Result<SchemaAndValue, DataError> {
+    pub fn to_connect_data(
+        &self,
+        _topic: &str,
+        bytes: Option<&[u8]>,
+    ) -> Result<SchemaAndValue, DataError> {
         let Some(bytes) = bytes else {
             return Ok(SchemaAndValue {
                 schema: None,
@@ -455,10 +478,13 @@ impl JsonConverter {
                 value: self.to_connect_value(None, &json)?,
             });
         }
-        let envelope: HashMap<String, &RawValue> = serde_json::from_slice(bytes).map_err(|_| envelope_error())?;
-        let (Some(schema_raw), Some(payload_raw), 2) =
-            (envelope.get("schema"), envelope.get("payload"), envelope.len())
-        else {
+        let envelope: HashMap<String, &RawValue> =
+            serde_json::from_slice(bytes).map_err(|_| envelope_error())?;
+        let (Some(schema_raw), Some(payload_raw), 2) = (
+            envelope.get("schema"),
+            envelope.get("payload"),
+            envelope.len(),
+        ) else {
             return Err(envelope_error());
         };
         let schema = self.parse_schema_cached(schema_raw.get())?;
@@ -499,26 +525,23 @@ impl JsonConverter {
         let schema_type = SchemaType::from_json_name(type_name)
             .ok_or_else(|| DataError::new(format!("Unknown schema type: {type_name}")))?;
         let sub = |key: &str| -> Result<SchemaRef, DataError> {
-            let node = obj
-                .get(key)
-                .filter(|n| !n.is_null())
-                .ok_or_else(|| DataError::new(format!("{type_name} schema did not specify the {key} type")))?;
+            let node = obj.get(key).filter(|n| !n.is_null()).ok_or_else(|| {
+                DataError::new(format!("{type_name} schema did not specify the {key} type"))
+            })?;
             Ok(Arc::new(self.as_connect_schema(node)?))
         };
         let mut builder = match schema_type {
             SchemaType::Array => SchemaBuilder::array(sub("items")?),
             SchemaType::Map => SchemaBuilder::map(sub("keys")?, sub("values")?),
             SchemaType::Struct => {
-                let fields = obj
-                    .get("fields")
-                    .and_then(Json::as_array)
-                    .ok_or_else(|| DataError::new("Struct schema's \"fields\" argument is not an array."))?;
+                let fields = obj.get("fields").and_then(Json::as_array).ok_or_else(|| {
+                    DataError::new("Struct schema's \"fields\" argument is not an array.")
+                })?;
                 let mut b = SchemaBuilder::struct_();
                 for field in fields {
-                    let name = field
-                        .get("field")
-                        .and_then(Json::as_str)
-                        .ok_or_else(|| DataError::new("Struct schema's field name not specified properly"))?;
+                    let name = field.get("field").and_then(Json::as_str).ok_or_else(|| {
+                        DataError::new("Struct schema's field name not specified properly")
+                    })?;
                     b = b.try_field(name, Arc::new(self.as_connect_schema(field)?))?;
                 }
                 b
@@ -528,7 +551,11 @@ impl JsonConverter {
         match obj.get("optional") {
             Some(Json::Bool(true)) => builder = builder.optional(),
             Some(Json::Bool(false)) | None | Some(Json::Null) => {}
-            Some(_) => return Err(DataError::new("Invalid value for \"optional\": must be a boolean")),
+            Some(_) => {
+                return Err(DataError::new(
+                    "Invalid value for \"optional\": must be a boolean",
+                ))
+            }
         }
         if let Some(name) = obj.get("name").and_then(Json::as_str) {
             builder = builder.name(name);
@@ -568,7 +595,10 @@ impl JsonConverter {
             return Ok(schemaless_value(json));
         };
         if json.is_null() {
-            if let (Some(default), true) = (schema.default_value(), self.config.replace_null_with_default) {
+            if let (Some(default), true) = (
+                schema.default_value(),
+                self.config.replace_null_with_default,
+            ) {
                 return Ok(default.clone());
             }
             if schema.is_optional() {
@@ -592,7 +622,9 @@ impl JsonConverter {
                 let scale = decimal::scale(schema)?;
                 match json {
                     Json::String(s) => Value::Bytes(BASE64.decode(s).map_err(|_| bad())?),
-                    Json::Number(n) => Value::Bytes(decimal::unscaled_from_str(&number_plain_text(n), scale)?),
+                    Json::Number(n) => {
+                        Value::Bytes(decimal::unscaled_from_str(&number_plain_text(n), scale)?)
+                    }
                     _ => return Err(bad()),
                 }
             }
@@ -625,7 +657,10 @@ impl JsonConverter {
                 if key_schema.is_some_and(|k| k.schema_type() == SchemaType::String) {
                     let obj = json.as_object().ok_or_else(bad)?;
                     for (k, v) in obj {
-                        entries.push((Value::String(k.clone()), self.to_connect_value(value_schema, v)?));
+                        entries.push((
+                            Value::String(k.clone()),
+                            self.to_connect_value(value_schema, v)?,
+                        ));
                     }
                 } else {
                     let pairs = json.as_array().ok_or_else(bad)?;
@@ -646,7 +681,10 @@ impl JsonConverter {
                 let schema_ref = Arc::new(schema.clone());
                 let mut result = Struct::new(schema_ref)?;
                 for field in schema.fields() {
-                    let v = self.to_connect_value(Some(field.schema()), obj.get(field.name()).unwrap_or(&Json::Null))?;
+                    let v = self.to_connect_value(
+                        Some(field.schema()),
+                        obj.get(field.name()).unwrap_or(&Json::Null),
+                    )?;
                     if !v.is_null() {
                         result.put_at(field.index(), v)?;
                     }
@@ -666,7 +704,10 @@ fn envelope_error() -> DataError {
 fn write_base64(out: &mut Vec<u8>, bytes: &[u8]) {
     out.push(b'"');
     let start = out.len();
-    out.resize(start + base64::encoded_len(bytes.len(), true).unwrap_or(0), 0);
+    out.resize(
+        start + base64::encoded_len(bytes.len(), true).unwrap_or(0),
+        0,
+    );
     let written = BASE64.encode_slice(bytes, &mut out[start..]).unwrap_or(0);
     out.truncate(start + written);
     out.push(b'"');
@@ -741,18 +782,37 @@ mod tests {
             .unwrap()
             .with("id", 7i32)
             .with("price", decimal::unscaled_from_i128(-1));
-        let out = conv.from_connect_data("t", Some(&schema), &Value::Struct(v)).unwrap();
+        let out = conv
+            .from_connect_data("t", Some(&schema), &Value::Struct(v))
+            .unwrap();
         assert_eq!(text(out).unwrap(), r#"{"id":7,"price":"/w=="}"#);
         // A null value with a schema is the JSON literal null, not a tombstone.
         let opt = SchemaBuilder::string().optional().build_ref();
-        assert_eq!(text(conv.from_connect_data("t", Some(&opt), &Value::Null).unwrap()).unwrap(), "null");
-        assert_eq!(conv.from_connect_data("t", None, &Value::Null).unwrap(), None);
-        let back = conv.to_connect_data("t", Some(br#"{"a":[1,2.5,"x",null]}"#)).unwrap();
+        assert_eq!(
+            text(
+                conv.from_connect_data("t", Some(&opt), &Value::Null)
+                    .unwrap()
+            )
+            .unwrap(),
+            "null"
+        );
+        assert_eq!(
+            conv.from_connect_data("t", None, &Value::Null).unwrap(),
+            None
+        );
+        let back = conv
+            .to_connect_data("t", Some(br#"{"a":[1,2.5,"x",null]}"#))
+            .unwrap();
         assert_eq!(
             back.value,
             Value::Map(vec![(
                 "a".into(),
-                Value::Array(vec![Value::Int64(1), Value::Float64(2.5), "x".into(), Value::Null])
+                Value::Array(vec![
+                    Value::Int64(1),
+                    Value::Float64(2.5),
+                    "x".into(),
+                    Value::Null
+                ])
             )])
         );
     }
@@ -765,15 +825,25 @@ mod tests {
         });
         let schema = SchemaBuilder::struct_()
             .field("amount", decimal::builder(2).build_ref())
-            .field("by_name", SchemaBuilder::map(Schema::string(), Schema::int32()).build_ref())
-            .field("by_id", SchemaBuilder::map(Schema::int32(), Schema::string()).build_ref())
+            .field(
+                "by_name",
+                SchemaBuilder::map(Schema::string(), Schema::int32()).build_ref(),
+            )
+            .field(
+                "by_id",
+                SchemaBuilder::map(Schema::int32(), Schema::string()).build_ref(),
+            )
             .build_ref();
         let v = Struct::new(schema.clone())
             .unwrap()
             .with("amount", decimal::unscaled_from_str("-12.30", 2).unwrap())
             .with("by_name", Value::Map(vec![("a".into(), Value::Int32(1))]))
             .with("by_id", Value::Map(vec![(Value::Int32(1), "a".into())]));
-        let out = text(conv.from_connect_data("t", Some(&schema), &Value::Struct(v.clone())).unwrap()).unwrap();
+        let out = text(
+            conv.from_connect_data("t", Some(&schema), &Value::Struct(v.clone()))
+                .unwrap(),
+        )
+        .unwrap();
         assert_eq!(
             out,
             concat!(
@@ -792,18 +862,33 @@ mod tests {
     fn null_handling_follows_kafka() {
         let conv = JsonConverter::new(JsonConverterConfig::default());
         let schema = SchemaBuilder::struct_()
-            .field("s", SchemaBuilder::string().optional().default_value("d".into()).build_ref())
+            .field(
+                "s",
+                SchemaBuilder::string()
+                    .optional()
+                    .default_value("d".into())
+                    .build_ref(),
+            )
             .field("r", Schema::int32())
             .build_ref();
         let mut v = Struct::new(schema.clone()).unwrap();
         v.put("r", 1i32).unwrap();
-        let out = text(conv.from_connect_data("t", Some(&schema), &Value::Struct(v.clone())).unwrap()).unwrap();
+        let out = text(
+            conv.from_connect_data("t", Some(&schema), &Value::Struct(v.clone()))
+                .unwrap(),
+        )
+        .unwrap();
         assert!(out.ends_with(r#""payload":{"s":"d","r":1}}"#), "{out}");
         let keep_null = JsonConverter::new(JsonConverterConfig {
             replace_null_with_default: false,
             ..Default::default()
         });
-        let out = text(keep_null.from_connect_data("t", Some(&schema), &Value::Struct(v)).unwrap()).unwrap();
+        let out = text(
+            keep_null
+                .from_connect_data("t", Some(&schema), &Value::Struct(v))
+                .unwrap(),
+        )
+        .unwrap();
         assert!(out.ends_with(r#""payload":{"s":null,"r":1}}"#), "{out}");
         let missing_required = Struct::new(schema.clone()).unwrap();
         assert!(conv
@@ -814,14 +899,24 @@ mod tests {
     #[test]
     fn envelope_must_have_exactly_schema_and_payload() {
         let conv = JsonConverter::new(JsonConverterConfig::default());
-        for bad in [&br#"{"payload":1}"#[..], br#"{"schema":null,"payload":1,"x":2}"#, b"[1]", b"not json"] {
+        for bad in [
+            &br#"{"payload":1}"#[..],
+            br#"{"schema":null,"payload":1,"x":2}"#,
+            b"[1]",
+            b"not json",
+        ] {
             let err = conv.to_connect_data("t", Some(bad)).unwrap_err();
             assert!(err.message().contains("schemas.enable"), "{err}");
         }
-        let ok = conv.to_connect_data("t", Some(br#"{"schema":null,"payload":{"k":"v"}}"#)).unwrap();
+        let ok = conv
+            .to_connect_data("t", Some(br#"{"schema":null,"payload":{"k":"v"}}"#))
+            .unwrap();
         assert_eq!(ok.schema, None);
         assert!(conv
-            .to_connect_data("t", Some(br#"{"schema":{"type":"int32","optional":false},"payload":"x"}"#))
+            .to_connect_data(
+                "t",
+                Some(br#"{"schema":{"type":"int32","optional":false},"payload":"x"}"#)
+            )
             .is_err());
     }
 
