@@ -1,0 +1,26 @@
+//! `headwater-log`: the embedded partitioned log. It knows bytes, not events.
+//!
+//! - [`batch`]: Kafka's RecordBatch v2 format (what is stored on disk and served to Kafka
+//!   clients), with CRC-32C and all Kafka compression codecs;
+//! - [`partitioner`]: Kafka's default partitioner (murmur2), so keys land where Kafka puts them;
+//! - [`segment`] and [`index`]: segment files with sparse offset and time indexes;
+//! - [`partition`]: a partition's segments, appends, rolls, reads and tail recovery;
+//! - [`log`]: topics, group commit with one flusher thread, high watermarks, readers, lock file.
+//!
+//! See `docs/log.md` for the format and the guarantees.
+
+pub mod batch;
+pub mod config;
+pub mod index;
+pub mod log;
+pub mod partition;
+pub mod partitioner;
+pub mod segment;
+pub mod varint;
+
+pub use batch::{
+    BatchBuilder, Compression, DecodedBatch, ProducerFields, RecordHeader, RecordView,
+};
+pub use config::{CleanupPolicy, FlushPolicy, LogOptions, TopicCompression, TopicConfig};
+pub use log::{AppendResult, CommitTicket, Log, LogError, ReadResult};
+pub use partitioner::{murmur2, partition_for_key, Partitioner};

@@ -1,0 +1,860 @@
+//! The log: topics of partitions in one data directory, with group commit and readers.
+//!
+//! Durability contract:
+//! - [`Log::append`] writes a batch to its partition's active segment and returns its offsets
+//!   at once; the data is *not yet durable* and is invisible to readers;
+//! - [`Log::commit`] returns a [`CommitTicket`] that resolves once everything appended before
+//!   the call is fsynced. One flusher thread serves all commits: concurrent commits share one
+//!   fsync round (group commit) covering every dirty partition of every topic;
+//! - readers see a partition only up to its high watermark, the end of the last durable flush,
+//!   so nothing a reader was ever given can be lost by a crash, and offsets handed out never
+//!   change meaning;
+//! - an fsync failure poisons the log: every later append or commit fails (retrying an fsync
+//!   after failure can report success for data the kernel dropped).
+//!
+//! A lock file (`flock`) keeps a second process off the same directory.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::batch::{BatchBuilder, BatchError};
+use crate::config::{FlushPolicy, LogOptions, TopicConfig};
+use crate::partition::{sync_dir, Partition};
+use crate::segment::{read_full_at, SegmentError};
+
+/// Errors of the log.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("I/O error on {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("the data directory {0} is in use by another process (lock file held)")]
+    Locked(PathBuf),
+    #[error("topic {0} already exists")]
+    TopicExists(String),
+    #[error("topic {topic} exists with {existing} partitions, not {requested}")]
+    PartitionCountMismatch {
+        topic: String,
+        existing: u32,
+        requested: u32,
+    },
+    #[error("unknown topic {0}")]
+    UnknownTopic(String),
+    #[error("topic {topic} has no partition {partition}")]
+    UnknownPartition { topic: String, partition: u32 },
+    #[error("invalid topic name {name:?}: {reason}")]
+    InvalidTopicName { name: String, reason: String },
+    #[error("invalid topic config: {}", .0.iter().map(|(k, m)| format!("{k}: {m}")).collect::<Vec<_>>().join("; "))]
+    InvalidConfig(Vec<(String, String)>),
+    #[error("a topic needs at least one partition")]
+    NoPartitions,
+    #[error("offset {offset} is out of range for {topic}-{partition} (log start {log_start}, end {log_end})")]
+    OffsetOutOfRange {
+        topic: String,
+        partition: u32,
+        offset: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+    #[error("invalid batch: {0}")]
+    InvalidBatch(#[from] BatchError),
+    #[error("corrupt data in {topic}-{partition}: {source}")]
+    Corrupt {
+        topic: String,
+        partition: u32,
+        source: SegmentError,
+    },
+    #[error("the log failed earlier and accepts no more writes: {0}")]
+    Poisoned(String),
+    #[error("the log is closed")]
+    Closed,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> LogError + '_ {
+    move |source| LogError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Offsets assigned to an appended batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendResult {
+    pub base_offset: i64,
+    pub last_offset: i64,
+}
+
+/// Bytes read from a partition: whole batches, exactly as stored.
+#[derive(Clone, Debug, Default)]
+pub struct ReadResult {
+    pub bytes: Vec<u8>,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+}
+
+/// Milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[derive(Serialize, Deserialize)]
+struct TopicMeta {
+    name: String,
+    partitions: u32,
+    config: TopicConfig,
+}
+
+/// One partition's shared state.
+struct PartitionSlot {
+    topic: String,
+    id: u32,
+    state: Mutex<Partition>,
+    /// Offsets below this are durable and readable.
+    high_watermark: AtomicI64,
+    hw_watch: watch::Sender<i64>,
+    dirty: AtomicBool,
+}
+
+struct Topic {
+    config: TopicConfig,
+    partitions: Vec<Arc<PartitionSlot>>,
+}
+
+struct FlushState {
+    /// Rounds requested (each commit asks for a round after its appends).
+    requested: u64,
+    /// Rounds completed.
+    completed: u64,
+    failure: Option<String>,
+    closing: bool,
+}
+
+struct Inner {
+    dir: PathBuf,
+    options: LogOptions,
+    /// The held `flock`; released by [`Log::close`] or when the last handle goes away.
+    lock_file: Mutex<Option<File>>,
+    topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    flush: Mutex<FlushState>,
+    flush_requested: Condvar,
+    flush_done: Condvar,
+    flush_done_async: tokio::sync::Notify,
+    poisoned: AtomicBool,
+}
+
+/// The embedded log. Cheap to clone; all clones share one log.
+#[derive(Clone)]
+pub struct Log {
+    inner: Arc<Inner>,
+    flusher: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+}
+
+const CHECKPOINT_FILE: &str = "recovery-point-offset-checkpoint";
+
+impl Log {
+    /// Opens (or creates) the log in `dir`, recovering every partition.
+    pub fn open(dir: impl AsRef<Path>, options: LogOptions) -> Result<Log, LogError> {
+        let dir = dir.as_ref().to_owned();
+        fs::create_dir_all(dir.join("topics")).map_err(io_err(&dir))?;
+        let lock_path = dir.join(".lock");
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io_err(&lock_path))?;
+        // SAFETY: flock on a file descriptor we own; no memory is involved.
+        let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            return Err(LogError::Locked(dir));
+        }
+        let checkpoints = read_checkpoint(&dir.join(CHECKPOINT_FILE));
+        let mut topics = BTreeMap::new();
+        let topics_dir = dir.join("topics");
+        for entry in fs::read_dir(&topics_dir).map_err(io_err(&topics_dir))? {
+            let path = entry.map_err(io_err(&topics_dir))?.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                continue;
+            }
+            let text = fs::read_to_string(&path).map_err(io_err(&path))?;
+            let meta: TopicMeta = serde_json::from_str(&text).map_err(|e| LogError::Io {
+                path: path.clone(),
+                source: io::Error::new(io::ErrorKind::InvalidData, e),
+            })?;
+            let mut partitions = Vec::with_capacity(meta.partitions as usize);
+            for id in 0..meta.partitions {
+                let pdir = dir.join(format!("{}-{id}", meta.name));
+                let recovery_point = checkpoints
+                    .get(&(meta.name.clone(), id))
+                    .copied()
+                    .unwrap_or(0);
+                let (partition, recovery) =
+                    Partition::open(&pdir, recovery_point).map_err(|source| LogError::Corrupt {
+                        topic: meta.name.clone(),
+                        partition: id,
+                        source,
+                    })?;
+                if recovery.truncated_bytes > 0 {
+                    tracing::warn!(
+                        topic = %meta.name,
+                        partition = id,
+                        truncated_bytes = recovery.truncated_bytes,
+                        reason = recovery.reason.as_deref().unwrap_or(""),
+                        "recovery removed an unfinished write from the end of the partition"
+                    );
+                }
+                partitions.push(Arc::new(PartitionSlot::new(&meta.name, id, partition)));
+            }
+            topics.insert(
+                meta.name.clone(),
+                Arc::new(Topic {
+                    config: meta.config,
+                    partitions,
+                }),
+            );
+        }
+        let inner = Arc::new(Inner {
+            dir,
+            options,
+            lock_file: Mutex::new(Some(lock)),
+            topics: RwLock::new(topics),
+            flush: Mutex::new(FlushState {
+                requested: 0,
+                completed: 0,
+                failure: None,
+                closing: false,
+            }),
+            flush_requested: Condvar::new(),
+            flush_done: Condvar::new(),
+            flush_done_async: tokio::sync::Notify::new(),
+            poisoned: AtomicBool::new(false),
+        });
+        let flusher_inner = inner.clone();
+        let handle = std::thread::Builder::new()
+            .name("headwater-log-flusher".into())
+            .spawn(move || flusher_loop(flusher_inner))
+            .map_err(io_err(Path::new("flusher thread")))?;
+        Ok(Log {
+            inner,
+            flusher: Arc::new(Mutex::new(Some(handle))),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Creates a topic with `partitions` partitions. Fails if it exists.
+    pub fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        config: TopicConfig,
+    ) -> Result<(), LogError> {
+        validate_topic_name(name)?;
+        if partitions == 0 {
+            return Err(LogError::NoPartitions);
+        }
+        let mut topics = self.inner.topics.write().unwrap_or_else(|e| e.into_inner());
+        if topics.contains_key(name) {
+            return Err(LogError::TopicExists(name.to_owned()));
+        }
+        let mut slots = Vec::with_capacity(partitions as usize);
+        for id in 0..partitions {
+            let pdir = self.inner.dir.join(format!("{name}-{id}"));
+            if pdir.exists() {
+                // Leftover of a topic whose metadata was never written: start clean.
+                fs::remove_dir_all(&pdir).map_err(io_err(&pdir))?;
+            }
+            let p = Partition::create(&pdir).map_err(io_err(&pdir))?;
+            slots.push(Arc::new(PartitionSlot::new(name, id, p)));
+        }
+        // The metadata file is the commit point of a topic creation.
+        let meta = TopicMeta {
+            name: name.to_owned(),
+            partitions,
+            config: config.clone(),
+        };
+        let path = self.inner.dir.join("topics").join(format!("{name}.json"));
+        write_atomically(&path, &serde_json::to_vec_pretty(&meta).unwrap_or_default())?;
+        sync_dir(&self.inner.dir).map_err(io_err(&self.inner.dir))?;
+        topics.insert(
+            name.to_owned(),
+            Arc::new(Topic {
+                config,
+                partitions: slots,
+            }),
+        );
+        Ok(())
+    }
+
+    /// Creates the topic if missing; an existing topic must have the same partition count.
+    pub fn ensure_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        config: TopicConfig,
+    ) -> Result<(), LogError> {
+        if let Some(existing) = self.partition_count(name) {
+            if existing != partitions {
+                return Err(LogError::PartitionCountMismatch {
+                    topic: name.to_owned(),
+                    existing,
+                    requested: partitions,
+                });
+            }
+            return Ok(());
+        }
+        match self.create_topic(name, partitions, config) {
+            Err(LogError::TopicExists(_)) => {
+                self.ensure_topic(name, partitions, TopicConfig::default())
+            }
+            other => other,
+        }
+    }
+
+    /// Deletes a topic and its data.
+    pub fn delete_topic(&self, name: &str) -> Result<(), LogError> {
+        let topic = {
+            let mut topics = self.inner.topics.write().unwrap_or_else(|e| e.into_inner());
+            topics
+                .remove(name)
+                .ok_or_else(|| LogError::UnknownTopic(name.to_owned()))?
+        };
+        let path = self.inner.dir.join("topics").join(format!("{name}.json"));
+        fs::remove_file(&path).map_err(io_err(&path))?;
+        sync_dir(&self.inner.dir).map_err(io_err(&self.inner.dir))?;
+        for slot in &topic.partitions {
+            let state = lock(&slot.state);
+            let pdir = state.dir().to_owned();
+            drop(state);
+            fs::remove_dir_all(&pdir).map_err(io_err(&pdir))?;
+        }
+        Ok(())
+    }
+
+    /// Names of all topics, sorted.
+    pub fn topics(&self) -> Vec<String> {
+        self.inner
+            .topics
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    pub fn partition_count(&self, topic: &str) -> Option<u32> {
+        self.topic(topic).ok().map(|t| t.partitions.len() as u32)
+    }
+
+    pub fn topic_config(&self, topic: &str) -> Option<TopicConfig> {
+        self.topic(topic).ok().map(|t| t.config.clone())
+    }
+
+    fn topic(&self, name: &str) -> Result<Arc<Topic>, LogError> {
+        self.inner
+            .topics
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+            .ok_or_else(|| LogError::UnknownTopic(name.to_owned()))
+    }
+
+    fn slot(&self, topic: &str, partition: u32) -> Result<Arc<PartitionSlot>, LogError> {
+        let t = self.topic(topic)?;
+        t.partitions
+            .get(partition as usize)
+            .cloned()
+            .ok_or_else(|| LogError::UnknownPartition {
+                topic: topic.to_owned(),
+                partition,
+            })
+    }
+
+    fn check_writable(&self) -> Result<(), LogError> {
+        if self.inner.poisoned.load(Ordering::Acquire) {
+            let failure = lock(&self.inner.flush).failure.clone().unwrap_or_default();
+            return Err(LogError::Poisoned(failure));
+        }
+        Ok(())
+    }
+
+    /// Appends a built batch (base offset is assigned here). Not durable until a commit.
+    pub fn append(
+        &self,
+        topic: &str,
+        partition: u32,
+        mut batch: Vec<u8>,
+    ) -> Result<AppendResult, LogError> {
+        self.check_writable()?;
+        crate::batch::verify(&batch)?;
+        let t = self.topic(topic)?;
+        let slot =
+            t.partitions
+                .get(partition as usize)
+                .ok_or_else(|| LogError::UnknownPartition {
+                    topic: topic.to_owned(),
+                    partition,
+                })?;
+        let mut state = lock(&slot.state);
+        let header = state
+            .append(&mut batch, &t.config, now_ms())
+            .map_err(|source| LogError::Io {
+                path: state.dir().to_owned(),
+                source,
+            })?;
+        drop(state);
+        slot.dirty.store(true, Ordering::Release);
+        Ok(AppendResult {
+            base_offset: header.base_offset,
+            last_offset: header.last_offset(),
+        })
+    }
+
+    /// Builds and appends a batch from a [`BatchBuilder`].
+    pub fn append_builder(
+        &self,
+        topic: &str,
+        partition: u32,
+        builder: BatchBuilder,
+    ) -> Result<AppendResult, LogError> {
+        self.append(topic, partition, builder.build()?)
+    }
+
+    /// Asks for everything appended so far to be made durable; the ticket resolves when it is.
+    pub fn commit(&self) -> CommitTicket {
+        let mut flush = lock(&self.inner.flush);
+        let round = flush.completed.max(flush.requested) + 1;
+        if let FlushPolicy::EveryCommit = self.inner.options.flush_policy {
+            flush.requested = round;
+            self.inner.flush_requested.notify_one();
+        }
+        CommitTicket {
+            inner: self.inner.clone(),
+            round,
+        }
+    }
+
+    /// Reads whole batches from `offset` up to `max_bytes` (at least one batch), never past
+    /// the high watermark.
+    pub fn read(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<ReadResult, LogError> {
+        let slot = self.slot(topic, partition)?;
+        let high_watermark = slot.high_watermark.load(Ordering::Acquire);
+        let (plan, log_start) = {
+            let state = lock(&slot.state);
+            let log_start = state.log_start_offset();
+            if offset < log_start || offset > high_watermark {
+                return Err(LogError::OffsetOutOfRange {
+                    topic: topic.to_owned(),
+                    partition,
+                    offset,
+                    log_start,
+                    log_end: high_watermark,
+                });
+            }
+            let plan = state
+                .plan_read(offset, max_bytes, high_watermark)
+                .map_err(|source| LogError::Corrupt {
+                    topic: topic.to_owned(),
+                    partition,
+                    source,
+                })?;
+            (plan, log_start)
+        };
+        let mut bytes = Vec::new();
+        if let Some(plan) = plan {
+            bytes.resize((plan.end - plan.start) as usize, 0);
+            let n = read_full_at(&plan.file, &mut bytes, plan.start)
+                .map_err(io_err(&self.inner.dir))?;
+            bytes.truncate(n);
+        }
+        Ok(ReadResult {
+            bytes,
+            high_watermark,
+            log_start_offset: log_start,
+        })
+    }
+
+    /// The earliest offset still stored.
+    pub fn earliest_offset(&self, topic: &str, partition: u32) -> Result<i64, LogError> {
+        let slot = self.slot(topic, partition)?;
+        let state = lock(&slot.state);
+        Ok(state.log_start_offset())
+    }
+
+    /// The high watermark: the offset after the last durable record (Kafka's "latest").
+    pub fn latest_offset(&self, topic: &str, partition: u32) -> Result<i64, LogError> {
+        Ok(self
+            .slot(topic, partition)?
+            .high_watermark
+            .load(Ordering::Acquire))
+    }
+
+    /// The earliest durable offset whose record timestamp is at or after `timestamp`
+    /// (`None` when every record is older).
+    pub fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: u32,
+        timestamp: i64,
+    ) -> Result<Option<(i64, i64)>, LogError> {
+        let slot = self.slot(topic, partition)?;
+        let hw = slot.high_watermark.load(Ordering::Acquire);
+        let location = {
+            let state = lock(&slot.state);
+            state
+                .find_by_time(timestamp)
+                .map_err(|source| LogError::Corrupt {
+                    topic: topic.to_owned(),
+                    partition,
+                    source,
+                })?
+        };
+        let Some(loc) = location else {
+            return Ok(None);
+        };
+        if loc.header.base_offset >= hw {
+            return Ok(None);
+        }
+        let read = self.read(topic, partition, loc.header.base_offset, 1)?;
+        let decoded = crate::batch::DecodedBatch::decode(&read.bytes)?;
+        Ok(decoded
+            .records()?
+            .into_iter()
+            .find(|r| r.timestamp >= timestamp)
+            .map(|r| (r.offset, r.timestamp)))
+    }
+
+    /// Waits until the high watermark passes `offset` or `timeout` elapses; returns the high
+    /// watermark then.
+    pub async fn wait_for_data(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: i64,
+        timeout: Duration,
+    ) -> Result<i64, LogError> {
+        let slot = self.slot(topic, partition)?;
+        let mut rx = slot.hw_watch.subscribe();
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|hw| *hw > offset)).await;
+        Ok(slot.high_watermark.load(Ordering::Acquire))
+    }
+
+    /// Flushes everything, writes the recovery checkpoint and stops the flusher.
+    pub fn close(&self) -> Result<(), LogError> {
+        let ticket = self.commit();
+        {
+            let mut flush = lock(&self.inner.flush);
+            if flush.requested < ticket.round {
+                flush.requested = ticket.round;
+            }
+            self.inner.flush_requested.notify_one();
+        }
+        let result = ticket.wait();
+        {
+            let mut flush = lock(&self.inner.flush);
+            flush.closing = true;
+            self.inner.flush_requested.notify_all();
+        }
+        if let Some(handle) = lock(&self.flusher).take() {
+            let _ = handle.join();
+        }
+        result?;
+        let checkpoint = write_checkpoint(&self.inner);
+        // Release the directory for another process.
+        lock(&self.inner.lock_file).take();
+        checkpoint
+    }
+}
+
+impl Drop for Log {
+    /// The last handle stops the flusher (without a final flush: call [`Log::close`] for a clean
+    /// shutdown) so the directory lock is released.
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.flusher) != 1 {
+            return;
+        }
+        {
+            let mut flush = lock(&self.inner.flush);
+            flush.closing = true;
+            self.inner.flush_requested.notify_all();
+        }
+        if let Some(handle) = lock(&self.flusher).take() {
+            let _ = handle.join();
+        }
+        self.inner.flush_done.notify_all();
+        self.inner.flush_done_async.notify_waiters();
+    }
+}
+
+impl PartitionSlot {
+    fn new(topic: &str, id: u32, partition: Partition) -> Self {
+        let end = partition.next_offset();
+        let (hw_watch, _) = watch::channel(end);
+        PartitionSlot {
+            topic: topic.to_owned(),
+            id,
+            state: Mutex::new(partition),
+            high_watermark: AtomicI64::new(end),
+            hw_watch,
+            dirty: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Resolves when the data appended before [`Log::commit`] is durable.
+pub struct CommitTicket {
+    inner: Arc<Inner>,
+    round: u64,
+}
+
+impl CommitTicket {
+    /// Blocks until durable.
+    pub fn wait(self) -> Result<(), LogError> {
+        let mut flush = lock(&self.inner.flush);
+        loop {
+            if let Some(f) = &flush.failure {
+                return Err(LogError::Poisoned(f.clone()));
+            }
+            if flush.completed >= self.round {
+                return Ok(());
+            }
+            if flush.closing && flush.requested < self.round {
+                return Err(LogError::Closed);
+            }
+            flush = self
+                .inner
+                .flush_done
+                .wait(flush)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Waits asynchronously until durable.
+    pub async fn durable(self) -> Result<(), LogError> {
+        loop {
+            let notified = self.inner.flush_done_async.notified();
+            {
+                let flush = lock(&self.inner.flush);
+                if let Some(f) = &flush.failure {
+                    return Err(LogError::Poisoned(f.clone()));
+                }
+                if flush.completed >= self.round {
+                    return Ok(());
+                }
+                if flush.closing && flush.requested < self.round {
+                    return Err(LogError::Closed);
+                }
+            }
+            notified.await;
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The flusher: waits for requested rounds (or the flush interval), fsyncs every dirty
+/// partition, then advances high watermarks and wakes waiters.
+fn flusher_loop(inner: Arc<Inner>) {
+    let interval = match inner.options.flush_policy {
+        FlushPolicy::EveryCommit => None,
+        FlushPolicy::IntervalMs(ms) => Some(Duration::from_millis(ms.max(1))),
+    };
+    let checkpoint_every = Duration::from_millis(inner.options.checkpoint_interval_ms.max(100));
+    let mut last_checkpoint = Instant::now();
+    loop {
+        let round = {
+            let mut flush = lock(&inner.flush);
+            loop {
+                if flush.requested > flush.completed {
+                    break;
+                }
+                if flush.closing {
+                    return;
+                }
+                let wait = interval.unwrap_or(checkpoint_every);
+                let (guard, timeout) = inner
+                    .flush_requested
+                    .wait_timeout(flush, wait)
+                    .unwrap_or_else(|e| e.into_inner());
+                flush = guard;
+                if timeout.timed_out() {
+                    if interval.is_some() {
+                        flush.requested = flush.completed + 1;
+                        break;
+                    }
+                    if last_checkpoint.elapsed() >= checkpoint_every {
+                        drop(flush);
+                        if let Err(e) = write_checkpoint(&inner) {
+                            tracing::warn!(error = %e, "writing the recovery checkpoint failed");
+                        }
+                        last_checkpoint = Instant::now();
+                        flush = lock(&inner.flush);
+                    }
+                }
+            }
+            flush.requested
+        };
+        let result = flush_dirty_partitions(&inner);
+        let mut flush = lock(&inner.flush);
+        match result {
+            Ok(()) => flush.completed = flush.completed.max(round),
+            Err(e) => {
+                tracing::error!(error = %e, "fsync failed: the log stops accepting writes");
+                inner.poisoned.store(true, Ordering::Release);
+                flush.failure = Some(e.to_string());
+            }
+        }
+        drop(flush);
+        inner.flush_done.notify_all();
+        inner.flush_done_async.notify_waiters();
+        if last_checkpoint.elapsed() >= checkpoint_every {
+            if let Err(e) = write_checkpoint(&inner) {
+                tracing::warn!(error = %e, "writing the recovery checkpoint failed");
+            }
+            last_checkpoint = Instant::now();
+        }
+    }
+}
+
+fn flush_dirty_partitions(inner: &Inner) -> Result<(), LogError> {
+    let topics: Vec<Arc<Topic>> = inner
+        .topics
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+        .cloned()
+        .collect();
+    let mut work: Vec<(Arc<PartitionSlot>, i64, Vec<Arc<File>>)> = Vec::new();
+    for topic in &topics {
+        for slot in &topic.partitions {
+            if !slot.dirty.swap(false, Ordering::AcqRel) {
+                continue;
+            }
+            let mut state = lock(&slot.state);
+            let end = state.next_offset();
+            let files = state.files_to_sync();
+            work.push((slot.clone(), end, files));
+        }
+    }
+    if work.is_empty() {
+        return Ok(());
+    }
+    let files: Vec<&Arc<File>> = work.iter().flat_map(|(_, _, f)| f.iter()).collect();
+    let errors: Vec<io::Error> = if files.len() == 1 {
+        files[0].sync_data().err().into_iter().collect()
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = files
+                .iter()
+                .map(|f| scope.spawn(move || f.sync_data()))
+                .collect();
+            handles
+                .into_iter()
+                .filter_map(|h| h.join().ok().and_then(Result::err))
+                .collect()
+        })
+    };
+    if let Some(e) = errors.into_iter().next() {
+        return Err(LogError::Io {
+            path: inner.dir.clone(),
+            source: e,
+        });
+    }
+    for (slot, end, _) in work {
+        slot.high_watermark.fetch_max(end, Ordering::AcqRel);
+        slot.hw_watch
+            .send_replace(slot.high_watermark.load(Ordering::Acquire));
+    }
+    Ok(())
+}
+
+fn read_checkpoint(path: &Path) -> HashMap<(String, u32), i64> {
+    let Ok(text) = fs::read_to_string(path) else {
+        return HashMap::new();
+    };
+    let parsed: Vec<(String, u32, i64)> = serde_json::from_str(&text).unwrap_or_default();
+    parsed.into_iter().map(|(t, p, o)| ((t, p), o)).collect()
+}
+
+/// Records, per partition, the offset up to which data is known durable (the high watermark).
+/// Recovery trusts data below it and re-verifies what follows.
+fn write_checkpoint(inner: &Inner) -> Result<(), LogError> {
+    let topics: Vec<Arc<Topic>> = inner
+        .topics
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+        .cloned()
+        .collect();
+    let mut entries: Vec<(String, u32, i64)> = Vec::new();
+    for topic in &topics {
+        for slot in &topic.partitions {
+            entries.push((
+                slot.topic.clone(),
+                slot.id,
+                slot.high_watermark.load(Ordering::Acquire),
+            ));
+        }
+    }
+    let path = inner.dir.join(CHECKPOINT_FILE);
+    write_atomically(&path, &serde_json::to_vec(&entries).unwrap_or_default())
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), LogError> {
+    let tmp = path.with_extension("tmp");
+    let mut f = File::create(&tmp).map_err(io_err(&tmp))?;
+    f.write_all(bytes).map_err(io_err(&tmp))?;
+    f.sync_all().map_err(io_err(&tmp))?;
+    fs::rename(&tmp, path).map_err(io_err(path))?;
+    if let Some(parent) = path.parent() {
+        sync_dir(parent).map_err(io_err(parent))?;
+    }
+    Ok(())
+}
+
+/// Kafka's topic name rules: 1-249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`.
+pub fn validate_topic_name(name: &str) -> Result<(), LogError> {
+    let bad = |reason: &str| {
+        Err(LogError::InvalidTopicName {
+            name: name.to_owned(),
+            reason: reason.to_owned(),
+        })
+    };
+    if name.is_empty() {
+        return bad("the name is empty");
+    }
+    if name == "." || name == ".." {
+        return bad("'.' and '..' are not allowed");
+    }
+    if name.len() > 249 {
+        return bad("longer than 249 characters");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        return bad("only ASCII letters, digits, '.', '_' and '-' are allowed");
+    }
+    Ok(())
+}

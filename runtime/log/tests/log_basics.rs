@@ -1,0 +1,344 @@
+//! Behaviour of the log through its public API: appends, group commit, reads bounded by the
+//! high watermark, segment rolls, reopen after clean and unclean shutdown, torn-tail
+//! truncation, corruption reporting, topic rules and the data-directory lock.
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::time::Duration;
+
+use headwater_log::batch::{BatchBuilder, Compression, DecodedBatch, ProducerFields};
+use headwater_log::{Log, LogError, LogOptions, TopicConfig};
+
+fn batch(keys: std::ops::Range<u32>, ts: i64) -> BatchBuilder {
+    let mut b = BatchBuilder::new(Compression::None, ProducerFields::default());
+    for k in keys {
+        let key = format!("key-{k}");
+        let value = format!("value-{k}-{}", "x".repeat(50));
+        b.append(
+            ts + i64::from(k),
+            Some(key.as_bytes()),
+            Some(value.as_bytes()),
+            &[],
+        );
+    }
+    b
+}
+
+/// Every (offset, key) readable from `offset` on.
+fn read_all(log: &Log, topic: &str, partition: u32, from: i64) -> Vec<(i64, String)> {
+    let mut out = Vec::new();
+    let mut offset = from;
+    loop {
+        let r = log.read(topic, partition, offset, 64 * 1024).unwrap();
+        if r.bytes.is_empty() {
+            break;
+        }
+        let mut pos = 0;
+        while pos < r.bytes.len() {
+            let d = DecodedBatch::decode(&r.bytes[pos..]).unwrap();
+            for rec in d.records().unwrap() {
+                if rec.offset >= offset {
+                    out.push((
+                        rec.offset,
+                        String::from_utf8(rec.key.unwrap().to_vec()).unwrap(),
+                    ));
+                }
+            }
+            pos += d.header.total_size();
+            offset = d.header.next_offset();
+        }
+    }
+    out
+}
+
+#[test]
+fn appends_are_invisible_until_committed_then_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    log.create_topic("orders", 3, TopicConfig::default())
+        .unwrap();
+    let a = log.append_builder("orders", 1, batch(0..10, 1000)).unwrap();
+    assert_eq!((a.base_offset, a.last_offset), (0, 9));
+    assert_eq!(
+        log.latest_offset("orders", 1).unwrap(),
+        0,
+        "not durable yet"
+    );
+    assert!(log.read("orders", 1, 0, 1 << 20).unwrap().bytes.is_empty());
+    log.commit().wait().unwrap();
+    assert_eq!(log.latest_offset("orders", 1).unwrap(), 10);
+    let b = log
+        .append_builder("orders", 1, batch(10..15, 2000))
+        .unwrap();
+    assert_eq!(b.base_offset, 10);
+    log.commit().wait().unwrap();
+    let all = read_all(&log, "orders", 1, 0);
+    assert_eq!(all.len(), 15);
+    assert!(all
+        .iter()
+        .enumerate()
+        .all(|(i, (o, k))| *o == i as i64 && *k == format!("key-{i}")));
+    assert_eq!(
+        read_all(&log, "orders", 1, 12).len(),
+        3,
+        "a read may start inside a batch"
+    );
+    assert!(matches!(
+        log.read("orders", 1, 16, 100),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    assert!(matches!(
+        log.read("orders", 7, 0, 100),
+        Err(LogError::UnknownPartition { .. })
+    ));
+    assert_eq!(
+        log.offset_for_timestamp("orders", 1, 2003).unwrap(),
+        Some((10, 2010))
+    );
+    assert_eq!(
+        log.offset_for_timestamp("orders", 1, 2012).unwrap(),
+        Some((12, 2012))
+    );
+    assert_eq!(
+        log.offset_for_timestamp("orders", 1, 0).unwrap(),
+        Some((0, 1000))
+    );
+    assert_eq!(log.offset_for_timestamp("orders", 1, 99_999).unwrap(), None);
+    log.close().unwrap();
+
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    assert_eq!(log.partition_count("orders"), Some(3));
+    assert_eq!(log.latest_offset("orders", 1).unwrap(), 15);
+    assert_eq!(read_all(&log, "orders", 1, 0).len(), 15);
+    assert_eq!(log.latest_offset("orders", 0).unwrap(), 0);
+}
+
+#[test]
+fn segments_roll_and_reads_cross_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    let mut configs = BTreeMap::new();
+    configs.insert("segment.bytes".to_string(), "4096".to_string());
+    let config = TopicConfig::from_kafka_configs(&configs).unwrap();
+    log.create_topic("t", 1, config).unwrap();
+    for i in 0..40 {
+        log.append_builder("t", 0, batch(i * 5..i * 5 + 5, 10_000 + i64::from(i) * 10))
+            .unwrap();
+    }
+    log.commit().wait().unwrap();
+    let segments = std::fs::read_dir(dir.path().join("t-0"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "log")
+        })
+        .count();
+    assert!(segments >= 4, "expected several segments, got {segments}");
+    let all = read_all(&log, "t", 0, 0);
+    assert_eq!(all.len(), 200);
+    assert_eq!(read_all(&log, "t", 0, 137).first().unwrap().0, 137);
+    drop(log);
+    // Unclean reopen (no close): everything was committed, nothing is lost.
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    assert_eq!(read_all(&log, "t", 0, 0).len(), 200);
+    let (offset, _) = log.offset_for_timestamp("t", 0, 10_205).unwrap().unwrap();
+    assert_eq!(
+        offset, 70,
+        "record 70 is the first with a timestamp >= 10205"
+    );
+}
+
+#[test]
+fn torn_tail_is_truncated_and_appends_continue() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+        log.create_topic("t", 1, TopicConfig::default()).unwrap();
+        log.append_builder("t", 0, batch(0..10, 1)).unwrap();
+        log.commit().wait().unwrap();
+        log.close().unwrap();
+    }
+    // Simulate a write cut short by a crash: half a batch at the end.
+    let segment = dir.path().join("t-0/00000000000000000000.log");
+    let extra = batch(10..20, 1).build().unwrap();
+    let mut f = OpenOptions::new().append(true).open(&segment).unwrap();
+    f.write_all(&extra[..extra.len() / 2]).unwrap();
+    drop(f);
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    assert_eq!(log.latest_offset("t", 0).unwrap(), 10);
+    let next = log.append_builder("t", 0, batch(10..12, 1)).unwrap();
+    assert_eq!(next.base_offset, 10);
+    log.commit().wait().unwrap();
+    assert_eq!(read_all(&log, "t", 0, 0).len(), 12);
+}
+
+#[test]
+fn corruption_of_durable_data_is_reported_not_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+        log.create_topic("t", 1, TopicConfig::default()).unwrap();
+        log.append_builder("t", 0, batch(0..10, 1)).unwrap();
+        log.append_builder("t", 0, batch(10..20, 1)).unwrap();
+        log.commit().wait().unwrap();
+        log.close().unwrap(); // checkpoint: offsets below 20 are known durable
+    }
+    let segment = dir.path().join("t-0/00000000000000000000.log");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[100] ^= 0xff; // inside the first batch
+    std::fs::write(&segment, &bytes).unwrap();
+    match Log::open(dir.path(), LogOptions::default()) {
+        Err(LogError::Corrupt {
+            topic,
+            partition,
+            source,
+        }) => {
+            assert_eq!((topic.as_str(), partition), ("t", 0));
+            assert!(source.to_string().contains("offset 0"), "{source}");
+        }
+        Err(other) => panic!("expected a corruption error, got {other}"),
+        Ok(_) => panic!("expected a corruption error, the log opened"),
+    }
+}
+
+#[test]
+fn topic_rules_and_directory_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    log.create_topic("a.b_c-1", 2, TopicConfig::default())
+        .unwrap();
+    assert!(matches!(
+        log.create_topic("a.b_c-1", 2, TopicConfig::default()),
+        Err(LogError::TopicExists(_))
+    ));
+    assert!(log
+        .ensure_topic("a.b_c-1", 2, TopicConfig::default())
+        .is_ok());
+    assert!(matches!(
+        log.ensure_topic("a.b_c-1", 3, TopicConfig::default()),
+        Err(LogError::PartitionCountMismatch {
+            existing: 2,
+            requested: 3,
+            ..
+        })
+    ));
+    for bad in ["", "..", "has space", "slash/x", &"x".repeat(250)] {
+        assert!(
+            matches!(
+                log.create_topic(bad, 1, TopicConfig::default()),
+                Err(LogError::InvalidTopicName { .. })
+            ),
+            "{bad}"
+        );
+    }
+    assert!(matches!(
+        log.create_topic("zero", 0, TopicConfig::default()),
+        Err(LogError::NoPartitions)
+    ));
+    assert!(matches!(
+        Log::open(dir.path(), LogOptions::default()),
+        Err(LogError::Locked(_))
+    ));
+    log.delete_topic("a.b_c-1").unwrap();
+    assert!(log.topics().is_empty());
+    assert!(!dir.path().join("a.b_c-1-0").exists());
+    log.close().unwrap();
+    drop(log);
+    assert!(
+        Log::open(dir.path(), LogOptions::default()).is_ok(),
+        "lock released on drop"
+    );
+}
+
+#[test]
+fn concurrent_commits_share_fsync_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    log.create_topic("t", 4, TopicConfig::default()).unwrap();
+    std::thread::scope(|s| {
+        for p in 0..4u32 {
+            let log = log.clone();
+            s.spawn(move || {
+                for i in 0..25u32 {
+                    log.append_builder("t", p, batch(i * 2..i * 2 + 2, 1))
+                        .unwrap();
+                    log.commit().wait().unwrap();
+                }
+            });
+        }
+    });
+    for p in 0..4 {
+        assert_eq!(log.latest_offset("t", p).unwrap(), 50);
+    }
+}
+
+#[tokio::test]
+async fn readers_wait_for_new_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    log.create_topic("t", 1, TopicConfig::default()).unwrap();
+    let waiter = {
+        let log = log.clone();
+        tokio::spawn(async move {
+            log.wait_for_data("t", 0, 0, Duration::from_secs(10))
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    log.append_builder("t", 0, batch(0..3, 1)).unwrap();
+    log.commit().durable().await.unwrap();
+    assert_eq!(waiter.await.unwrap(), 3);
+    let hw = log
+        .wait_for_data("t", 0, 5, Duration::from_millis(20))
+        .await
+        .unwrap();
+    assert_eq!(hw, 3, "times out with the current high watermark");
+}
+
+#[test]
+fn reads_respect_max_bytes_but_always_make_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    log.create_topic("t", 1, TopicConfig::default()).unwrap();
+    for i in 0..20 {
+        log.append_builder("t", 0, batch(i * 10..i * 10 + 10, 1))
+            .unwrap();
+    }
+    log.commit().wait().unwrap();
+    let one_batch = log.read("t", 0, 0, 1).unwrap().bytes.len();
+    assert!(one_batch > 500, "a read returns at least one whole batch");
+    let limit = one_batch * 2 + one_batch / 2;
+    let two = log.read("t", 0, 0, limit).unwrap();
+    assert!(two.bytes.len() <= limit);
+    let first = DecodedBatch::decode(&two.bytes)
+        .unwrap()
+        .header
+        .total_size();
+    let second = DecodedBatch::decode(&two.bytes[first..])
+        .unwrap()
+        .header
+        .total_size();
+    assert_eq!(
+        two.bytes.len(),
+        first + second,
+        "whole batches only, within the limit"
+    );
+    let mut offset = 0;
+    let mut reads = 0;
+    while offset < 200 {
+        let r = log.read("t", 0, offset, one_batch * 3 - 1).unwrap();
+        let mut pos = 0;
+        while pos < r.bytes.len() {
+            let d = DecodedBatch::decode(&r.bytes[pos..]).unwrap();
+            pos += d.header.total_size();
+            offset = d.header.next_offset();
+        }
+        reads += 1;
+    }
+    assert_eq!(reads, 10, "two batches per read");
+}

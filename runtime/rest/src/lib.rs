@@ -1,0 +1,296 @@
+//! Headwater's Kafka Connect–compatible REST API.
+//!
+//! This crate owns the HTTP surface of a worker. It speaks Kafka Connect's REST
+//! dialect so existing tooling (curl scripts, UIs, `connect-cli`s) keeps working:
+//!
+//! * `GET /` answers `{"version", "commit", "kafka_cluster_id"}` exactly like
+//!   Kafka Connect's root resource.
+//! * Every error, including the router's own 404 (unknown path) and 405 (known
+//!   path, wrong method), is a JSON body `{"error_code": <status>, "message": …}`
+//!   with `Content-Type: application/json`, the shape Kafka Connect's
+//!   `ConnectExceptionMapper` produces. Handlers return [`RestError`] to keep it so.
+//!
+//! Invariants:
+//! * [`router`] is the single place routes are registered; the 405 fallback is
+//!   attached last because axum only applies it to routes registered before it.
+//! * [`RestState`] is cheap to clone (an `Arc` inside) and is the one thing
+//!   handlers receive; later features (connectors, tasks) grow it instead of
+//!   adding new router state types.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+
+/// What `GET /` reports about the worker. Field names and order match Kafka
+/// Connect's `ServerInfo`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerInfo {
+    /// Headwater's version (the worker crate's `CARGO_PKG_VERSION`).
+    pub version: String,
+    /// Short git commit the binary was built from, or `"unknown"`.
+    pub commit: String,
+    /// The Kafka cluster id this worker presents (stable per data dir).
+    pub kafka_cluster_id: String,
+}
+
+/// Shared state handed to every REST handler.
+///
+/// Construct it with [`RestState::new`]; later features add fields (for example
+/// a handle to the connector herder) together with builder-style setters, so
+/// existing call sites keep compiling.
+#[derive(Debug, Clone)]
+pub struct RestState {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    info: ServerInfo,
+}
+
+impl RestState {
+    /// State for a worker described by `info`.
+    pub fn new(info: ServerInfo) -> Self {
+        Self {
+            inner: Arc::new(Inner { info }),
+        }
+    }
+
+    /// The worker description served at `GET /`.
+    pub fn info(&self) -> &ServerInfo {
+        &self.inner.info
+    }
+}
+
+/// Kafka Connect's JSON error body: `{"error_code": 404, "message": "…"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The HTTP status code, repeated in the body (Kafka Connect does the same).
+    pub error_code: u16,
+    /// Human-readable description.
+    pub message: String,
+}
+
+/// An error a handler returns; renders as [`ErrorBody`] with the same status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestError {
+    status: StatusCode,
+    message: String,
+}
+
+impl RestError {
+    /// An error with an explicit status and message.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    /// Jersey's wording for an unmatched path: `HTTP 404 Not Found`.
+    pub fn not_found() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "HTTP 404 Not Found")
+    }
+
+    /// Jersey's wording for a known path with an unsupported method:
+    /// `HTTP 405 Method Not Allowed`.
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "HTTP 405 Method Not Allowed",
+        )
+    }
+
+    /// The HTTP status this error renders with.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The message placed in the body.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl std::fmt::Display for RestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.status.as_u16())
+    }
+}
+
+impl std::error::Error for RestError {}
+
+impl IntoResponse for RestError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error_code: self.status.as_u16(),
+            message: self.message,
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// The complete REST API as an axum [`Router`].
+///
+/// Unknown paths answer 404 and known paths with a wrong method answer 405, both
+/// with Kafka Connect's JSON error body (axum still adds the `Allow` header).
+pub fn router(state: RestState) -> Router {
+    Router::new()
+        .route("/", get(server_info))
+        // Must stay after every `.route(..)`: axum applies the 405 fallback only
+        // to method routers registered before this call.
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// Serve [`router`] on `listener` until `shutdown` completes, then stop
+/// accepting connections and wait for in-flight requests to finish.
+pub async fn serve<F>(listener: TcpListener, state: RestState, shutdown: F) -> std::io::Result<()>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+async fn server_info(State(state): State<RestState>) -> Json<ServerInfo> {
+    Json(state.info().clone())
+}
+
+async fn not_found() -> RestError {
+    RestError::not_found()
+}
+
+async fn method_not_allowed() -> RestError {
+    RestError::method_not_allowed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::{to_bytes, Body};
+    use axum::http::{header, Method, Request};
+    use serde_json::{json, Value};
+    use tower::ServiceExt;
+
+    fn state() -> RestState {
+        RestState::new(ServerInfo {
+            version: "1.2.3".into(),
+            commit: "abcdef012345".into(),
+            kafka_cluster_id: "q1Sh-9_ISia_zwGINzRvyQ".into(),
+        })
+    }
+
+    async fn call(method: Method, uri: &str) -> (StatusCode, Option<String>, Value, Response) {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Body::empty())
+            .expect("valid request");
+        let response = router(state()).oneshot(request).await.expect("infallible");
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().expect("ascii content type").to_owned());
+        let (parts, body) = response.into_parts();
+        let bytes = to_bytes(body, 64 * 1024).await.expect("body");
+        let value: Value = serde_json::from_slice(&bytes).expect("JSON body");
+        (
+            status,
+            content_type,
+            value,
+            Response::from_parts(parts, Body::empty()),
+        )
+    }
+
+    #[tokio::test]
+    async fn root_reports_server_info() {
+        let (status, content_type, body, _) = call(Method::GET, "/").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(content_type.as_deref(), Some("application/json"));
+        assert_eq!(
+            body,
+            json!({
+                "version": "1.2.3",
+                "commit": "abcdef012345",
+                "kafka_cluster_id": "q1Sh-9_ISia_zwGINzRvyQ",
+            })
+        );
+        // Key order matches Kafka Connect's output.
+        let keys: Vec<&str> = body
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, ["version", "commit", "kafka_cluster_id"]);
+    }
+
+    #[tokio::test]
+    async fn unknown_path_is_kafka_connect_404() {
+        for uri in ["/connectors-typo", "/a/b/c", "//"] {
+            let (status, content_type, body, _) = call(Method::GET, uri).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{uri}");
+            assert_eq!(content_type.as_deref(), Some("application/json"));
+            assert_eq!(
+                body,
+                json!({"error_code": 404, "message": "HTTP 404 Not Found"})
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn wrong_method_is_kafka_connect_405() {
+        for method in [Method::POST, Method::PUT, Method::DELETE] {
+            let (status, content_type, body, response) = call(method.clone(), "/").await;
+            assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{method}");
+            assert_eq!(content_type.as_deref(), Some("application/json"));
+            assert_eq!(
+                body,
+                json!({"error_code": 405, "message": "HTTP 405 Method Not Allowed"})
+            );
+            let allow = response
+                .headers()
+                .get(header::ALLOW)
+                .expect("Allow header")
+                .to_str()
+                .expect("ascii");
+            assert!(allow.contains("GET"), "Allow: {allow}");
+        }
+    }
+
+    #[test]
+    fn rest_error_renders_status_and_message() {
+        let err = RestError::new(StatusCode::CONFLICT, "rebalance in progress");
+        assert_eq!(err.status(), StatusCode::CONFLICT);
+        assert_eq!(err.message(), "rebalance in progress");
+        assert_eq!(err.to_string(), "rebalance in progress (409)");
+        let response = err.into_response();
+        assert_eq!(response.status(), StatusCode::CONFLICT);
+    }
+
+    #[tokio::test]
+    async fn serve_stops_on_shutdown() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, state(), async {
+            let _ = rx.await;
+        }));
+        tx.send(()).expect("server still running");
+        let result = tokio::time::timeout(std::time::Duration::from_secs(10), server)
+            .await
+            .expect("server stops promptly")
+            .expect("server task did not panic");
+        assert!(result.is_ok(), "{result:?}");
+    }
+}

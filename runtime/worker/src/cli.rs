@@ -1,0 +1,383 @@
+//! Command-line surface of the `headwater` binary (clap derive).
+//!
+//! Invariants:
+//! * No worker setting has a clap default: an absent flag must stay `None` so
+//!   [`crate::settings`] can apply the precedence flag > env > config file >
+//!   built-in default. Environment variables are read by clap (`env = ...`)
+//!   because they rank just below flags.
+//! * Values are validated while parsing (socket addresses, log format, log
+//!   filter), so a bad value from a flag or an environment variable is a clap
+//!   usage error.
+//! * Every parse error becomes a single-line [`Failure`] (exit 2); `--help` and
+//!   `--version` are not errors and are returned as [`Parsed::Exit`].
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{Args, CommandFactory, Parser, Subcommand};
+
+use crate::failure::Failure;
+use crate::logging::{self, LogFormat};
+
+/// The version string shown by `--version`: crate version plus build commit.
+pub const VERSION_LINE: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("HEADWATER_COMMIT"),
+    ")"
+);
+
+/// Headwater: change data capture in one binary, speaking Kafka Connect's REST
+/// dialect.
+#[derive(Debug, Parser)]
+#[command(
+    name = "headwater",
+    version = VERSION_LINE,
+    propagate_version = true,
+    subcommand_required = true,
+    arg_required_else_help = false
+)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands of `headwater`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a worker: serve the Kafka Connect REST API until SIGINT or SIGTERM.
+    ///
+    /// Each setting is taken from, in order: its flag, its environment
+    /// variable, the config file (--config), the built-in default.
+    Worker(WorkerArgs),
+}
+
+/// Arguments of `headwater worker`. Every setting is optional here; defaults are
+/// applied in [`crate::settings::Settings::resolve`].
+#[derive(Debug, Clone, Default, Args)]
+pub struct WorkerArgs {
+    /// Connector configuration files (Kafka Connect JSON). Not supported by
+    /// this build yet: giving any is an error.
+    #[arg(value_name = "CONNECTOR_JSON_FILES")]
+    pub connector_files: Vec<PathBuf>,
+
+    /// Directory for the worker's state (lock file, cluster id)
+    /// [default: ./data]
+    #[arg(long, value_name = "DIR", env = "HEADWATER_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Address the Kafka Connect REST API listens on [default: 127.0.0.1:8083]
+    #[arg(long, value_name = "IP:PORT", env = "HEADWATER_REST_LISTEN")]
+    pub rest_listen: Option<SocketAddr>,
+
+    /// Address for the Kafka protocol listener (validated, not bound by this
+    /// build yet) [default: 127.0.0.1:9092]
+    #[arg(long, value_name = "IP:PORT", env = "HEADWATER_KAFKA_LISTEN")]
+    pub kafka_listen: Option<SocketAddr>,
+
+    /// TOML config file with worker settings (see config/worker.toml)
+    #[arg(long, value_name = "FILE", env = "HEADWATER_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Log line format [default: human]
+    #[arg(long, value_enum, value_name = "FORMAT", env = "HEADWATER_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+
+    /// Log filter: a level (trace, debug, info, warn, error, off) or
+    /// directives like "info,headwater=debug"; RUST_LOG is used when neither
+    /// this flag nor HEADWATER_LOG_LEVEL is set [default: info]
+    #[arg(long, value_name = "FILTER", env = "HEADWATER_LOG_LEVEL", value_parser = logging::parse_filter)]
+    pub log_level: Option<String>,
+}
+
+/// Outcome of parsing the command line.
+#[derive(Debug)]
+pub enum Parsed {
+    /// Run this command.
+    Run(Cli),
+    /// Help or version text to print to stdout, then exit 0.
+    Exit(String),
+}
+
+/// Parses `args` (including the program name).
+pub fn parse<I, T>(args: I) -> Result<Parsed, Failure>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    match Cli::try_parse_from(&args) {
+        Ok(cli) => Ok(Parsed::Run(cli)),
+        Err(err) => match err.kind() {
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+                Ok(Parsed::Exit(err.render().to_string()))
+            }
+            _ => Err(Failure::usage(summarize(&err, &args))),
+        },
+    }
+}
+
+/// Condenses clap's multi-line error into one line: the error itself, the
+/// environment variable a bad value came from (if it did not come from a flag),
+/// the possible values, clap's "similar name" tips, and a pointer to the
+/// relevant `--help`.
+fn summarize(err: &clap::Error, args: &[OsString]) -> String {
+    let rendered = err.render().to_string();
+    let mut lines = rendered.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or("invalid command line");
+    let mut message = first
+        .strip_prefix("error:")
+        .unwrap_or(first)
+        .trim()
+        .to_owned();
+
+    let cli = Cli::command();
+    let subcommand = args
+        .get(1)
+        .and_then(|arg| arg.to_str())
+        .and_then(|name| cli.find_subcommand(name));
+    if let (Some(subcommand), Some(ContextValue::String(invalid))) =
+        (subcommand, err.get(ContextKind::InvalidArg))
+    {
+        // "--rest-listen <IP:PORT>" -> "rest-listen"
+        let long = invalid
+            .trim_start_matches('-')
+            .split_whitespace()
+            .next()
+            .unwrap_or_default();
+        let flag = format!("--{long}");
+        let on_command_line = args.iter().filter_map(|a| a.to_str()).any(|a| {
+            a == flag
+                || a.strip_prefix(flag.as_str())
+                    .is_some_and(|r| r.starts_with('='))
+        });
+        let env = subcommand
+            .get_arguments()
+            .find(|arg| arg.get_long() == Some(long))
+            .and_then(|arg| arg.get_env());
+        if let (false, Some(env)) = (on_command_line, env) {
+            message.push_str(&format!(
+                " (from environment variable {})",
+                env.to_string_lossy()
+            ));
+        }
+    }
+    for line in lines {
+        if line.starts_with("[possible values:") {
+            message.push(' ');
+            message.push_str(line);
+        } else if let Some(tip) = line.strip_prefix("tip:").filter(|t| t.contains("similar")) {
+            message.push_str(&format!(" (tip: {})", tip.trim()));
+        }
+    }
+    let command = match subcommand {
+        Some(subcommand) => format!("headwater {}", subcommand.get_name()),
+        None => "headwater".to_owned(),
+    };
+    format!("{message}; see '{command} --help'")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    fn usage_error(args: &[&str]) -> Failure {
+        match parse(args) {
+            Err(failure) => failure,
+            Ok(parsed) => panic!("{args:?} should fail, got {parsed:?}"),
+        }
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn worker_flags_parse_without_defaults() {
+        let Parsed::Run(cli) = parse(["headwater", "worker"]).expect("parses") else {
+            panic!("expected a command");
+        };
+        let Command::Worker(args) = cli.command;
+        // Env vars could fill these in; the test binary does not set them.
+        if std::env::var_os("HEADWATER_REST_LISTEN").is_none() {
+            assert_eq!(args.rest_listen, None);
+        }
+        assert!(args.connector_files.is_empty());
+
+        let Parsed::Run(cli) = parse([
+            "headwater",
+            "worker",
+            "--data-dir",
+            "/tmp/x",
+            "--rest-listen",
+            "0.0.0.0:1234",
+            "--kafka-listen",
+            "[::1]:9093",
+            "--log-format",
+            "json",
+            "--log-level",
+            "debug",
+            "a.json",
+        ])
+        .expect("parses") else {
+            panic!("expected a command");
+        };
+        let Command::Worker(args) = cli.command;
+        assert_eq!(args.data_dir, Some(PathBuf::from("/tmp/x")));
+        assert_eq!(args.rest_listen, Some("0.0.0.0:1234".parse().unwrap()));
+        assert_eq!(args.kafka_listen, Some("[::1]:9093".parse().unwrap()));
+        assert_eq!(args.log_format, Some(LogFormat::Json));
+        assert_eq!(args.log_level.as_deref(), Some("debug"));
+        assert_eq!(args.connector_files, [PathBuf::from("a.json")]);
+    }
+
+    #[test]
+    fn errors_are_one_line_with_help_pointer() {
+        let cases: &[(&[&str], &str, &str)] = &[
+            (
+                &["headwater", "worker", "--bogus"],
+                "unexpected argument '--bogus'",
+                "see 'headwater worker --help'",
+            ),
+            (
+                &["headwater", "worker", "--rest-listen", "nope"],
+                "invalid value 'nope' for '--rest-listen <IP:PORT>'",
+                "see 'headwater worker --help'",
+            ),
+            (
+                &["headwater", "worker", "--log-level", "verbose"],
+                "'verbose' is not a log level",
+                "see 'headwater worker --help'",
+            ),
+            (
+                &["headwater", "worker", "--log-format", "xml"],
+                "invalid value 'xml' for '--log-format <FORMAT>' [possible values: human, json]",
+                "see 'headwater worker --help'",
+            ),
+            (
+                &["headwater"],
+                "requires a subcommand",
+                "see 'headwater --help'",
+            ),
+            (
+                &["headwater", "wrker"],
+                "unrecognized subcommand 'wrker'",
+                "see 'headwater --help'",
+            ),
+        ];
+        for (args, contains, ends_with) in cases {
+            let failure = usage_error(args);
+            assert_eq!(failure.code(), 2);
+            let message = failure.message();
+            assert!(!message.contains('\n'), "{message}");
+            assert!(!message.starts_with("error"), "{message}");
+            assert!(message.contains(contains), "{args:?}: {message}");
+            assert!(message.ends_with(ends_with), "{args:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn env_sourced_values_are_attributed_to_their_variable() {
+        // A value that clap read from the environment is reported as such; the
+        // same value given as a flag is not. (Uses a variable name unique to
+        // this test so parallel tests are unaffected.)
+        let name = "HEADWATER_KAFKA_LISTEN";
+        if std::env::var_os(name).is_some() {
+            return;
+        }
+        let cmd = Cli::command();
+        let worker = cmd.find_subcommand("worker").expect("worker");
+        let kafka = worker
+            .get_arguments()
+            .find(|arg| arg.get_long() == Some("kafka-listen"))
+            .expect("--kafka-listen");
+        assert_eq!(kafka.get_env().and_then(|e| e.to_str()), Some(name));
+
+        let err = Cli::command()
+            .try_get_matches_from(["headwater", "worker", "--kafka-listen", "nope"])
+            .expect_err("invalid");
+        let from_flag = summarize(
+            &err,
+            &[
+                "headwater".into(),
+                "worker".into(),
+                "--kafka-listen".into(),
+                "nope".into(),
+            ],
+        );
+        assert!(!from_flag.contains("environment"), "{from_flag}");
+        let from_env = summarize(&err, &["headwater".into(), "worker".into()]);
+        assert!(
+            from_env.contains("(from environment variable HEADWATER_KAFKA_LISTEN)"),
+            "{from_env}"
+        );
+    }
+
+    #[test]
+    fn similar_flag_tip_is_kept() {
+        let failure = usage_error(&["headwater", "worker", "--data-dr", "x"]);
+        assert!(failure.message().contains("tip:"), "{}", failure.message());
+        assert!(
+            failure.message().contains("--data-dir"),
+            "{}",
+            failure.message()
+        );
+    }
+
+    #[test]
+    fn help_and_version_are_not_errors() {
+        match parse(["headwater", "--version"]).expect("not an error") {
+            Parsed::Exit(text) => assert!(text.contains(env!("CARGO_PKG_VERSION")), "{text}"),
+            other => panic!("unexpected {other:?}"),
+        }
+        match parse(["headwater", "worker", "--help"]).expect("not an error") {
+            Parsed::Exit(text) => {
+                for needle in [
+                    "--data-dir",
+                    "HEADWATER_DATA_DIR",
+                    "HEADWATER_REST_LISTEN",
+                    "HEADWATER_KAFKA_LISTEN",
+                    "HEADWATER_CONFIG",
+                    "HEADWATER_LOG_FORMAT",
+                    "HEADWATER_LOG_LEVEL",
+                    "CONNECTOR_JSON_FILES",
+                ] {
+                    assert!(text.contains(needle), "help lacks {needle}: {text}");
+                }
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn help_states_the_real_defaults() {
+        use crate::settings::{
+            DEFAULT_DATA_DIR, DEFAULT_KAFKA_LISTEN, DEFAULT_LOG_LEVEL, DEFAULT_REST_LISTEN,
+        };
+        let help = Cli::command()
+            .find_subcommand_mut("worker")
+            .expect("worker subcommand")
+            .render_long_help()
+            .to_string();
+        for default in [
+            DEFAULT_DATA_DIR,
+            DEFAULT_REST_LISTEN,
+            DEFAULT_KAFKA_LISTEN,
+            DEFAULT_LOG_LEVEL,
+            LogFormat::default()
+                .to_possible_value()
+                .expect("visible value")
+                .get_name(),
+        ] {
+            assert!(
+                help.contains(&format!("[default: {default}]")),
+                "help does not mention default {default}: {help}"
+            );
+        }
+    }
+}

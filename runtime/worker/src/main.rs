@@ -1,0 +1,67 @@
+//! `headwater`: the Headwater worker binary.
+//!
+//! `main` parses the command line, resolves settings, installs logging and runs
+//! the chosen subcommand. It is the only place that prints fatal errors and
+//! picks the exit code.
+//!
+//! Invariants:
+//! * A fatal error prints exactly one line, `error: <message>`, to stderr (in
+//!   both log formats) and exits 2 for usage/configuration problems or 1 for
+//!   runtime failures (see [`failure::Failure`]).
+//! * `--help`/`--version` print to stdout and exit 0.
+//! * Logging is installed only after settings are valid, so configuration
+//!   errors never depend on the log format.
+
+mod cli;
+mod datadir;
+mod failure;
+mod logging;
+mod settings;
+mod worker;
+
+use std::process::ExitCode;
+
+use crate::cli::{Command, Parsed, WorkerArgs};
+use crate::failure::Failure;
+use crate::settings::Settings;
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("error: {}", failure.message());
+            ExitCode::from(failure.code())
+        }
+    }
+}
+
+fn real_main() -> Result<(), Failure> {
+    let cli = match cli::parse(std::env::args_os())? {
+        Parsed::Run(cli) => cli,
+        Parsed::Exit(text) => {
+            print!("{text}");
+            return Ok(());
+        }
+    };
+    match cli.command {
+        Command::Worker(args) => run_worker(&args),
+    }
+}
+
+fn run_worker(args: &WorkerArgs) -> Result<(), Failure> {
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let settings = Settings::resolve(args, rust_log.as_deref())?;
+    if !args.connector_files.is_empty() {
+        let files: Vec<String> = args
+            .connector_files
+            .iter()
+            .map(|path| path.display().to_string())
+            .collect();
+        return Err(Failure::usage(format!(
+            "connector files are not supported yet in this build (got {})",
+            files.join(", ")
+        )));
+    }
+    logging::init(settings.log_format, &settings.log_level)?;
+    worker::run(settings)
+}

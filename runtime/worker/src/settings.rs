@@ -1,0 +1,346 @@
+//! Worker settings: the TOML config file and the merge of all setting sources.
+//!
+//! Every setting resolves independently with the precedence
+//! **flag > environment variable > config file > built-in default**. Flags and
+//! `HEADWATER_*` variables arrive together in [`WorkerArgs`] (clap reads the
+//! variables); the config file is [`FileSettings`]. `RUST_LOG` is honoured for
+//! the log filter when neither `--log-level` nor `HEADWATER_LOG_LEVEL` is set,
+//! ranking above the file like the other environment variables.
+//!
+//! Invariants:
+//! * The config file holds top-level keys only (`data_dir`, `rest_listen`,
+//!   `kafka_listen`, `log_format`, `log_level`); any other key, or a `[table]`,
+//!   is rejected (`deny_unknown_fields`).
+//! * Relative `data_dir` values are relative to the worker's current directory,
+//!   wherever they come from (not to the config file's directory).
+//! * A [`Settings`] value is fully validated; every error is a single-line
+//!   usage [`Failure`] (exit 2) naming its source.
+
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::cli::WorkerArgs;
+use crate::failure::Failure;
+use crate::logging::{self, LogFormat};
+
+/// Built-in default for `data_dir`.
+pub const DEFAULT_DATA_DIR: &str = "./data";
+/// Built-in default for `rest_listen`.
+pub const DEFAULT_REST_LISTEN: &str = "127.0.0.1:8083";
+/// Built-in default for `kafka_listen`.
+pub const DEFAULT_KAFKA_LISTEN: &str = "127.0.0.1:9092";
+/// Built-in default for `log_level`.
+pub const DEFAULT_LOG_LEVEL: &str = "info";
+
+/// The contents of a worker config file. Absent keys are `None`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSettings {
+    /// See [`Settings::data_dir`].
+    pub data_dir: Option<PathBuf>,
+    /// See [`Settings::rest_listen`].
+    #[serde(default, deserialize_with = "deserialize_addr")]
+    pub rest_listen: Option<SocketAddr>,
+    /// See [`Settings::kafka_listen`].
+    #[serde(default, deserialize_with = "deserialize_addr")]
+    pub kafka_listen: Option<SocketAddr>,
+    /// See [`Settings::log_format`].
+    pub log_format: Option<LogFormat>,
+    /// See [`Settings::log_level`].
+    #[serde(default, deserialize_with = "logging::deserialize_filter")]
+    pub log_level: Option<String>,
+}
+
+impl FileSettings {
+    /// Reads and parses the config file at `path`.
+    pub fn load(path: &Path) -> Result<Self, Failure> {
+        let text = fs::read_to_string(path).map_err(|err| {
+            Failure::usage(format!("cannot read config file {}: {err}", path.display()))
+        })?;
+        Self::parse(&text).map_err(|detail| {
+            Failure::usage(format!("invalid config file {}: {detail}", path.display()))
+        })
+    }
+
+    /// Parses config file text; the error says where and what went wrong,
+    /// quoting the offending line.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|err| {
+            let message = crate::failure::one_line(err.message());
+            match err.span() {
+                Some(span) => {
+                    let (line, column, source) = locate(text, span.start);
+                    format!("line {line}, column {column}: {message} (in `{source}`)")
+                }
+                None => message,
+            }
+        })
+    }
+}
+
+/// 1-based line and column (in characters) of byte `offset` in `text`, and
+/// that line's text (trimmed, shortened to 80 characters).
+fn locate(text: &str, offset: usize) -> (usize, usize, String) {
+    let offset = (0..=offset.min(text.len()))
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    let source = text[line_start..].lines().next().unwrap_or("").trim();
+    let mut shown: String = source.chars().take(80).collect();
+    if source.chars().count() > 80 {
+        shown.push('…');
+    }
+    (line, column, shown)
+}
+
+/// `serde` adapter: an optional `IP:PORT` socket address with a helpful error.
+fn deserialize_addr<'de, D>(deserializer: D) -> Result<Option<SocketAddr>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let raw = String::deserialize(deserializer)?;
+    raw.trim().parse().map(Some).map_err(|_| {
+        serde::de::Error::custom(format!(
+            "invalid socket address '{raw}' (expected IP:PORT, e.g. 127.0.0.1:8083)"
+        ))
+    })
+}
+
+/// Fully resolved worker settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Directory holding the lock file and the cluster id.
+    pub data_dir: PathBuf,
+    /// Address of the REST listener.
+    pub rest_listen: SocketAddr,
+    /// Address reserved for the Kafka protocol listener (not bound yet).
+    pub kafka_listen: SocketAddr,
+    /// Log line format.
+    pub log_format: LogFormat,
+    /// Log filter (validated by [`logging::parse_filter`]).
+    pub log_level: String,
+    /// The config file the settings were read from, if any.
+    pub config_file: Option<PathBuf>,
+}
+
+impl Settings {
+    /// Resolves settings from the command line (flags and `HEADWATER_*`
+    /// variables, already merged by clap), `RUST_LOG`, and the config file named
+    /// by `--config`/`HEADWATER_CONFIG`.
+    pub fn resolve(args: &WorkerArgs, rust_log: Option<&str>) -> Result<Self, Failure> {
+        let file = match &args.config {
+            Some(path) => FileSettings::load(path)?,
+            None => FileSettings::default(),
+        };
+        Self::merge(args, rust_log, file)
+    }
+
+    /// The precedence rules, without any I/O.
+    pub fn merge(
+        args: &WorkerArgs,
+        rust_log: Option<&str>,
+        file: FileSettings,
+    ) -> Result<Self, Failure> {
+        let rust_log = match rust_log.map(str::trim).filter(|v| !v.is_empty()) {
+            Some(value) => Some(
+                logging::parse_filter(value)
+                    .map_err(|err| Failure::usage(format!("invalid RUST_LOG: {err}")))?,
+            ),
+            None => None,
+        };
+        let log_level = args
+            .log_level
+            .clone()
+            .or(rust_log)
+            .or(file.log_level)
+            .unwrap_or_else(|| DEFAULT_LOG_LEVEL.to_owned());
+
+        let data_dir = args
+            .data_dir
+            .clone()
+            .or(file.data_dir)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR));
+        if data_dir.as_os_str().is_empty() {
+            return Err(Failure::usage("data_dir must not be empty"));
+        }
+
+        Ok(Self {
+            data_dir,
+            rest_listen: args
+                .rest_listen
+                .or(file.rest_listen)
+                .unwrap_or_else(|| default_addr(DEFAULT_REST_LISTEN)),
+            kafka_listen: args
+                .kafka_listen
+                .or(file.kafka_listen)
+                .unwrap_or_else(|| default_addr(DEFAULT_KAFKA_LISTEN)),
+            log_format: args.log_format.or(file.log_format).unwrap_or_default(),
+            log_level,
+            config_file: args.config.clone(),
+        })
+    }
+}
+
+fn default_addr(text: &str) -> SocketAddr {
+    text.parse()
+        .expect("built-in default addresses are valid socket addresses")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().expect("valid address")
+    }
+
+    #[test]
+    fn defaults_apply_when_nothing_is_set() {
+        let settings =
+            Settings::merge(&WorkerArgs::default(), None, FileSettings::default()).expect("ok");
+        assert_eq!(
+            settings,
+            Settings {
+                data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+                rest_listen: addr(DEFAULT_REST_LISTEN),
+                kafka_listen: addr(DEFAULT_KAFKA_LISTEN),
+                log_format: LogFormat::Human,
+                log_level: DEFAULT_LOG_LEVEL.to_owned(),
+                config_file: None,
+            }
+        );
+    }
+
+    #[test]
+    fn file_beats_defaults_and_args_beat_file() {
+        let file = FileSettings::parse(
+            r#"
+            data_dir = "/var/lib/headwater"
+            rest_listen = "0.0.0.0:18083"
+            kafka_listen = "0.0.0.0:19092"
+            log_format = "json"
+            log_level = "debug"
+            "#,
+        )
+        .expect("valid file");
+
+        let from_file = Settings::merge(&WorkerArgs::default(), None, file.clone()).expect("ok");
+        assert_eq!(from_file.data_dir, PathBuf::from("/var/lib/headwater"));
+        assert_eq!(from_file.rest_listen, addr("0.0.0.0:18083"));
+        assert_eq!(from_file.kafka_listen, addr("0.0.0.0:19092"));
+        assert_eq!(from_file.log_format, LogFormat::Json);
+        assert_eq!(from_file.log_level, "debug");
+
+        let args = WorkerArgs {
+            data_dir: Some(PathBuf::from("here")),
+            rest_listen: Some(addr("127.0.0.1:1")),
+            kafka_listen: Some(addr("127.0.0.1:2")),
+            log_format: Some(LogFormat::Human),
+            log_level: Some("warn".to_owned()),
+            config: Some(PathBuf::from("worker.toml")),
+            connector_files: Vec::new(),
+        };
+        let from_args = Settings::merge(&args, Some("trace"), file).expect("ok");
+        assert_eq!(from_args.data_dir, PathBuf::from("here"));
+        assert_eq!(from_args.rest_listen, addr("127.0.0.1:1"));
+        assert_eq!(from_args.kafka_listen, addr("127.0.0.1:2"));
+        assert_eq!(from_args.log_format, LogFormat::Human);
+        assert_eq!(from_args.log_level, "warn");
+        assert_eq!(from_args.config_file, Some(PathBuf::from("worker.toml")));
+    }
+
+    #[test]
+    fn rust_log_ranks_between_log_level_and_file() {
+        let file = FileSettings {
+            log_level: Some("error".to_owned()),
+            ..FileSettings::default()
+        };
+        let settings = Settings::merge(&WorkerArgs::default(), Some("debug"), file.clone());
+        assert_eq!(settings.expect("ok").log_level, "debug");
+        let blank = Settings::merge(&WorkerArgs::default(), Some("  "), file.clone());
+        assert_eq!(blank.expect("ok").log_level, "error");
+        let bad = Settings::merge(&WorkerArgs::default(), Some("verbose"), file)
+            .expect_err("invalid RUST_LOG");
+        assert_eq!(bad.code(), 2);
+        assert!(bad.message().starts_with("invalid RUST_LOG"), "{bad}");
+    }
+
+    #[test]
+    fn empty_data_dir_is_rejected() {
+        let file = FileSettings::parse(r#"data_dir = """#).expect("parses");
+        let err = Settings::merge(&WorkerArgs::default(), None, file).expect_err("empty");
+        assert_eq!(err.code(), 2);
+    }
+
+    #[test]
+    fn file_errors_are_located_and_single_line() {
+        let cases = [
+            (
+                "rest_listen = \"0.0.0.0:1\"\nbogus = 1\n",
+                "line 2, column 1",
+                "unknown field `bogus`",
+            ),
+            (
+                "[worker]\ndata_dir = \"x\"\n",
+                "line 1",
+                "unknown field `worker`",
+            ),
+            (
+                "rest_listen = \"localhost\"\n",
+                "line 1",
+                "invalid socket address 'localhost'",
+            ),
+            (
+                "kafka_listen = 9092\n",
+                "line 1",
+                "(in `kafka_listen = 9092`)",
+            ),
+            ("x = \"é\"", "line 1, column 1", "unknown field `x`"),
+            ("log_format = \"xml\"\n", "line 1", "unknown variant `xml`"),
+            ("log_level = \"verbose\"\n", "line 1", "not a log level"),
+            ("data_dir = \n", "line 1", ""),
+        ];
+        for (text, location, detail) in cases {
+            let err = FileSettings::parse(text).expect_err(text);
+            assert!(!err.contains('\n'), "{err}");
+            assert!(err.starts_with(location), "{text:?}: {err}");
+            assert!(err.contains(detail), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn load_reports_unreadable_files() {
+        let err =
+            FileSettings::load(Path::new("/nonexistent/headwater.toml")).expect_err("missing");
+        assert_eq!(err.code(), 2);
+        assert!(
+            err.message()
+                .starts_with("cannot read config file /nonexistent/headwater.toml:"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn shipped_config_file_matches_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/worker.toml");
+        let file = FileSettings::load(&path).expect("config/worker.toml is valid");
+        assert_eq!(
+            file,
+            FileSettings {
+                data_dir: Some(PathBuf::from(DEFAULT_DATA_DIR)),
+                rest_listen: Some(addr(DEFAULT_REST_LISTEN)),
+                kafka_listen: Some(addr(DEFAULT_KAFKA_LISTEN)),
+                log_format: Some(LogFormat::default()),
+                log_level: Some(DEFAULT_LOG_LEVEL.to_owned()),
+            },
+            "every setting must appear in config/worker.toml with its default"
+        );
+    }
+}

@@ -1,0 +1,162 @@
+//! `headwater worker`: start-up, serving, and graceful shutdown.
+//!
+//! Order of start-up (each step only after the previous one succeeded):
+//! 1. open and lock the data dir, load or create the cluster id;
+//! 2. install SIGINT/SIGTERM handlers (before anything can be asked to stop);
+//! 3. bind the REST listener;
+//! 4. log the "not part of this build" notice for the Kafka listener (the
+//!    setting is validated and kept, nothing is bound);
+//! 5. log `Headwater worker started rest=http://<bound addr> ...`;
+//! 6. serve until the first SIGINT or SIGTERM.
+//!
+//! Nothing is logged at `info` before step 4, so a start-up failure prints only
+//! its single `error:` line (at the default log level).
+//!
+//! Shutdown: stop accepting, let in-flight requests finish for up to
+//! [`SHUTDOWN_GRACE`] (a second signal cuts this short), release the data dir
+//! lock, log `Headwater worker stopped`, and return `Ok` (exit 0).
+
+use std::time::Duration;
+
+use headwater_rest::{RestState, ServerInfo};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tracing::{debug, info, warn};
+
+use crate::datadir::DataDir;
+use crate::failure::Failure;
+use crate::settings::Settings;
+
+/// How long in-flight requests may run after a shutdown signal.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// The crate version reported by `GET /`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The build commit reported by `GET /` (`"unknown"` if not known at build time).
+pub const COMMIT: &str = env!("HEADWATER_COMMIT");
+
+/// Runs a worker with fully resolved `settings` until it is told to stop.
+pub fn run(settings: Settings) -> Result<(), Failure> {
+    debug!(?settings, "resolved worker settings");
+    let data_dir = DataDir::open(&settings.data_dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("headwater")
+        .build()
+        .map_err(|err| Failure::runtime(format!("cannot start the async runtime: {err}")))?;
+    runtime.block_on(serve(&settings, &data_dir))?;
+    drop(runtime);
+    drop(data_dir);
+    info!("Headwater worker stopped");
+    Ok(())
+}
+
+async fn serve(settings: &Settings, data_dir: &DataDir) -> Result<(), Failure> {
+    let mut signals = Signals::install()?;
+
+    let listener = TcpListener::bind(settings.rest_listen)
+        .await
+        .map_err(|err| {
+            Failure::runtime(format!(
+                "cannot bind the REST listener on {}: {err}",
+                settings.rest_listen
+            ))
+        })?;
+    let rest_addr = listener.local_addr().map_err(|err| {
+        Failure::runtime(format!("cannot read the REST listener's address: {err}"))
+    })?;
+
+    // Logged only now so that a failed start-up prints nothing but its error.
+    if data_dir.created_cluster_id() {
+        info!(
+            kafka_cluster_id = %data_dir.cluster_id(),
+            "generated a new Kafka cluster id for this data dir"
+        );
+    }
+    info!(
+        kafka_listen = %settings.kafka_listen,
+        "the Kafka protocol listener is not part of this build yet; kafka_listen is validated but not bound"
+    );
+
+    let state = RestState::new(ServerInfo {
+        version: VERSION.to_owned(),
+        commit: COMMIT.to_owned(),
+        kafka_cluster_id: data_dir.cluster_id().to_owned(),
+    });
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut server = tokio::spawn(headwater_rest::serve(listener, state, async move {
+        let _ = stop_rx.await;
+    }));
+
+    info!(
+        rest = %format_args!("http://{rest_addr}"),
+        data_dir = %data_dir.path().display(),
+        kafka_cluster_id = %data_dir.cluster_id(),
+        version = %VERSION,
+        commit = %COMMIT,
+        "Headwater worker started"
+    );
+
+    tokio::select! {
+        name = signals.recv() => {
+            info!(signal = %name, "shutting down: no longer accepting connections");
+        }
+        outcome = &mut server => {
+            return Err(Failure::runtime(match outcome {
+                Ok(Ok(())) => "the REST server stopped unexpectedly".to_owned(),
+                Ok(Err(err)) => format!("the REST server failed: {err}"),
+                Err(err) => format!("the REST server crashed: {err}"),
+            }));
+        }
+    }
+    let _ = stop_tx.send(());
+
+    tokio::select! {
+        outcome = tokio::time::timeout(SHUTDOWN_GRACE, &mut server) => match outcome {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(err))) => {
+                return Err(Failure::runtime(format!("the REST server failed while stopping: {err}")));
+            }
+            Ok(Err(err)) => {
+                return Err(Failure::runtime(format!("the REST server crashed while stopping: {err}")));
+            }
+            Err(_) => warn!(
+                grace_secs = SHUTDOWN_GRACE.as_secs(),
+                "in-flight requests did not finish in time; closing their connections"
+            ),
+        },
+        name = signals.recv() => {
+            warn!(signal = %name, "second signal: closing open connections now");
+        }
+    }
+    server.abort();
+    Ok(())
+}
+
+/// SIGINT and SIGTERM, whichever comes first.
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Self, Failure> {
+        let install = |kind: SignalKind, name: &str| {
+            signal(kind).map_err(|err| {
+                Failure::runtime(format!("cannot install the {name} handler: {err}"))
+            })
+        };
+        Ok(Self {
+            interrupt: install(SignalKind::interrupt(), "SIGINT")?,
+            terminate: install(SignalKind::terminate(), "SIGTERM")?,
+        })
+    }
+
+    /// Waits for the next signal and returns its name.
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.interrupt.recv() => "SIGINT",
+            _ = self.terminate.recv() => "SIGTERM",
+        }
+    }
+}
