@@ -69,13 +69,47 @@ impl SourceTaskContext {
     }
 }
 
+/// Whether the records returned so far end on a source transaction boundary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Boundary {
+    /// Every record returned up to now belongs to complete source transactions (or the source
+    /// has no transactions): the engine may commit them, with their offsets, atomically.
+    Commit,
+    /// The last record is inside a source transaction that continues in a later poll: the
+    /// engine keeps its log transaction open (records stay invisible to read_committed readers).
+    Open,
+}
+
+/// What one [`SourceTask::poll`] returns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SourceBatch {
+    pub records: Vec<SourceRecord>,
+    pub boundary: Boundary,
+}
+
+impl SourceBatch {
+    /// Records that end on a transaction boundary.
+    pub fn committed(records: Vec<SourceRecord>) -> Self {
+        SourceBatch {
+            records,
+            boundary: Boundary::Commit,
+        }
+    }
+    /// Nothing new (keeps the current boundary state: committed).
+    pub fn empty() -> Self {
+        Self::committed(Vec::new())
+    }
+}
+
 /// A source task: reads changes and returns them as records.
 ///
 /// Contract:
 /// - `start` resumes from `context.committed_offsets` (or starts fresh when there are none);
 /// - `poll` returns the next batch in source order, waiting a bounded time when there is nothing
-///   (an empty batch is fine); it must keep answering the source's keepalives while the engine
-///   applies backpressure by not calling it;
+///   (an empty batch is fine), and says whether it ends on a source transaction boundary, so
+///   that one source transaction is committed to the log atomically however many polls it
+///   spans; it must keep answering the source's keepalives while the engine applies
+///   backpressure by not calling it;
 /// - `commit` is called with offsets whose records are all durable; only then may the task
 ///   acknowledge the source;
 /// - `stop` releases connections; after it, no method is called again.
@@ -85,7 +119,7 @@ pub trait SourceTask: Send {
         context: SourceTaskContext,
         props: Properties,
     ) -> BoxFuture<'_, Result<(), ConnectError>>;
-    fn poll(&mut self) -> BoxFuture<'_, Result<Vec<SourceRecord>, ConnectError>>;
+    fn poll(&mut self) -> BoxFuture<'_, Result<SourceBatch, ConnectError>>;
     fn commit<'a>(
         &'a mut self,
         committed: &'a [(OffsetMap, OffsetMap)],
