@@ -16,11 +16,15 @@ pub mod log;
 pub mod partition;
 pub mod partitioner;
 pub mod segment;
+pub mod txn;
 pub mod varint;
 
 pub use batch::{
     BatchBuilder, Compression, DecodedBatch, ProducerFields, RecordHeader, RecordView,
 };
 pub use config::{CleanupPolicy, FlushPolicy, LogOptions, TopicCompression, TopicConfig};
-pub use log::{AppendResult, CommitTicket, Log, LogError, ReadResult};
+pub use log::{
+    AppendResult, CommitTicket, Isolation, Log, LogError, OwnedRecord, ReadResult, Transaction,
+};
 pub use partitioner::{murmur2, partition_for_key, Partitioner};
+pub use txn::AbortedTxn;

@@ -26,10 +26,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::batch::{BatchBuilder, BatchError};
+use crate::batch::{control_batch, BatchBuilder, BatchError, ControlType, ProducerFields};
 use crate::config::{FlushPolicy, LogOptions, TopicConfig};
 use crate::partition::{sync_dir, Partition};
 use crate::segment::{read_full_at, SegmentError};
+use crate::txn::AbortedTxn;
 
 /// Errors of the log.
 #[derive(Debug, thiserror::Error)]
@@ -92,12 +93,306 @@ pub struct AppendResult {
     pub last_offset: i64,
 }
 
+/// Which records a reader may see (Kafka's `isolation.level`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// Everything durable, including data of open or aborted transactions.
+    ReadUncommitted,
+    /// Only up to the last stable offset; aborted transactions are listed for filtering.
+    #[default]
+    ReadCommitted,
+}
+
 /// Bytes read from a partition: whole batches, exactly as stored.
 #[derive(Clone, Debug, Default)]
 pub struct ReadResult {
     pub bytes: Vec<u8>,
     pub high_watermark: i64,
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
+    /// For read_committed reads: aborted transactions overlapping the returned range (as in a
+    /// Kafka Fetch response); their batches must be skipped, as must control batches.
+    pub aborted: Vec<AbortedTxn>,
+}
+
+/// One record visible to a reader, with owned bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedRecord {
+    pub offset: i64,
+    pub timestamp: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
+}
+
+impl ReadResult {
+    /// The offset after the last batch returned (`None` when nothing was returned).
+    pub fn next_offset(&self) -> Result<Option<i64>, LogError> {
+        let mut pos = 0;
+        let mut next = None;
+        while pos < self.bytes.len() {
+            let header = crate::batch::BatchHeader::parse(&self.bytes[pos..])?;
+            next = Some(header.next_offset());
+            pos += header.total_size();
+        }
+        Ok(next)
+    }
+
+    /// The data records at or after `from_offset`, skipping control batches and (for
+    /// read_committed reads) aborted transactions.
+    pub fn records(&self, from_offset: i64) -> Result<Vec<OwnedRecord>, LogError> {
+        let mut out = Vec::new();
+        let mut pos = 0;
+        while pos < self.bytes.len() {
+            let decoded = crate::batch::DecodedBatch::decode(&self.bytes[pos..])?;
+            let h = decoded.header;
+            pos += h.total_size();
+            if h.is_control() || h.next_offset() <= from_offset {
+                continue;
+            }
+            if h.is_transactional()
+                && self.aborted.iter().any(|a| {
+                    a.producer_id == h.producer_id
+                        && a.first_offset <= h.base_offset
+                        && h.base_offset < a.last_offset
+                })
+            {
+                continue;
+            }
+            for r in decoded.records()? {
+                if r.offset < from_offset {
+                    continue;
+                }
+                out.push(OwnedRecord {
+                    offset: r.offset,
+                    timestamp: r.timestamp,
+                    key: r.key.map(<[u8]>::to_vec),
+                    value: r.value.map(<[u8]>::to_vec),
+                    headers: r
+                        .headers
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), v.map(<[u8]>::to_vec)))
+                        .collect(),
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A transaction over any partitions of any topics. Dropping it unfinished aborts it.
+pub struct Transaction {
+    log: Log,
+    producer_id: i64,
+    touched: Vec<(String, u32)>,
+    finished: bool,
+}
+
+impl Transaction {
+    pub fn producer_id(&self) -> i64 {
+        self.producer_id
+    }
+
+    /// The producer fields every batch of this transaction must carry.
+    pub fn producer_fields(&self) -> ProducerFields {
+        ProducerFields {
+            producer_id: self.producer_id,
+            producer_epoch: 0,
+            base_sequence: -1,
+            transactional: true,
+        }
+    }
+
+    /// Appends a batch built with [`Transaction::producer_fields`].
+    pub fn append(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        batch: Vec<u8>,
+    ) -> Result<AppendResult, LogError> {
+        let header = crate::batch::BatchHeader::parse(&batch)?;
+        if !header.is_transactional()
+            || header.is_control()
+            || header.producer_id != self.producer_id
+        {
+            return Err(LogError::InvalidBatch(BatchError::Corrupt(format!(
+                "a batch of transaction {} must be transactional with that producer id",
+                self.producer_id
+            ))));
+        }
+        let result = self.log.append(topic, partition, batch)?;
+        if !self
+            .touched
+            .iter()
+            .any(|(t, p)| t == topic && *p == partition)
+        {
+            self.touched.push((topic.to_owned(), partition));
+        }
+        Ok(result)
+    }
+
+    /// Builds and appends a batch; `builder` must use [`Transaction::producer_fields`].
+    pub fn append_builder(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        builder: BatchBuilder,
+    ) -> Result<AppendResult, LogError> {
+        self.append(topic, partition, builder.build()?)
+    }
+
+    /// The partitions written so far.
+    pub fn partitions(&self) -> &[(String, u32)] {
+        &self.touched
+    }
+
+    /// Commits: makes the data durable, then writes and syncs a commit marker in every
+    /// partition touched. Returns once the transaction is durable and visible to
+    /// read_committed readers. A crash at any point either keeps all of it (some marker was
+    /// durable, so recovery completes the others) or none of it.
+    pub fn commit(mut self) -> Result<(), LogError> {
+        self.finished = true;
+        if self.touched.is_empty() {
+            return Ok(());
+        }
+        self.log.commit().wait()?;
+        self.write_markers(ControlType::Commit)?;
+        self.log.commit().wait()
+    }
+
+    /// [`Transaction::commit`] for async callers.
+    pub async fn commit_async(mut self) -> Result<(), LogError> {
+        self.finished = true;
+        if self.touched.is_empty() {
+            return Ok(());
+        }
+        self.log.commit().durable().await?;
+        self.write_markers(ControlType::Commit)?;
+        self.log.commit().durable().await
+    }
+
+    /// Aborts: writes abort markers; the data stays on disk but no read_committed reader
+    /// will ever see it. Returns once the markers are durable.
+    pub fn abort(mut self) -> Result<(), LogError> {
+        self.finished = true;
+        if self.touched.is_empty() {
+            return Ok(());
+        }
+        self.write_markers(ControlType::Abort)?;
+        self.log.commit().wait()
+    }
+
+    /// Lets go of the transaction without writing any marker, as a process that dies mid-way
+    /// would: it stays open (blocking the last stable offset) until the next open of the log
+    /// recovers it. Crash tests use it; the engine never should.
+    pub fn abandon(mut self) {
+        self.finished = true;
+    }
+
+    fn write_markers(&self, kind: ControlType) -> Result<(), LogError> {
+        let now = now_ms();
+        for (topic, partition) in &self.touched {
+            self.log.append(
+                topic,
+                *partition,
+                control_batch(self.producer_id, 0, kind, now),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        if !self.finished && !self.touched.is_empty() {
+            // Best effort; recovery aborts it otherwise.
+            let _ = self.write_markers(ControlType::Abort);
+            let _ = self.log.commit();
+        }
+    }
+}
+
+/// Allocates producer ids, unique for the life of the log: blocks of ids are reserved in the
+/// `producer-ids` file before use.
+struct ProducerIds {
+    next: i64,
+    reserved_until: i64,
+}
+
+const PRODUCER_ID_BLOCK: i64 = 1000;
+
+impl ProducerIds {
+    fn open(dir: &Path, max_seen: i64) -> Result<Self, LogError> {
+        let path = dir.join("producer-ids");
+        let stored = fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().parse::<i64>().ok())
+            .unwrap_or(0);
+        let next = stored.max(max_seen + 1).max(0);
+        Ok(ProducerIds {
+            next,
+            reserved_until: next,
+        })
+    }
+
+    fn allocate(&mut self, dir: &Path) -> Result<i64, LogError> {
+        if self.next >= self.reserved_until {
+            let until = self.next + PRODUCER_ID_BLOCK;
+            write_atomically(&dir.join("producer-ids"), until.to_string().as_bytes())?;
+            self.reserved_until = until;
+        }
+        let id = self.next;
+        self.next += 1;
+        Ok(id)
+    }
+}
+
+/// Ends transactions that a crash left without markers: committed where any partition holds
+/// its commit marker (the marker is written only after all its data was durable), aborted
+/// everywhere else.
+fn finish_interrupted_transactions(
+    opened: &mut [(TopicMeta, Vec<Partition>)],
+) -> Result<(), LogError> {
+    let mut committed = std::collections::HashSet::new();
+    for (_, partitions) in opened.iter_mut() {
+        for p in partitions.iter_mut() {
+            committed.extend(p.txn_mut().take_committed_in_scan());
+        }
+    }
+    let now = now_ms();
+    for (meta, partitions) in opened.iter_mut() {
+        for (id, p) in partitions.iter_mut().enumerate() {
+            let unmarked = p.txn().unmarked();
+            if unmarked.is_empty() {
+                continue;
+            }
+            let dir = p.dir().to_owned();
+            for (pid, first_offset) in unmarked {
+                let kind = if committed.contains(&pid) {
+                    ControlType::Commit
+                } else {
+                    ControlType::Abort
+                };
+                let mut marker = control_batch(pid, 0, kind, now);
+                p.append(&mut marker, &meta.config, now)
+                    .map_err(io_err(&dir))?;
+                tracing::info!(
+                    topic = %meta.name,
+                    partition = id,
+                    producer_id = pid,
+                    first_offset,
+                    outcome = ?kind,
+                    "finished a transaction interrupted by a crash"
+                );
+            }
+            for f in p.files_to_sync() {
+                f.sync_data().map_err(io_err(&dir))?;
+            }
+            let end = p.next_offset();
+            p.txn_mut().complete_markers(end);
+        }
+    }
+    Ok(())
 }
 
 /// Milliseconds since the epoch.
@@ -121,7 +416,8 @@ struct PartitionSlot {
     state: Mutex<Partition>,
     /// Offsets below this are durable and readable.
     high_watermark: AtomicI64,
-    hw_watch: watch::Sender<i64>,
+    /// (high watermark, last stable offset), published after every flush round.
+    hw_watch: watch::Sender<(i64, i64)>,
     dirty: AtomicBool,
 }
 
@@ -150,6 +446,7 @@ struct Inner {
     flush_done: Condvar,
     flush_done_async: tokio::sync::Notify,
     poisoned: AtomicBool,
+    pids: Mutex<ProducerIds>,
 }
 
 /// The embedded log. Cheap to clone; all clones share one log.
@@ -179,8 +476,8 @@ impl Log {
             return Err(LogError::Locked(dir));
         }
         let checkpoints = read_checkpoint(&dir.join(CHECKPOINT_FILE));
-        let mut topics = BTreeMap::new();
         let topics_dir = dir.join("topics");
+        let mut opened: Vec<(TopicMeta, Vec<Partition>)> = Vec::new();
         for entry in fs::read_dir(&topics_dir).map_err(io_err(&topics_dir))? {
             let path = entry.map_err(io_err(&topics_dir))?.path();
             if path.extension().and_then(|e| e.to_str()) != Some("json") {
@@ -194,12 +491,12 @@ impl Log {
             let mut partitions = Vec::with_capacity(meta.partitions as usize);
             for id in 0..meta.partitions {
                 let pdir = dir.join(format!("{}-{id}", meta.name));
-                let recovery_point = checkpoints
+                let (recovery_point, first_unstable) = checkpoints
                     .get(&(meta.name.clone(), id))
                     .copied()
-                    .unwrap_or(0);
-                let (partition, recovery) =
-                    Partition::open(&pdir, recovery_point).map_err(|source| LogError::Corrupt {
+                    .unwrap_or((0, 0));
+                let (partition, recovery) = Partition::open(&pdir, recovery_point, first_unstable)
+                    .map_err(|source| LogError::Corrupt {
                         topic: meta.name.clone(),
                         partition: id,
                         source,
@@ -213,16 +510,31 @@ impl Log {
                         "recovery removed an unfinished write from the end of the partition"
                     );
                 }
-                partitions.push(Arc::new(PartitionSlot::new(&meta.name, id, partition)));
+                partitions.push(partition);
             }
+            opened.push((meta, partitions));
+        }
+        finish_interrupted_transactions(&mut opened)?;
+        let mut max_pid = -1i64;
+        let mut topics = BTreeMap::new();
+        for (meta, partitions) in opened {
+            let slots = partitions
+                .into_iter()
+                .enumerate()
+                .map(|(id, p)| {
+                    max_pid = max_pid.max(p.txn().max_producer_id());
+                    Arc::new(PartitionSlot::new(&meta.name, id as u32, p))
+                })
+                .collect();
             topics.insert(
                 meta.name.clone(),
                 Arc::new(Topic {
                     config: meta.config,
-                    partitions,
+                    partitions: slots,
                 }),
             );
         }
+        let pids = ProducerIds::open(&dir, max_pid)?;
         let inner = Arc::new(Inner {
             dir,
             options,
@@ -238,6 +550,7 @@ impl Log {
             flush_done: Condvar::new(),
             flush_done_async: tokio::sync::Notify::new(),
             poisoned: AtomicBool::new(false),
+            pids: Mutex::new(pids),
         });
         let flusher_inner = inner.clone();
         let handle = std::thread::Builder::new()
@@ -447,8 +760,7 @@ impl Log {
         }
     }
 
-    /// Reads whole batches from `offset` up to `max_bytes` (at least one batch), never past
-    /// the high watermark.
+    /// Reads whole batches from `offset` up to `max_bytes` (at least one batch), read_committed.
     pub fn read(
         &self,
         topic: &str,
@@ -456,9 +768,28 @@ impl Log {
         offset: i64,
         max_bytes: usize,
     ) -> Result<ReadResult, LogError> {
+        self.read_with(
+            topic,
+            partition,
+            offset,
+            max_bytes,
+            Isolation::ReadCommitted,
+        )
+    }
+
+    /// Reads whole batches from `offset` up to `max_bytes` (at least one batch), never past
+    /// the high watermark, and with read_committed never past the last stable offset.
+    pub fn read_with(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: i64,
+        max_bytes: usize,
+        isolation: Isolation,
+    ) -> Result<ReadResult, LogError> {
         let slot = self.slot(topic, partition)?;
         let high_watermark = slot.high_watermark.load(Ordering::Acquire);
-        let (plan, log_start) = {
+        let (plan, log_start, lso, aborted) = {
             let state = lock(&slot.state);
             let log_start = state.log_start_offset();
             if offset < log_start || offset > high_watermark {
@@ -470,14 +801,23 @@ impl Log {
                     log_end: high_watermark,
                 });
             }
+            let lso = state.last_stable_offset(high_watermark);
+            let upper = match isolation {
+                Isolation::ReadUncommitted => high_watermark,
+                Isolation::ReadCommitted => lso,
+            };
             let plan = state
-                .plan_read(offset, max_bytes, high_watermark)
+                .plan_read(offset, max_bytes, upper)
                 .map_err(|source| LogError::Corrupt {
                     topic: topic.to_owned(),
                     partition,
                     source,
                 })?;
-            (plan, log_start)
+            let aborted = match (&plan, isolation) {
+                (Some(_), Isolation::ReadCommitted) => state.aborted_overlapping(offset, upper),
+                _ => Vec::new(),
+            };
+            (plan, log_start, lso, aborted)
         };
         let mut bytes = Vec::new();
         if let Some(plan) = plan {
@@ -489,7 +829,31 @@ impl Log {
         Ok(ReadResult {
             bytes,
             high_watermark,
+            last_stable_offset: lso,
             log_start_offset: log_start,
+            aborted,
+        })
+    }
+
+    /// The last stable offset: below it every transaction is decided (Kafka's LSO).
+    pub fn last_stable_offset(&self, topic: &str, partition: u32) -> Result<i64, LogError> {
+        let slot = self.slot(topic, partition)?;
+        let hw = slot.high_watermark.load(Ordering::Acquire);
+        let state = lock(&slot.state);
+        Ok(state.last_stable_offset(hw))
+    }
+
+    /// Starts a transaction: its batches (built with [`Transaction::producer_fields`]) stay
+    /// invisible to read_committed readers until [`Transaction::commit`] makes all of them
+    /// visible at once, in every partition it touched.
+    pub fn begin_transaction(&self) -> Result<Transaction, LogError> {
+        self.check_writable()?;
+        let producer_id = lock(&self.inner.pids).allocate(&self.inner.dir)?;
+        Ok(Transaction {
+            log: self.clone(),
+            producer_id,
+            touched: Vec::new(),
+            finished: false,
         })
     }
 
@@ -552,10 +916,35 @@ impl Log {
         offset: i64,
         timeout: Duration,
     ) -> Result<i64, LogError> {
+        self.wait_for(
+            topic,
+            partition,
+            offset,
+            timeout,
+            Isolation::ReadUncommitted,
+        )
+        .await
+    }
+
+    /// Waits until data past `offset` is readable with `isolation` (the high watermark, or
+    /// the last stable offset, passes it) or `timeout` elapses; returns that bound then.
+    pub async fn wait_for(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: i64,
+        timeout: Duration,
+        isolation: Isolation,
+    ) -> Result<i64, LogError> {
         let slot = self.slot(topic, partition)?;
         let mut rx = slot.hw_watch.subscribe();
-        let _ = tokio::time::timeout(timeout, rx.wait_for(|hw| *hw > offset)).await;
-        Ok(slot.high_watermark.load(Ordering::Acquire))
+        let pick = move |bounds: &(i64, i64)| match isolation {
+            Isolation::ReadUncommitted => bounds.0,
+            Isolation::ReadCommitted => bounds.1,
+        };
+        let _ = tokio::time::timeout(timeout, rx.wait_for(|b| pick(b) > offset)).await;
+        let bounds = *rx.borrow();
+        Ok(pick(&bounds))
     }
 
     /// Flushes everything, writes the recovery checkpoint and stops the flusher.
@@ -608,7 +997,8 @@ impl Drop for Log {
 impl PartitionSlot {
     fn new(topic: &str, id: u32, partition: Partition) -> Self {
         let end = partition.next_offset();
-        let (hw_watch, _) = watch::channel(end);
+        let lso = partition.last_stable_offset(end);
+        let (hw_watch, _) = watch::channel((end, lso));
         PartitionSlot {
             topic: topic.to_owned(),
             id,
@@ -783,22 +1173,32 @@ fn flush_dirty_partitions(inner: &Inner) -> Result<(), LogError> {
     }
     for (slot, end, _) in work {
         slot.high_watermark.fetch_max(end, Ordering::AcqRel);
-        slot.hw_watch
-            .send_replace(slot.high_watermark.load(Ordering::Acquire));
+        let hw = slot.high_watermark.load(Ordering::Acquire);
+        let lso = {
+            let mut state = lock(&slot.state);
+            state.txn_mut().complete_markers(hw);
+            state.last_stable_offset(hw)
+        };
+        slot.hw_watch.send_replace((hw, lso));
     }
     Ok(())
 }
 
-fn read_checkpoint(path: &Path) -> HashMap<(String, u32), i64> {
+/// Per partition: (recovery point, first unstable offset) from the last checkpoint.
+fn read_checkpoint(path: &Path) -> HashMap<(String, u32), (i64, i64)> {
     let Ok(text) = fs::read_to_string(path) else {
         return HashMap::new();
     };
-    let parsed: Vec<(String, u32, i64)> = serde_json::from_str(&text).unwrap_or_default();
-    parsed.into_iter().map(|(t, p, o)| ((t, p), o)).collect()
+    let parsed: Vec<(String, u32, i64, i64)> = serde_json::from_str(&text).unwrap_or_default();
+    parsed
+        .into_iter()
+        .map(|(t, p, rp, fu)| ((t, p), (rp, fu)))
+        .collect()
 }
 
-/// Records, per partition, the offset up to which data is known durable (the high watermark).
-/// Recovery trusts data below it and re-verifies what follows.
+/// Records, per partition, the offset up to which data is known durable (the high watermark)
+/// and the first offset of any transaction still open. Recovery trusts data below the first,
+/// re-verifies what follows, and replays transaction markers from the smaller of the two.
 fn write_checkpoint(inner: &Inner) -> Result<(), LogError> {
     let topics: Vec<Arc<Topic>> = inner
         .topics
@@ -807,14 +1207,15 @@ fn write_checkpoint(inner: &Inner) -> Result<(), LogError> {
         .values()
         .cloned()
         .collect();
-    let mut entries: Vec<(String, u32, i64)> = Vec::new();
+    let mut entries: Vec<(String, u32, i64, i64)> = Vec::new();
     for topic in &topics {
         for slot in &topic.partitions {
-            entries.push((
-                slot.topic.clone(),
-                slot.id,
-                slot.high_watermark.load(Ordering::Acquire),
-            ));
+            let hw = slot.high_watermark.load(Ordering::Acquire);
+            let first_unstable = lock(&slot.state)
+                .txn()
+                .first_unstable_offset()
+                .unwrap_or(hw);
+            entries.push((slot.topic.clone(), slot.id, hw, first_unstable.min(hw)));
         }
     }
     let path = inner.dir.join(CHECKPOINT_FILE);

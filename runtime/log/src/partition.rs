@@ -12,9 +12,10 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::batch::{self, BatchHeader};
+use crate::batch::{self, BatchHeader, ControlType, DecodedBatch};
 use crate::config::TopicConfig;
 use crate::segment::{BatchLocation, Segment, SegmentError, TailRecovery};
+use crate::txn::{AbortedTxn, TxnState};
 
 /// Where a read must fetch its bytes from: whole batches in one file range.
 #[derive(Clone, Debug)]
@@ -31,6 +32,7 @@ pub struct Partition {
     log_start_offset: i64,
     /// Segments rolled since the last flush; they need a final fsync before the flush completes.
     unsynced_rolled: Vec<std::sync::Arc<fs::File>>,
+    txn: TxnState,
 }
 
 impl Partition {
@@ -44,14 +46,19 @@ impl Partition {
             segments: vec![segment],
             log_start_offset: 0,
             unsynced_rolled: Vec::new(),
+            txn: TxnState::open(dir)?,
         })
     }
 
-    /// Opens a partition directory, recovering segments at and after `recovery_point`.
-    /// Returns the partition and what the recovery removed.
+    /// Opens a partition directory, recovering segments at and after `recovery_point`, and
+    /// rebuilds the transaction state by scanning batch headers from
+    /// `min(recovery_point, first_unstable_offset)` (every transaction open at the last
+    /// checkpoint, or begun after it, starts there). Returns the partition and what the
+    /// recovery removed.
     pub fn open(
         dir: &Path,
         recovery_point: i64,
+        first_unstable_offset: i64,
     ) -> Result<(Partition, TailRecovery), SegmentError> {
         let mut bases: Vec<i64> = Vec::new();
         for entry in fs::read_dir(dir)? {
@@ -101,15 +108,19 @@ impl Partition {
             segments.push(segment);
         }
         let log_start_offset = segments.first().map_or(0, Segment::base_offset);
-        Ok((
-            Partition {
-                dir: dir.to_owned(),
-                segments,
-                log_start_offset,
-                unsynced_rolled: Vec::new(),
-            },
-            recovery,
-        ))
+        let mut partition = Partition {
+            dir: dir.to_owned(),
+            segments,
+            log_start_offset,
+            unsynced_rolled: Vec::new(),
+            txn: TxnState::open(dir)?,
+        };
+        partition.rebuild_txn_state(
+            recovery_point
+                .min(first_unstable_offset)
+                .max(log_start_offset),
+        )?;
+        Ok((partition, recovery))
     }
 
     pub fn dir(&self) -> &Path {
@@ -157,7 +168,69 @@ impl Partition {
         }
         let last = self.segments.len() - 1;
         self.segments[last].append(batch_bytes, &header, now_ms)?;
+        if header.is_transactional() {
+            let control = if header.is_control() {
+                control_type_of(batch_bytes)
+            } else {
+                None
+            };
+            self.txn.on_batch(&header, control)?;
+        }
         Ok(header)
+    }
+
+    /// Replays transactional batch headers from `from_offset` to the end into the
+    /// transaction state (recovery).
+    fn rebuild_txn_state(&mut self, from_offset: i64) -> Result<(), SegmentError> {
+        let idx = match self
+            .segments
+            .partition_point(|s| s.base_offset() <= from_offset)
+        {
+            0 => 0,
+            n => n - 1,
+        };
+        for segment in &self.segments[idx..] {
+            let start = match segment.find_batch(from_offset, segment.size())? {
+                Some(loc) => loc.position,
+                None => continue,
+            };
+            for loc in segment.batches(start, segment.size())? {
+                if !loc.header.is_transactional() {
+                    continue;
+                }
+                let control = if loc.header.is_control() {
+                    let mut bytes = vec![0u8; loc.header.total_size()];
+                    crate::segment::read_full_at(segment.file(), &mut bytes, loc.position)?;
+                    control_type_of(&bytes)
+                } else {
+                    None
+                };
+                self.txn.on_batch(&loc.header, control)?;
+            }
+        }
+        // Everything on disk at open is durable now: markers found complete their transactions.
+        self.txn.complete_markers(self.next_offset());
+        Ok(())
+    }
+
+    /// Transaction state (open transactions, aborted ranges).
+    pub fn txn(&self) -> &TxnState {
+        &self.txn
+    }
+    pub fn txn_mut(&mut self) -> &mut TxnState {
+        &mut self.txn
+    }
+
+    /// The offset below which no transaction is undecided, capped by `high_watermark`.
+    pub fn last_stable_offset(&self, high_watermark: i64) -> i64 {
+        self.txn
+            .first_unstable_offset()
+            .map_or(high_watermark, |f| f.min(high_watermark))
+    }
+
+    /// Aborted transactions a read_committed reader of `[start, end)` must skip.
+    pub fn aborted_overlapping(&self, start: i64, end: i64) -> Vec<AbortedTxn> {
+        self.txn.aborted_overlapping(start, end)
     }
 
     fn roll_due(&self, incoming: u64, config: &TopicConfig, now_ms: i64) -> bool {
@@ -189,6 +262,7 @@ impl Partition {
     pub fn files_to_sync(&mut self) -> Vec<std::sync::Arc<fs::File>> {
         let mut files = std::mem::take(&mut self.unsynced_rolled);
         files.push(self.active().file().clone());
+        files.extend(self.txn.take_file_to_sync());
         files
     }
 
@@ -286,6 +360,13 @@ impl Partition {
         }
         fs::remove_dir_all(&self.dir)
     }
+}
+
+/// The marker type of a control batch's first record.
+fn control_type_of(batch_bytes: &[u8]) -> Option<ControlType> {
+    let decoded = DecodedBatch::decode(batch_bytes).ok()?;
+    let records = decoded.records().ok()?;
+    batch::control_type(records.first()?.key?)
 }
 
 /// fsyncs a directory so that file creations and renames in it are durable.
