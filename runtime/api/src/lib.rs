@@ -24,7 +24,8 @@ pub use config::{
 };
 pub use error::{ConnectError, DataError, ErrorKind};
 pub use plugin::{
-    Predicate, Properties, SourceConnector, SourceTask, SourceTaskContext, Transform,
+    Boundary, PluginFactory, Predicate, Properties, SourceBatch, SourceConnector, SourceTask,
+    SourceTaskContext, Transform,
 };
 pub use record::{ConnectRecord, Header, Headers, OffsetMap, OffsetValue, SourceRecord};
 pub use schema::{Field, Schema, SchemaBuilder, SchemaRef, SchemaType};
