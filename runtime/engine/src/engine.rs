@@ -1,0 +1,780 @@
+//! The engine ("herder" in Kafka Connect): the connectors of one worker, their lifecycle and
+//! the operations behind the REST API.
+//!
+//! Invariants:
+//! - every change of a connector's config or target state is durable in the config topic
+//!   before the call returns, so a restarted worker brings each connector back as it was;
+//! - one connector's failure never touches another: each task runs in its own tokio task and
+//!   reports only its own status;
+//! - operations on one connector are serialised by the engine lock; tasks are stopped (and
+//!   awaited) outside of it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use headwater_api::config::{
+    ConfigDef, ConfigKey, ConfigType, ConfigValidation, Importance, Validator,
+};
+use headwater_api::{OffsetMap, Properties, SourceTask};
+use headwater_log::batch::Compression;
+use headwater_log::{Log, TopicConfig};
+use tokio::task::JoinHandle;
+
+use crate::convert::Converters;
+use crate::error::EngineError;
+use crate::model::{
+    ConnectorInfo, ConnectorStateInfo, PluginInfo, State, StateEntry, TargetState, TaskId,
+    TaskInfo, TaskState,
+};
+use crate::plugins::Plugins;
+use crate::runner::{supervise, Control, TaskSetup, TaskShared, TopicDefaults};
+use crate::stores::{InternalTopics, OffsetsByConnector};
+
+/// Worker-wide engine settings.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// `worker_id` shown in statuses (Kafka Connect uses `host:port` of the REST listener).
+    pub worker_id: String,
+    /// Batch compression for topics whose `compression.type` is `producer`.
+    pub default_compression: Compression,
+    pub task_backoff_initial: Duration,
+    pub task_backoff_max: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            worker_id: "127.0.0.1:8083".into(),
+            default_compression: Compression::Lz4,
+            task_backoff_initial: Duration::from_millis(500),
+            task_backoff_max: Duration::from_secs(60),
+        }
+    }
+}
+
+struct RunningTask {
+    config: Properties,
+    shared: Arc<TaskShared>,
+    handle: Option<JoinHandle<()>>,
+}
+
+struct Connector {
+    config: Properties,
+    target: TargetState,
+    state: (State, Option<String>),
+    tasks: Vec<RunningTask>,
+    active_topics: Arc<Mutex<BTreeSet<String>>>,
+}
+
+struct Inner {
+    log: Log,
+    topics: InternalTopics,
+    plugins: Plugins,
+    config: EngineConfig,
+    connectors: tokio::sync::Mutex<BTreeMap<String, Connector>>,
+    offsets: Arc<Mutex<OffsetsByConnector>>,
+}
+
+/// A handle to the engine; cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+/// Kafka Connect's framework keys every connector accepts, with their defaults.
+pub fn framework_config_def() -> ConfigDef {
+    ConfigDef::new()
+        .define(
+            ConfigKey::new("name", ConfigType::String)
+                .importance(Importance::High)
+                .validator(Validator::NonEmptyString)
+                .group("Common", 1)
+                .doc("Globally unique name to use for this connector."),
+        )
+        .define(
+            ConfigKey::new("connector.class", ConfigType::String)
+                .importance(Importance::High)
+                .group("Common", 2)
+                .doc("Name or alias of the class for this connector."),
+        )
+        .define(
+            ConfigKey::new("tasks.max", ConfigType::Int)
+                .default_str("1")
+                .validator(Validator::at_least(1.0))
+                .importance(Importance::High)
+                .group("Common", 3)
+                .doc("Maximum number of tasks to use for this connector."),
+        )
+        .define(
+            ConfigKey::new("errors.tolerance", ConfigType::String)
+                .default_str("none")
+                .validator(Validator::one_of_case_insensitive(&["none", "all"]))
+                .importance(Importance::Medium)
+                .group("Error Handling", 1)
+                .doc("Behavior for tolerating errors during connector operation: 'none' fails the task, 'all' skips problematic records."),
+        )
+        .define(
+            ConfigKey::new("errors.log.enable", ConfigType::Boolean)
+                .default_str("false")
+                .importance(Importance::Medium)
+                .group("Error Handling", 2)
+                .doc("Log each tolerated error."),
+        )
+        .define(
+            ConfigKey::new("topic.creation.default.partitions", ConfigType::Int)
+                .default_str("1")
+                .validator(Validator::at_least(1.0))
+                .importance(Importance::Low)
+                .group("Topic Creation", 1)
+                .doc("Partitions of topics this connector creates."),
+        )
+        .define(
+            ConfigKey::new("topic.creation.default.replication.factor", ConfigType::Int)
+                .default_str("-1")
+                .importance(Importance::Low)
+                .group("Topic Creation", 2)
+                .doc("Accepted for compatibility; a single Headwater node keeps one copy."),
+        )
+        .define(
+            ConfigKey::new("topic.creation.default.cleanup.policy", ConfigType::String)
+                .default_str("delete")
+                .validator(Validator::one_of(&["delete", "compact", "compact,delete", "delete,compact"]))
+                .importance(Importance::Low)
+                .group("Topic Creation", 3)
+                .doc("cleanup.policy of topics this connector creates."),
+        )
+}
+
+impl Engine {
+    /// Opens the internal topics, loads configs and offsets, and starts every connector in
+    /// its stored target state.
+    pub async fn start(
+        log: Log,
+        plugins: Plugins,
+        config: EngineConfig,
+    ) -> Result<Engine, EngineError> {
+        let topics = InternalTopics::open(log.clone())?;
+        let stored = topics.load_connectors()?;
+        let offsets = topics.load_offsets()?;
+        let engine = Engine {
+            inner: Arc::new(Inner {
+                log,
+                topics,
+                plugins,
+                config,
+                connectors: tokio::sync::Mutex::new(BTreeMap::new()),
+                offsets: Arc::new(Mutex::new(offsets)),
+            }),
+        };
+        let mut connectors = engine.inner.connectors.lock().await;
+        for (name, stored) in stored {
+            let mut c = Connector {
+                config: stored.config,
+                target: stored.target,
+                state: (State::Unassigned, None),
+                tasks: Vec::new(),
+                active_topics: Arc::new(Mutex::new(BTreeSet::new())),
+            };
+            engine.start_connector(&name, &mut c);
+            tracing::info!(connector = %name, target = c.target.name(), "restored connector");
+            connectors.insert(name, c);
+        }
+        drop(connectors);
+        Ok(engine)
+    }
+
+    pub fn log(&self) -> &Log {
+        &self.inner.log
+    }
+
+    pub fn plugins(&self) -> &Plugins {
+        &self.inner.plugins
+    }
+
+    /// Validates a full connector configuration: framework keys, the connector's own keys and
+    /// cross-checks, converters and the transform chain. `Err` when `connector.class` is
+    /// missing or unknown (nothing else can be checked then).
+    pub fn validate(&self, props: &Properties) -> Result<ConfigValidation, EngineError> {
+        let class = props.get("connector.class").ok_or_else(|| {
+            EngineError::BadRequest(
+                "Connector config contains no connector type: set \"connector.class\"".into(),
+            )
+        })?;
+        let plugin = self
+            .inner
+            .plugins
+            .find_connector(class)
+            .map_err(EngineError::BadRequest)?;
+        let mut validation = framework_config_def().validate(props);
+        validation.extend((plugin.factory)().validate(props));
+        validation.extend(Converters::validate(props));
+        validation.extend(self.inner.plugins.transforms().validate(props));
+        Ok(validation)
+    }
+
+    fn check_valid(&self, name: &str, props: &Properties) -> Result<(), EngineError> {
+        if name.is_empty() || name.contains('/') {
+            return Err(EngineError::BadRequest(format!(
+                "Connector name {name:?} is invalid: it must be non-empty and must not contain '/'"
+            )));
+        }
+        let validation = self.validate(props)?;
+        if validation.error_count() > 0 {
+            return Err(EngineError::BadRequest(validation.error_message()));
+        }
+        Ok(())
+    }
+
+    /// Names of all connectors, sorted.
+    pub async fn connector_names(&self) -> Vec<String> {
+        self.inner.connectors.lock().await.keys().cloned().collect()
+    }
+
+    /// Creates a connector (409 if it exists).
+    pub async fn create_connector(
+        &self,
+        name: &str,
+        mut config: Properties,
+        initial: TargetState,
+    ) -> Result<ConnectorInfo, EngineError> {
+        config.insert("name".into(), name.to_owned());
+        self.check_valid(name, &config)?;
+        let mut connectors = self.inner.connectors.lock().await;
+        if connectors.contains_key(name) {
+            return Err(EngineError::AlreadyExists(format!(
+                "Connector {name} already exists"
+            )));
+        }
+        self.inner.topics.put_connector(name, &config).await?;
+        self.inner.topics.put_target_state(name, initial).await?;
+        let mut c = Connector {
+            config,
+            target: initial,
+            state: (State::Unassigned, None),
+            tasks: Vec::new(),
+            active_topics: Arc::new(Mutex::new(BTreeSet::new())),
+        };
+        self.start_connector(name, &mut c);
+        let info = info_of(name, &c);
+        connectors.insert(name.to_owned(), c);
+        tracing::info!(connector = %name, "created connector");
+        Ok(info)
+    }
+
+    /// Replaces a connector's configuration (creating it if missing); returns whether it was
+    /// created.
+    pub async fn put_connector_config(
+        &self,
+        name: &str,
+        mut config: Properties,
+    ) -> Result<(bool, ConnectorInfo), EngineError> {
+        if let Some(given) = config.get("name") {
+            if given != name {
+                return Err(EngineError::BadRequest(format!(
+                    "Connector name configuration ({given}) doesn't match connector name in the URL ({name})"
+                )));
+            }
+        }
+        config.insert("name".into(), name.to_owned());
+        self.check_valid(name, &config)?;
+        let mut connectors = self.inner.connectors.lock().await;
+        let created = !connectors.contains_key(name);
+        self.inner.topics.put_connector(name, &config).await?;
+        if created {
+            self.inner
+                .topics
+                .put_target_state(name, TargetState::Started)
+                .await?;
+            let mut c = Connector {
+                config,
+                target: TargetState::Started,
+                state: (State::Unassigned, None),
+                tasks: Vec::new(),
+                active_topics: Arc::new(Mutex::new(BTreeSet::new())),
+            };
+            self.start_connector(name, &mut c);
+            let info = info_of(name, &c);
+            connectors.insert(name.to_owned(), c);
+            return Ok((true, info));
+        }
+        let c = connectors.get_mut(name).ok_or_else(|| not_found(name))?;
+        let handles = take_tasks(c);
+        c.config = config;
+        drop(connectors);
+        join_all(handles).await;
+        let mut connectors = self.inner.connectors.lock().await;
+        let c = connectors.get_mut(name).ok_or_else(|| not_found(name))?;
+        self.start_connector(name, c);
+        Ok((false, info_of(name, c)))
+    }
+
+    /// Applies a partial update: `None` removes a key.
+    pub async fn patch_connector_config(
+        &self,
+        name: &str,
+        patch: BTreeMap<String, Option<String>>,
+    ) -> Result<ConnectorInfo, EngineError> {
+        let mut config = self.connector_config(name).await?;
+        for (k, v) in patch {
+            match v {
+                Some(v) => config.insert(k, v),
+                None => config.remove(&k),
+            };
+        }
+        Ok(self.put_connector_config(name, config).await?.1)
+    }
+
+    pub async fn connector_config(&self, name: &str) -> Result<Properties, EngineError> {
+        let connectors = self.inner.connectors.lock().await;
+        Ok(connectors
+            .get(name)
+            .ok_or_else(|| not_found(name))?
+            .config
+            .clone())
+    }
+
+    pub async fn connector_info(&self, name: &str) -> Result<ConnectorInfo, EngineError> {
+        let connectors = self.inner.connectors.lock().await;
+        Ok(info_of(
+            name,
+            connectors.get(name).ok_or_else(|| not_found(name))?,
+        ))
+    }
+
+    pub async fn tasks(&self, name: &str) -> Result<Vec<TaskInfo>, EngineError> {
+        let connectors = self.inner.connectors.lock().await;
+        let c = connectors.get(name).ok_or_else(|| not_found(name))?;
+        Ok(c.tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| TaskInfo {
+                id: TaskId {
+                    connector: name.to_owned(),
+                    task: i as u32,
+                },
+                config: t.config.clone(),
+            })
+            .collect())
+    }
+
+    pub async fn status(&self, name: &str) -> Result<ConnectorStateInfo, EngineError> {
+        let connectors = self.inner.connectors.lock().await;
+        let c = connectors.get(name).ok_or_else(|| {
+            EngineError::NotFound(format!("No status found for connector {name}"))
+        })?;
+        Ok(self.status_of(name, c))
+    }
+
+    pub async fn task_status(&self, name: &str, task: u32) -> Result<TaskState, EngineError> {
+        let status = self.status(name).await?;
+        status
+            .tasks
+            .into_iter()
+            .find(|t| t.id == task)
+            .ok_or_else(|| EngineError::NotFound(format!("No status found for task {name}-{task}")))
+    }
+
+    fn status_of(&self, name: &str, c: &Connector) -> ConnectorStateInfo {
+        let worker_id = self.inner.config.worker_id.clone();
+        let (state, trace) = match c.target {
+            TargetState::Stopped => (State::Stopped, None),
+            TargetState::Paused if c.state.0 != State::Failed => (State::Paused, None),
+            _ => c.state.clone(),
+        };
+        ConnectorStateInfo {
+            name: name.to_owned(),
+            connector: StateEntry {
+                state,
+                worker_id: worker_id.clone(),
+                trace,
+            },
+            tasks: c
+                .tasks
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let (state, trace) = t.shared.status();
+                    TaskState {
+                        id: i as u32,
+                        state,
+                        worker_id: worker_id.clone(),
+                        trace,
+                    }
+                })
+                .collect(),
+            connector_type: "source".into(),
+        }
+    }
+
+    /// Sets the target state (pause, resume, stop).
+    pub async fn set_target(&self, name: &str, target: TargetState) -> Result<(), EngineError> {
+        let mut connectors = self.inner.connectors.lock().await;
+        let c = connectors
+            .get_mut(name)
+            .ok_or_else(|| EngineError::NotFound(format!("Unknown connector {name}")))?;
+        self.inner.topics.put_target_state(name, target).await?;
+        let previous = c.target;
+        c.target = target;
+        match target {
+            TargetState::Paused => {
+                for t in &c.tasks {
+                    t.shared.control.send_replace(Control::Pause);
+                }
+            }
+            TargetState::Stopped => {
+                let handles = take_tasks(c);
+                drop(connectors);
+                join_all(handles).await;
+            }
+            TargetState::Started => {
+                if previous == TargetState::Stopped || c.tasks.is_empty() {
+                    self.start_connector(name, c);
+                } else {
+                    for t in &c.tasks {
+                        t.shared.control.send_replace(Control::Run);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Restarts a connector and, per Kafka Connect's flags, its (failed) tasks. Returns the
+    /// status with the restarted instances shown as RESTARTING when tasks are included.
+    pub async fn restart(
+        &self,
+        name: &str,
+        include_tasks: bool,
+        only_failed: bool,
+    ) -> Result<Option<ConnectorStateInfo>, EngineError> {
+        let mut connectors = self.inner.connectors.lock().await;
+        let c = connectors
+            .get_mut(name)
+            .ok_or_else(|| EngineError::NotFound(format!("Unknown connector {name}")))?;
+        if !include_tasks {
+            // Restarting the connector instance alone: re-validate and recompute task configs.
+            if !only_failed || c.state.0 == State::Failed {
+                c.state = (State::Running, None);
+            }
+            return Ok(None);
+        }
+        let mut status = self.status_of(name, c);
+        let restart: Vec<usize> = c
+            .tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| !only_failed || t.shared.status().0 == State::Failed)
+            .map(|(i, _)| i)
+            .collect();
+        if !only_failed || status.connector.state == State::Failed {
+            status.connector.state = State::Restarting;
+        }
+        for t in &mut status.tasks {
+            if restart.contains(&(t.id as usize)) {
+                t.state = State::Restarting;
+                t.trace = None;
+            }
+        }
+        if restart.len() == c.tasks.len() && !c.tasks.is_empty() || c.tasks.is_empty() {
+            let handles = take_tasks(c);
+            drop(connectors);
+            join_all(handles).await;
+            let mut connectors = self.inner.connectors.lock().await;
+            if let Some(c) = connectors.get_mut(name) {
+                if c.target != TargetState::Stopped {
+                    self.start_connector(name, c);
+                }
+            }
+        } else {
+            for i in restart {
+                self.restart_task_locked(name, c, i);
+            }
+        }
+        Ok(Some(status))
+    }
+
+    /// Restarts one task.
+    pub async fn restart_task(&self, name: &str, task: u32) -> Result<(), EngineError> {
+        let mut connectors = self.inner.connectors.lock().await;
+        let c = connectors
+            .get_mut(name)
+            .ok_or_else(|| EngineError::NotFound(format!("Unknown connector {name}")))?;
+        if task as usize >= c.tasks.len() {
+            return Err(EngineError::NotFound(format!(
+                "Task {name}-{task} not found"
+            )));
+        }
+        self.restart_task_locked(name, c, task as usize);
+        Ok(())
+    }
+
+    fn restart_task_locked(&self, name: &str, c: &mut Connector, index: usize) {
+        let old = &mut c.tasks[index];
+        old.shared.control.send_replace(Control::Stop);
+        let old_handle = old.handle.take();
+        let config = old.config.clone();
+        let shared = TaskShared::new(control_for(c.target));
+        let setup = self.task_setup(name, c, index as u32, config.clone(), shared.clone());
+        let handle = tokio::spawn(async move {
+            if let Some(h) = old_handle {
+                let _ = h.await;
+            }
+            if let Some(setup) = setup {
+                supervise(setup).await;
+            }
+        });
+        c.tasks[index] = RunningTask {
+            config,
+            shared,
+            handle: Some(handle),
+        };
+    }
+
+    /// Deletes a connector: stops its tasks and removes its config (offsets are kept, as in
+    /// Kafka Connect).
+    pub async fn delete_connector(&self, name: &str) -> Result<(), EngineError> {
+        let mut connectors = self.inner.connectors.lock().await;
+        let mut c = connectors.remove(name).ok_or_else(|| not_found(name))?;
+        self.inner.topics.delete_connector(name).await?;
+        let handles = take_tasks(&mut c);
+        drop(connectors);
+        join_all(handles).await;
+        tracing::info!(connector = %name, "deleted connector");
+        Ok(())
+    }
+
+    /// The connector's committed source offsets.
+    pub async fn offsets(&self, name: &str) -> Result<Vec<(OffsetMap, OffsetMap)>, EngineError> {
+        if !self.inner.connectors.lock().await.contains_key(name) {
+            return Err(not_found(name));
+        }
+        Ok(self
+            .inner
+            .offsets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    /// Alters (or with `None`, resets) offsets of a STOPPED connector.
+    pub async fn alter_offsets(
+        &self,
+        name: &str,
+        entries: Vec<(OffsetMap, Option<OffsetMap>)>,
+    ) -> Result<(), EngineError> {
+        {
+            let connectors = self.inner.connectors.lock().await;
+            let c = connectors.get(name).ok_or_else(|| not_found(name))?;
+            if c.target != TargetState::Stopped {
+                return Err(EngineError::BadRequest(format!(
+                    "Connectors must be in the STOPPED state before their offsets can be modified. This can be done for the specified connector by issuing a 'PUT' request to the '/connectors/{name}/stop' endpoint"
+                )));
+            }
+        }
+        self.inner.topics.put_offsets(name, &entries).await?;
+        let mut all = self.inner.offsets.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = all.entry(name.to_owned()).or_default();
+        for (partition, offset) in entries {
+            mine.retain(|(p, _)| *p != partition);
+            if let Some(o) = offset {
+                mine.push((partition, o));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resets every offset of a STOPPED connector.
+    pub async fn reset_offsets(&self, name: &str) -> Result<(), EngineError> {
+        let partitions: Vec<(OffsetMap, Option<OffsetMap>)> = self
+            .offsets(name)
+            .await?
+            .into_iter()
+            .map(|(p, _)| (p, None))
+            .collect();
+        self.alter_offsets(name, partitions).await
+    }
+
+    /// Topics the connector has written to since it was created (or reset).
+    pub async fn active_topics(&self, name: &str) -> Result<Vec<String>, EngineError> {
+        let connectors = self.inner.connectors.lock().await;
+        let c = connectors.get(name).ok_or_else(|| not_found(name))?;
+        let topics = c.active_topics.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(topics.iter().cloned().collect())
+    }
+
+    pub async fn reset_active_topics(&self, name: &str) -> Result<(), EngineError> {
+        let connectors = self.inner.connectors.lock().await;
+        let c = connectors.get(name).ok_or_else(|| not_found(name))?;
+        c.active_topics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        Ok(())
+    }
+
+    pub fn plugin_infos(&self, connectors_only: bool) -> Vec<PluginInfo> {
+        self.inner.plugins.plugin_infos(connectors_only)
+    }
+
+    /// Stops every task (committing what is at a boundary) and waits for them.
+    pub async fn shutdown(&self) {
+        let mut handles = Vec::new();
+        {
+            let mut connectors = self.inner.connectors.lock().await;
+            for c in connectors.values_mut() {
+                handles.extend(take_tasks(c));
+            }
+        }
+        join_all(handles).await;
+    }
+
+    /// Starts the connector's tasks according to its target state.
+    fn start_connector(&self, name: &str, c: &mut Connector) {
+        if c.target == TargetState::Stopped {
+            c.state = (State::Stopped, None);
+            return;
+        }
+        let class = c.config.get("connector.class").cloned().unwrap_or_default();
+        let plugin = match self.inner.plugins.find_connector(&class) {
+            Ok(p) => p.clone(),
+            Err(message) => {
+                c.state = (State::Failed, Some(message));
+                return;
+            }
+        };
+        let connector = (plugin.factory)();
+        let max_tasks = c
+            .config
+            .get("tasks.max")
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(1)
+            .max(1);
+        let task_configs = match connector.task_configs(&c.config, max_tasks) {
+            Ok(t) => t,
+            Err(e) => {
+                c.state = (State::Failed, Some(e.trace()));
+                return;
+            }
+        };
+        c.state = (State::Running, None);
+        c.tasks.clear();
+        for (i, task_props) in task_configs.into_iter().take(max_tasks).enumerate() {
+            let mut props = c.config.clone();
+            props.extend(task_props);
+            let shared = TaskShared::new(control_for(c.target));
+            let handle = self
+                .task_setup(name, c, i as u32, props.clone(), shared.clone())
+                .map(|setup| tokio::spawn(supervise(setup)));
+            c.tasks.push(RunningTask {
+                config: props,
+                shared,
+                handle,
+            });
+        }
+    }
+
+    fn task_setup(
+        &self,
+        name: &str,
+        c: &mut Connector,
+        task_id: u32,
+        props: Properties,
+        shared: Arc<TaskShared>,
+    ) -> Option<TaskSetup> {
+        let class = c.config.get("connector.class").cloned().unwrap_or_default();
+        let plugin = self.inner.plugins.find_connector(&class).ok()?.clone();
+        let chain = match self.inner.plugins.transforms().build(&c.config) {
+            Ok(chain) => chain,
+            Err(e) => {
+                shared.set_status(State::Failed, Some(e.trace()));
+                return None;
+            }
+        };
+        let factory = plugin.factory.clone();
+        let make_task: Arc<dyn Fn() -> Box<dyn SourceTask> + Send + Sync> =
+            Arc::new(move || (factory)().create_task());
+        let get = |k: &str| c.config.get(k).map(|v| v.trim().to_ascii_lowercase());
+        let partitions = c
+            .config
+            .get("topic.creation.default.partitions")
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .unwrap_or(1)
+            .max(1);
+        let mut topic_config = TopicConfig::default();
+        if let Some(policy) = c.config.get("topic.creation.default.cleanup.policy") {
+            let mut m = BTreeMap::new();
+            m.insert("cleanup.policy".to_string(), policy.clone());
+            if let Ok(cfg) = TopicConfig::from_kafka_configs(&m) {
+                topic_config = cfg;
+            }
+        }
+        Some(TaskSetup {
+            connector: name.to_owned(),
+            task_id,
+            props,
+            make_task,
+            chain,
+            converters: Arc::new(Converters::from_props(&c.config)),
+            topics: self.inner.topics.clone(),
+            offsets: self.inner.offsets.clone(),
+            shared,
+            topic_defaults: TopicDefaults {
+                partitions,
+                config: topic_config,
+            },
+            default_compression: self.inner.config.default_compression,
+            errors_tolerance_all: get("errors.tolerance").as_deref() == Some("all"),
+            errors_log: get("errors.log.enable").as_deref() == Some("true"),
+            active_topics: c.active_topics.clone(),
+            backoff_initial: self.inner.config.task_backoff_initial,
+            backoff_max: self.inner.config.task_backoff_max,
+        })
+    }
+}
+
+fn control_for(target: TargetState) -> Control {
+    match target {
+        TargetState::Started => Control::Run,
+        TargetState::Paused => Control::Pause,
+        TargetState::Stopped => Control::Stop,
+    }
+}
+
+fn take_tasks(c: &mut Connector) -> Vec<JoinHandle<()>> {
+    let mut handles = Vec::new();
+    for t in &mut c.tasks {
+        t.shared.control.send_replace(Control::Stop);
+        if let Some(h) = t.handle.take() {
+            handles.push(h);
+        }
+    }
+    c.tasks.clear();
+    handles
+}
+
+async fn join_all(handles: Vec<JoinHandle<()>>) {
+    for h in handles {
+        let _ = h.await;
+    }
+}
+
+fn not_found(name: &str) -> EngineError {
+    EngineError::NotFound(format!("Connector {name} not found"))
+}
+
+fn info_of(name: &str, c: &Connector) -> ConnectorInfo {
+    ConnectorInfo {
+        name: name.to_owned(),
+        config: c.config.clone(),
+        tasks: (0..c.tasks.len() as u32)
+            .map(|task| TaskId {
+                connector: name.to_owned(),
+                task,
+            })
+            .collect(),
+        connector_type: "source".into(),
+    }
+}

@@ -1,0 +1,26 @@
+//! `headwater-engine`: the connector runtime of a worker.
+//!
+//! - [`engine`]: connector lifecycle and the operations behind the REST API;
+//! - [`runner`]: the source task loop that keeps the durability contract (records and their
+//!   offsets in one log transaction; the task is told only after it is durable);
+//! - [`stores`]: configs, offsets and statuses in internal compacted log topics;
+//! - [`plugins`]: the explicit registry of connector classes and the transform-chain builder;
+//! - [`convert`]: key/value/header converters per connector;
+//! - [`model`]: Kafka Connect's REST entity shapes.
+//!
+//! Depends on `headwater-api`, `headwater-log` and `headwater-format` only.
+
+pub mod convert;
+pub mod engine;
+pub mod error;
+pub mod model;
+pub mod plugins;
+pub mod runner;
+pub mod stores;
+
+pub use engine::{framework_config_def, Engine, EngineConfig};
+pub use error::EngineError;
+pub use model::{
+    ConnectorInfo, ConnectorStateInfo, PluginInfo, State, TargetState, TaskInfo, TaskState,
+};
+pub use plugins::{Plugins, TransformChainBuilder};
