@@ -110,6 +110,19 @@ pub trait ConnectRecord: Clone + Send + 'static {
     fn set_timestamp(&mut self, timestamp: Option<i64>);
     fn headers(&self) -> &Headers;
     fn headers_mut(&mut self) -> &mut Headers;
+    /// Moves the key and its schema out, leaving a null key without schema. Transforms use it
+    /// to rebuild a key without copying it; the default clones, records override it.
+    fn take_key(&mut self) -> (Option<SchemaRef>, Value) {
+        let taken = (self.key_schema().cloned(), self.key().clone());
+        self.set_key(None, Value::Null);
+        taken
+    }
+    /// Moves the value and its schema out, leaving a tombstone; see [`ConnectRecord::take_key`].
+    fn take_value(&mut self) -> (Option<SchemaRef>, Value) {
+        let taken = (self.value_schema().cloned(), self.value().clone());
+        self.set_value(None, Value::Null);
+        taken
+    }
     /// A tombstone: no value and no value schema.
     fn is_tombstone(&self) -> bool {
         self.value().is_null() && self.value_schema().is_none()
@@ -202,6 +215,12 @@ impl ConnectRecord for SourceRecord {
     fn headers_mut(&mut self) -> &mut Headers {
         &mut self.headers
     }
+    fn take_key(&mut self) -> (Option<SchemaRef>, Value) {
+        (self.key_schema.take(), std::mem::take(&mut self.key))
+    }
+    fn take_value(&mut self) -> (Option<SchemaRef>, Value) {
+        (self.value_schema.take(), std::mem::take(&mut self.value))
+    }
 }
 
 #[cfg(test)]
@@ -250,5 +269,12 @@ mod tests {
         );
         rec.headers_mut().remove("a");
         assert_eq!(rec.headers().len(), 1);
+        rec.set_key(Some(Schema::int32()), Value::Int32(7));
+        let (schema, key) = rec.take_key();
+        assert_eq!((schema.is_some(), key), (true, Value::Int32(7)));
+        assert!(rec.key().is_null() && rec.key_schema().is_none());
+        let (schema, value) = rec.take_value();
+        assert_eq!((schema.is_some(), value), (true, Value::Null));
+        assert!(rec.is_tombstone());
     }
 }

@@ -172,6 +172,11 @@ impl Struct {
         &self.values
     }
 
+    /// The values in field order, consuming the struct (to move them into a rebuilt struct).
+    pub fn into_values(self) -> Vec<Value> {
+        self.values
+    }
+
     /// Sets a field by name after checking the value against the field's schema.
     pub fn put(&mut self, field: &str, value: impl Into<Value>) -> Result<&mut Self, DataError> {
         let index = self
