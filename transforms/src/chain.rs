@@ -283,7 +283,9 @@ fn validate_inner<R: ConnectRecord>(props: &Properties) -> (ConfigValidation, Re
         validation
             .entries()
             .iter()
-            .all(|e| !e.name.starts_with(prefix) || e.errors.is_empty())
+            .filter(|e| e.name.starts_with(prefix))
+            .filter(|e| !matches!(&e.name[prefix.len()..], "predicate" | "negate"))
+            .all(|e| e.errors.is_empty())
     };
     let mut extra = Vec::new();
     for (alias, plugin) in &resolved.transforms {
@@ -379,4 +381,150 @@ pub fn build<R: ConnectRecord>(props: &Properties) -> Result<TransformChain<R>, 
         });
     }
     Ok(TransformChain { stages })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kafka::tests::{props, record};
+    use headwater_api::{SourceRecord, Value};
+
+    fn chain(pairs: &[(&str, &str)]) -> TransformChain<SourceRecord> {
+        build::<SourceRecord>(&props(pairs)).unwrap()
+    }
+
+    #[test]
+    fn seed_chain_routes_and_keeps_others() {
+        let c = chain(&[
+            ("transforms", "route"),
+            (
+                "transforms.route.type",
+                "org.apache.kafka.connect.transforms.RegexRouter",
+            ),
+            ("transforms.route.regex", r"cdc\.public\.(.*)"),
+            ("transforms.route.replacement", "warehouse.$1"),
+        ]);
+        assert_eq!(c.aliases(), ["route"]);
+        let out = c
+            .apply(record("cdc.public.orders", None, Value::Null))
+            .unwrap()
+            .unwrap();
+        assert_eq!(out.topic, "warehouse.orders");
+        let out = c
+            .apply(record("cdc.transaction", None, Value::Null))
+            .unwrap()
+            .unwrap();
+        assert_eq!(out.topic, "cdc.transaction");
+        assert!(TransformChain::<SourceRecord>::empty().is_empty());
+    }
+
+    #[test]
+    fn predicates_and_negate_gate_stages_in_order() {
+        let base = [
+            ("transforms", "drop,route"),
+            ("transforms.drop.type", "Filter"),
+            ("transforms.drop.predicate", "isTomb"),
+            ("transforms.route.type", "RegexRouter"),
+            ("transforms.route.regex", "(.*)"),
+            ("transforms.route.replacement", "x.$1"),
+            ("transforms.route.predicate", "onlyCdc"),
+            ("transforms.route.negate", "true"),
+            ("predicates", "isTomb,onlyCdc"),
+            (
+                "predicates.isTomb.type",
+                "org.apache.kafka.connect.transforms.predicates.RecordIsTombstone",
+            ),
+            ("predicates.onlyCdc.type", "TopicNameMatches"),
+            ("predicates.onlyCdc.pattern", "cdc\\..*"),
+        ];
+        let c = chain(&base);
+        // Tombstones are filtered, and the chain stops there.
+        assert!(c.apply(record("t", None, Value::Null)).unwrap().is_none());
+        // negate: the router runs only for topics that do NOT match cdc\..*
+        let out = c
+            .apply(record("t", None, Value::from("v")))
+            .unwrap()
+            .unwrap();
+        assert_eq!(out.topic, "x.t");
+        let out = c
+            .apply(record("cdc.a", None, Value::from("v")))
+            .unwrap()
+            .unwrap();
+        assert_eq!(out.topic, "cdc.a");
+    }
+
+    #[test]
+    fn validation_reports_per_field_errors() {
+        let v = validate::<SourceRecord>(&props(&[
+            ("transforms", "a,a,b,c,d"),
+            ("transforms.a.type", "com.example.Nope"),
+            ("transforms.b.type", "RegexRouter"),
+            ("transforms.b.regex", "(unclosed"),
+            ("transforms.c.type", "InsertField$Value"),
+            ("transforms.c.negate", "true"),
+            ("transforms.d.type", "MaskField$Value"),
+            ("transforms.d.fields", "x"),
+            ("transforms.d.predicate", "missing"),
+            ("predicates", "p"),
+            ("predicates.p.type", "TopicNameMatches"),
+        ]));
+        let e = v.errors_by_field();
+        assert_eq!(
+            e["transforms"],
+            ["Invalid value a,a,b,c,d for configuration transforms: Duplicate alias provided."]
+        );
+        assert!(e["transforms.a.type"][0].starts_with("Invalid value com.example.Nope for configuration transforms.a.type: Class com.example.Nope could not be found. Known transformations: org.apache.kafka.connect.transforms.RegexRouter"), "{:?}", e["transforms.a.type"]);
+        assert!(e["transforms.a.type"][0].contains("io.debezium.transforms.ExtractNewRecordState"));
+        assert!(e["transforms.b.regex"][0].starts_with(
+            "Invalid value (unclosed for configuration transforms.b.regex: Invalid regex:"
+        ));
+        assert!(e["transforms.b.replacement"][0]
+            .contains("Missing required configuration \"transforms.b.replacement\""));
+        assert_eq!(e["transforms.c.negate"], ["Config 'transforms.c.negate' was provided but there is no config 'transforms.c.predicate' defining a predicate to be negated."]);
+        assert_eq!(e["transforms.c.type"], ["No field insertion configured"]);
+        assert!(e["transforms.d.predicate"][0]
+            .contains("Predicate 'missing' is not listed in 'predicates'"));
+        assert!(e["predicates.p.pattern"][0]
+            .contains("Missing required configuration \"predicates.p.pattern\""));
+        assert!(!e.contains_key("transforms.d.fields"));
+        // The enriched definitions are in the Kafka ConfigInfos shape.
+        let infos = v.to_config_infos("io.debezium.connector.postgresql.PostgresConnector");
+        let names: Vec<&str> = infos["configs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["value"]["name"].as_str().unwrap())
+            .collect();
+        assert!(names.contains(&"transforms.b.regex") && names.contains(&"transforms.b.negate"));
+        assert!(infos["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g == "Transforms: b"));
+        // build refuses the same properties with every error in one message.
+        let err = build::<SourceRecord>(&props(&[
+            ("transforms", "a"),
+            ("transforms.a.type", "Nope"),
+        ]))
+        .err()
+        .unwrap();
+        assert!(
+            err.message().contains("Class Nope could not be found"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn empty_config_is_valid() {
+        assert_eq!(validate::<SourceRecord>(&props(&[])).error_count(), 0);
+        assert!(chain(&[("transforms", " ")]).is_empty());
+        assert_eq!(
+            strip_prefix(
+                &props(&[("transforms.a.x", "1"), ("other", "2")]),
+                "transforms.a."
+            )
+            .len(),
+            1
+        );
+    }
 }

@@ -153,9 +153,11 @@ impl SimpleDateFormat {
                 match c {
                     'G' | 'y' | 'M' | 'L' | 'd' | 'D' | 'E' | 'u' | 'a' | 'H' | 'k' | 'K' | 'h'
                     | 'm' | 's' | 'S' | 'z' | 'Z' | 'X' => {}
-                    'Y' | 'w' | 'W' | 'F' => return Err(format!(
+                    'Y' | 'w' | 'W' | 'F' => {
+                        return Err(format!(
                         "Pattern character '{c}' (week-based field) is not supported by Headwater"
-                    )),
+                    ))
+                    }
                     _ => return Err(format!("Illegal pattern character '{c}'")),
                 }
                 if c == 'X' && n > 3 {
@@ -343,7 +345,7 @@ fn format_field(out: &mut String, c: &Civil, letter: char, n: usize) {
         'K' => pad(out, (c.hour % 12).into(), n),
         'h' => pad(
             out,
-            if c.hour % 12 == 0 {
+            if c.hour.is_multiple_of(12) {
                 12
             } else {
                 (c.hour % 12).into()

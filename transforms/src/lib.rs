@@ -5,8 +5,8 @@
 //! - [`chain`]: the `transforms=`/`predicates=` chain configuration, validation and execution;
 //! - [`registry`]: the explicit list of transform and predicate classes (Java class names and
 //!   short aliases);
-//! - [`kafka`]: `org.apache.kafka.connect.transforms.*` and its predicates;
-//! - [`debezium`]: `io.debezium.transforms.*`;
+//! - [`kafka`]: the `org.apache.kafka.connect.transforms.*` classes and predicates;
+//! - [`debezium`]: the `io.debezium.transforms.*` classes;
 //! - [`java_regex`] / [`java_time`]: Java regex and `SimpleDateFormat` semantics the transforms
 //!   need.
 //!

@@ -25,13 +25,13 @@ pub enum Target {
 }
 
 impl Target {
-    pub fn schema<'r, R: ConnectRecord>(self, record: &'r R) -> Option<&'r SchemaRef> {
+    pub fn schema<R: ConnectRecord>(self, record: &R) -> Option<&SchemaRef> {
         match self {
             Target::Key => record.key_schema(),
             Target::Value => record.value_schema(),
         }
     }
-    pub fn value<'r, R: ConnectRecord>(self, record: &'r R) -> &'r Value {
+    pub fn value<R: ConnectRecord>(self, record: &R) -> &Value {
         match self {
             Target::Key => record.key(),
             Target::Value => record.value(),

@@ -76,3 +76,6 @@ pub(crate) fn plugins<R: ConnectRecord>() -> Vec<TransformPlugin<R>> {
         },
     ]
 }
+
+#[cfg(test)]
+mod tests;

@@ -63,9 +63,11 @@ fn parse_additional(s: &str) -> Result<Vec<Additional>, String> {
             "header" => Placement::Header,
             "envelope" => Placement::Envelope,
             "partition" => Placement::Partition,
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "Invalid placement '{other}' in '{item}': expected header, envelope or partition"
-            )),
+            ))
+            }
         };
         let field = parts[0].trim().to_owned();
         let alias = parts.get(2).map_or(field.clone(), |a| a.trim().to_owned());

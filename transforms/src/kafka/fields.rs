@@ -648,10 +648,12 @@ impl<R: ConnectRecord> Transform<R> for ValueToKey {
         if record.value_schema().is_none() {
             let map = match record.value() {
                 Value::Map(m) => m,
-                other => return Err(ConnectError::data(format!(
+                other => {
+                    return Err(ConnectError::data(format!(
                     "Only Map objects supported in absence of schema for [{PURPOSE}], found: {}",
                     java_class(other)
-                ))),
+                )))
+                }
             };
             let key = self
                 .fields

@@ -21,3 +21,6 @@ pub use headers::{DropHeaders, Filter, HeaderFrom, InsertHeader};
 pub use predicates::{HasHeaderKey, RecordIsTombstone, TopicNameMatches};
 pub use routers::{RegexRouter, TimestampRouter};
 pub use timestamp_converter::TimestampConverter;
+
+#[cfg(test)]
+pub(crate) mod tests;
