@@ -1,0 +1,578 @@
+//! The connector's configuration: Debezium PostgreSQL connector keys with Debezium's defaults
+//! (see docs/connectors/postgres.md for every key and where we differ), validated per field with
+//! [`ConfigDef`], plus cross-field checks, parsed into [`PostgresConfig`].
+//!
+//! Invariants: [`validate`] reports every problem (never stops at the first one) and never
+//! fails; [`PostgresConfig::parse`] succeeds only for a configuration [`validate`] accepts.
+//! Values that name features this build does not have yet are rejected with a message that
+//! says so, rather than silently ignored.
+
+use std::time::Duration;
+
+use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, ConfigValue, Importance, Validator};
+use headwater_api::{ConfigValidation, Properties};
+
+use crate::filters::{Filters, PatternList, Selector};
+use crate::replication::SslMode;
+use crate::types::{
+    BinaryMode, DecimalMode, HstoreMode, IntervalMode, MappingConfig, TimePrecisionMode,
+};
+
+/// `snapshot.mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotMode {
+    Initial,
+    Always,
+    InitialOnly,
+    NoData,
+    WhenNeeded,
+}
+
+/// `publication.autocreate.mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PublicationAutocreate {
+    Disabled,
+    AllTables,
+    Filtered,
+    NoTables,
+}
+
+/// `lsn.flush.mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LsnFlushMode {
+    /// Confirm what the engine committed (and, when nothing is outstanding, keepalive positions).
+    Connector,
+    /// Same as `connector` here (keepalive positions are confirmed in both).
+    ConnectorAndDriver,
+    /// Never confirm: the user advances the slot.
+    Manual,
+}
+
+/// Operations that can be skipped (`skipped.operations`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SkippedOps {
+    pub create: bool,
+    pub update: bool,
+    pub delete: bool,
+    pub truncate: bool,
+}
+
+/// A parsed, validated configuration.
+#[derive(Clone, Debug)]
+pub struct PostgresConfig {
+    pub hostname: String,
+    pub port: u16,
+    pub user: String,
+    pub password: Option<String>,
+    pub dbname: String,
+    pub sslmode: SslMode,
+    pub connect_timeout: Duration,
+    pub initial_statements: Vec<String>,
+    pub topic_prefix: String,
+    pub filters: Filters,
+    pub slot_name: String,
+    pub slot_drop_on_stop: bool,
+    pub slot_stream_params: Vec<(String, String)>,
+    pub slot_max_retries: u32,
+    pub slot_retry_delay: Duration,
+    pub publication_name: String,
+    pub publication_autocreate: PublicationAutocreate,
+    pub snapshot_mode: SnapshotMode,
+    pub snapshot_fetch_size: usize,
+    pub mapping: MappingConfig,
+    pub unavailable_placeholder: String,
+    pub tombstones_on_delete: bool,
+    pub skipped: SkippedOps,
+    /// `message.key.columns`: (table pattern, key columns).
+    pub message_key_columns: Vec<(PatternList, Vec<String>)>,
+    pub max_batch_size: usize,
+    pub max_queue_size: usize,
+    pub max_queue_size_bytes: usize,
+    pub poll_interval: Duration,
+    pub status_update_interval: Duration,
+    pub heartbeat_interval: Duration,
+    pub heartbeat_action_query: Option<String>,
+    pub lsn_flush_mode: LsnFlushMode,
+    pub message_prefixes: Selector,
+}
+
+const SNAPSHOT_MODES: &[&str] = &[
+    "initial",
+    "always",
+    "initial_only",
+    "no_data",
+    "when_needed",
+    "never",
+    "schema_only",
+    "configuration_based",
+    "custom",
+];
+
+/// Slot names may only hold lower-case letters, digits and `_` (PostgreSQL's rule), at most 63.
+fn valid_slot_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+fn regex_list_validator() -> Validator {
+    Validator::custom(|v| match v {
+        ConfigValue::String(s) => PatternList::parse(s).map(|_| ()),
+        _ => Ok(()),
+    })
+}
+
+fn key(name: &str, t: ConfigType) -> ConfigKey {
+    ConfigKey::new(name, t)
+}
+
+/// The connector's configuration keys.
+pub fn config_def() -> ConfigDef {
+    use ConfigType::*;
+    ConfigDef::new()
+        .define(key("database.hostname", String).importance(Importance::High).validator(Validator::NonEmptyString).group("Connection", 1)
+            .doc("Resolvable hostname or IP address of the PostgreSQL server."))
+        .define(key("database.port", Int).default_str("5432").validator(Validator::between(1.0, 65535.0)).group("Connection", 2)
+            .doc("Port of the PostgreSQL server."))
+        .define(key("database.user", String).importance(Importance::High).validator(Validator::NonEmptyString).group("Connection", 3)
+            .doc("Name of the PostgreSQL user; needs the REPLICATION attribute (or superuser) and SELECT on captured tables."))
+        .define(key("database.password", Password).default_null().group("Connection", 4)
+            .doc("Password of the PostgreSQL user (cleartext, md5 and SCRAM-SHA-256 authentication)."))
+        .define(key("database.dbname", String).importance(Importance::High).validator(Validator::NonEmptyString).group("Connection", 5)
+            .doc("Name of the database to capture."))
+        .define(key("database.sslmode", String).default_str("prefer")
+            .validator(Validator::custom(|v| {
+                let s = v.to_config_string();
+                match SslMode::parse(&s) {
+                    None => Err("String must be one of: disable, allow, prefer, require, verify-ca, verify-full".into()),
+                    Some(m) if m.requires_tls() => Err(format!("sslmode {s} needs TLS, which Headwater's PostgreSQL connector does not support yet; use disable, allow or prefer")),
+                    Some(_) => Ok(()),
+                }
+            }))
+            .doc("disable, allow or prefer connect without TLS; require, verify-ca and verify-full are not supported yet."))
+        .define(key("database.initial.statements", String).default_null()
+            .doc("Semicolon-separated SQL statements run on each new (non-replication) connection."))
+        .define(key("connect.timeout.ms", Long).default_str("30000").validator(Validator::at_least(1.0))
+            .doc("Timeout for establishing a connection."))
+        .define(key("topic.prefix", String).importance(Importance::High)
+            .validator(Validator::custom(|v| {
+                let s = v.to_config_string();
+                if s.is_empty() {
+                    Err("String must be non-empty".into())
+                } else if !s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
+                    Err("Topic prefix may only contain ASCII letters, digits, '.', '_' and '-'".into())
+                } else {
+                    Ok(())
+                }
+            }))
+            .doc("Prefix of every topic name and the source partition of the offsets."))
+        .define(key("schema.include.list", String).default_null().validator(regex_list_validator()).doc("Schemas to capture (regexes)."))
+        .define(key("schema.exclude.list", String).default_null().validator(regex_list_validator()).doc("Schemas not to capture (regexes)."))
+        .define(key("table.include.list", String).default_null().validator(regex_list_validator()).doc("Tables to capture, as schema.table regexes."))
+        .define(key("table.exclude.list", String).default_null().validator(regex_list_validator()).doc("Tables not to capture, as schema.table regexes."))
+        .define(key("column.include.list", String).default_null().validator(regex_list_validator()).doc("Columns to include, as schema.table.column regexes."))
+        .define(key("column.exclude.list", String).default_null().validator(regex_list_validator()).doc("Columns to exclude, as schema.table.column regexes."))
+        .define(key("table.ignore.builtin", Boolean).default_str("true").doc("Ignore system schemas."))
+        .define(key("plugin.name", String).default_str("pgoutput")
+            .validator(Validator::custom(|v| {
+                let s = v.to_config_string();
+                if s.eq_ignore_ascii_case("pgoutput") {
+                    Ok(())
+                } else {
+                    Err(format!("plugin {s} is not supported: Headwater reads PostgreSQL's built-in pgoutput plugin only ({s} needs a server extension and a different decoder); set plugin.name=pgoutput or remove the key"))
+                }
+            }))
+            .doc("Logical decoding plugin; only pgoutput (the default here, unlike Debezium's decoderbufs)."))
+        .define(key("slot.name", String).default_str("debezium")
+            .validator(Validator::custom(|v| {
+                let s = v.to_config_string();
+                if valid_slot_name(&s) { Ok(()) } else { Err("Slot names may only contain lower case letters, numbers, and the underscore character, at most 63 of them".into()) }
+            }))
+            .doc("Name of the logical replication slot (cluster-wide)."))
+        .define(key("slot.drop.on.stop", Boolean).default_str("false").doc("Drop the slot when the task stops."))
+        .define(key("slot.stream.params", String).default_null().doc("Semicolon-separated key=value options passed to START_REPLICATION."))
+        .define(key("slot.max.retries", Int).default_str("6").validator(Validator::at_least(0.0)).doc("How often to retry when the slot is busy."))
+        .define(key("slot.retry.delay.ms", Long).default_str("10000").validator(Validator::at_least(0.0)).doc("Delay between slot retries."))
+        .define(key("publication.name", String).default_str("dbz_publication")
+            .validator(Validator::custom(|v| {
+                let s = v.to_config_string();
+                if !s.is_empty() && s.len() <= 63 && !s.contains(['"', '\'', '\0']) { Ok(()) } else { Err("Publication names must be 1-63 characters without quotes".into()) }
+            }))
+            .doc("Name of the publication pgoutput streams."))
+        .define(key("publication.autocreate.mode", String).default_str("all_tables")
+            .validator(Validator::one_of_case_insensitive(&["disabled", "all_tables", "filtered", "no_tables"]))
+            .doc("Whether and how the publication is created."))
+        .define(key("snapshot.mode", String).default_str("initial")
+            .validator(Validator::custom(|v| {
+                let s = v.to_config_string().to_ascii_lowercase();
+                match s.as_str() {
+                    "configuration_based" | "custom" => Err(format!("snapshot mode {s} is not supported yet; use initial, always, initial_only, no_data or when_needed")),
+                    _ if SNAPSHOT_MODES.contains(&s.as_str()) => Ok(()),
+                    _ => Err(format!("String must be one of (case insensitive): {}", SNAPSHOT_MODES[..7].join(", "))),
+                }
+            }))
+            .doc("initial, always, initial_only, no_data, when_needed (never and schema_only are deprecated aliases of no_data)."))
+        .define(key("snapshot.fetch.size", Int).default_str("10240").validator(Validator::at_least(1.0)).doc("Rows read per poll during the snapshot."))
+        .define(key("snapshot.max.threads", Int).default_str("1").validator(Validator::at_least(1.0)).doc("Snapshot threads (this build reads tables one after another)."))
+        .define(key("decimal.handling.mode", String).default_str("precise").validator(Validator::one_of_case_insensitive(&["precise", "double", "string"])).doc("How numeric values are represented."))
+        .define(key("time.precision.mode", String).default_str("adaptive")
+            .validator(Validator::custom(|v| {
+                let s = v.to_config_string().to_ascii_lowercase();
+                match s.as_str() {
+                    "adaptive" | "adaptive_time_microseconds" | "connect" => Ok(()),
+                    "isostring" | "microseconds" | "nanoseconds" | "structured" => Err(format!("time.precision.mode {s} is not supported yet; use adaptive, adaptive_time_microseconds or connect")),
+                    _ => Err("String must be one of (case insensitive): adaptive, adaptive_time_microseconds, connect".into()),
+                }
+            }))
+            .doc("How temporal values are represented."))
+        .define(key("binary.handling.mode", String).default_str("bytes").validator(Validator::one_of_case_insensitive(&["bytes", "base64", "base64-url-safe", "hex"])).doc("How bytea values are represented."))
+        .define(key("interval.handling.mode", String).default_str("numeric").validator(Validator::one_of_case_insensitive(&["numeric", "string"])).doc("How interval values are represented."))
+        .define(key("hstore.handling.mode", String).default_str("json").validator(Validator::one_of_case_insensitive(&["json", "map"])).doc("How hstore values are represented."))
+        .define(key("money.fraction.digits", Short).default_str("2").validator(Validator::between(0.0, 30.0)).doc("Fraction digits of money values."))
+        .define(key("include.unknown.datatypes", Boolean).default_str("false").doc("Include columns of unknown types (as their raw binary value)."))
+        .define(key("unavailable.value.placeholder", String).default_str("__debezium_unavailable_value").doc("Placeholder for unchanged TOASTed values."))
+        .define(key("tombstones.on.delete", Boolean).default_str("true").doc("Emit a tombstone after each delete."))
+        .define(key("skipped.operations", String).default_str("t")
+            .validator(Validator::custom(|v| parse_skipped(&v.to_config_string()).map(|_| ())))
+            .doc("Operations not emitted: comma list of c, u, d, t, or none."))
+        .define(key("message.key.columns", String).default_null()
+            .validator(Validator::custom(|v| parse_message_key_columns(&v.to_config_string()).map(|_| ())))
+            .doc("Custom keys: schema.table:col1,col2;schema.t2:id"))
+        .define(key("provide.transaction.metadata", Boolean).default_str("false")
+            .validator(Validator::custom(|v| match v {
+                ConfigValue::Boolean(true) => Err("transaction metadata (BEGIN/END events and transaction blocks) is not supported yet".into()),
+                _ => Ok(()),
+            }))
+            .doc("Transaction metadata events (not supported yet)."))
+        .define(key("max.batch.size", Int).default_str("2048").validator(Validator::at_least(1.0)).doc("Maximum records per poll."))
+        .define(key("max.queue.size", Int).default_str("8192").validator(Validator::at_least(1.0)).doc("Maximum replication messages buffered ahead of poll."))
+        .define(key("max.queue.size.in.bytes", Long).default_str("0").validator(Validator::at_least(0.0)).doc("Maximum bytes buffered ahead of poll (0 = count-bounded only)."))
+        .define(key("poll.interval.ms", Long).default_str("500").validator(Validator::at_least(0.0)).doc("How long poll waits for new changes."))
+        .define(key("status.update.interval.ms", Int).default_str("10000").validator(Validator::at_least(1.0)).doc("Interval of standby status updates to the server."))
+        .define(key("heartbeat.interval.ms", Int).default_str("0").validator(Validator::at_least(0.0)).doc("Interval of heartbeat.action.query (0 = off)."))
+        .define(key("heartbeat.action.query", String).default_null().doc("SQL run on each heartbeat, e.g. to keep an idle slot advancing."))
+        .define(key("lsn.flush.mode", String).default_str("connector").validator(Validator::one_of_case_insensitive(&["connector", "connector_and_driver", "manual"])).doc("Who confirms the slot position."))
+        .define(key("flush.lsn.source", Boolean).default_null().doc("Deprecated: true = lsn.flush.mode connector, false = manual."))
+        .define(key("message.prefix.include.list", String).default_null().validator(regex_list_validator()).doc("Logical decoding message prefixes to include."))
+        .define(key("message.prefix.exclude.list", String).default_null().validator(regex_list_validator()).doc("Logical decoding message prefixes to exclude."))
+}
+
+fn parse_skipped(s: &str) -> Result<SkippedOps, String> {
+    let mut ops = SkippedOps::default();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        match item.to_ascii_lowercase().as_str() {
+            "c" => ops.create = true,
+            "u" => ops.update = true,
+            "d" => ops.delete = true,
+            "t" => ops.truncate = true,
+            "none" => {}
+            other => {
+                return Err(format!(
+                    "Invalid operation {other}: must be a comma list of c, u, d, t or none"
+                ))
+            }
+        }
+    }
+    Ok(ops)
+}
+
+fn parse_message_key_columns(s: &str) -> Result<Vec<(PatternList, Vec<String>)>, String> {
+    let mut out = Vec::new();
+    for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (table, cols) = part
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{part:?} must be <schema.table>:<column>[,<column>...]"))?;
+        let cols: Vec<String> = cols
+            .split(',')
+            .map(|c| c.trim().to_owned())
+            .filter(|c| !c.is_empty())
+            .collect();
+        if cols.is_empty() {
+            return Err(format!("{part:?} names no key column"));
+        }
+        out.push((PatternList::parse(table.trim())?, cols));
+    }
+    Ok(out)
+}
+
+fn pair_check(v: &mut ConfigValidation, props: &Properties, include: &str, exclude: &str) {
+    let set = |k: &str| props.get(k).is_some_and(|v| !v.trim().is_empty());
+    if set(include) && set(exclude) {
+        v.add_error(exclude, format!("\"{include}\" is already specified"));
+    }
+}
+
+/// Validates a configuration: every key's own checks plus the cross-field rules.
+pub fn validate(props: &Properties) -> ConfigValidation {
+    let mut v = config_def().validate(props);
+    pair_check(&mut v, props, "schema.include.list", "schema.exclude.list");
+    pair_check(&mut v, props, "table.include.list", "table.exclude.list");
+    pair_check(&mut v, props, "column.include.list", "column.exclude.list");
+    pair_check(
+        &mut v,
+        props,
+        "message.prefix.include.list",
+        "message.prefix.exclude.list",
+    );
+    let num = |k: &str, d: i64| {
+        props
+            .get(k)
+            .and_then(|s| s.trim().parse::<i64>().ok())
+            .unwrap_or(d)
+    };
+    if num("max.queue.size", 8192) <= num("max.batch.size", 2048) {
+        v.add_error(
+            "max.queue.size",
+            "Must be larger than the maximum batch size (max.batch.size)",
+        );
+    }
+    if let Some(mode) = props.get("publication.autocreate.mode") {
+        if mode.eq_ignore_ascii_case("filtered")
+            && props.get("table.include.list").is_none()
+            && props.get("schema.include.list").is_none()
+            && props.get("table.exclude.list").is_none()
+            && props.get("schema.exclude.list").is_none()
+        {
+            v.add_error(
+                "publication.autocreate.mode",
+                "publication.autocreate.mode=filtered needs table or schema include/exclude lists",
+            );
+        }
+    }
+    v
+}
+
+fn selector(p: &headwater_api::config::ParsedConfig, include: &str, exclude: &str) -> Selector {
+    let list = |k: &str| {
+        p.get_string(k)
+            .and_then(|s| PatternList::parse(s).ok())
+            .filter(|l| !l.is_empty())
+    };
+    match (list(include), list(exclude)) {
+        (Some(i), _) => Selector::Include(i),
+        (None, Some(e)) => Selector::Exclude(e),
+        (None, None) => Selector::All,
+    }
+}
+
+impl PostgresConfig {
+    /// Parses a configuration that [`validate`] accepts; otherwise returns the validation.
+    pub fn parse(props: &Properties) -> Result<PostgresConfig, ConfigValidation> {
+        let validation = validate(props);
+        if validation.error_count() > 0 {
+            return Err(validation);
+        }
+        let p = config_def().parse(props)?;
+        let s = |k: &str| p.get_string(k).unwrap_or_default().to_owned();
+        let lower = |k: &str| s(k).to_ascii_lowercase();
+        let long = |k: &str| p.get_long(k).unwrap_or(0);
+        let ms = |k: &str| Duration::from_millis(u64::try_from(long(k)).unwrap_or(0));
+        let snapshot_mode = match lower("snapshot.mode").as_str() {
+            "always" => SnapshotMode::Always,
+            "initial_only" => SnapshotMode::InitialOnly,
+            "no_data" => SnapshotMode::NoData,
+            "never" | "schema_only" => {
+                tracing::warn!("snapshot.mode={} is deprecated (removed in Debezium 3.3); treating it as no_data", lower("snapshot.mode"));
+                SnapshotMode::NoData
+            }
+            "when_needed" => SnapshotMode::WhenNeeded,
+            _ => SnapshotMode::Initial,
+        };
+        let mut lsn_flush_mode = match lower("lsn.flush.mode").as_str() {
+            "manual" => LsnFlushMode::Manual,
+            "connector_and_driver" => LsnFlushMode::ConnectorAndDriver,
+            _ => LsnFlushMode::Connector,
+        };
+        if props.get("lsn.flush.mode").is_none() && p.get_bool("flush.lsn.source") == Some(false) {
+            lsn_flush_mode = LsnFlushMode::Manual;
+        }
+        let mapping = MappingConfig {
+            decimal: match lower("decimal.handling.mode").as_str() {
+                "double" => DecimalMode::Double,
+                "string" => DecimalMode::String,
+                _ => DecimalMode::Precise,
+            },
+            time_precision: match lower("time.precision.mode").as_str() {
+                "adaptive_time_microseconds" => TimePrecisionMode::AdaptiveTimeMicroseconds,
+                "connect" => TimePrecisionMode::Connect,
+                _ => TimePrecisionMode::Adaptive,
+            },
+            binary: match lower("binary.handling.mode").as_str() {
+                "base64" => BinaryMode::Base64,
+                "base64-url-safe" => BinaryMode::Base64UrlSafe,
+                "hex" => BinaryMode::Hex,
+                _ => BinaryMode::Bytes,
+            },
+            interval: match lower("interval.handling.mode").as_str() {
+                "string" => IntervalMode::String,
+                _ => IntervalMode::Numeric,
+            },
+            hstore: match lower("hstore.handling.mode").as_str() {
+                "map" => HstoreMode::Map,
+                _ => HstoreMode::Json,
+            },
+            money_fraction_digits: long("money.fraction.digits") as i32,
+            include_unknown: p.get_bool("include.unknown.datatypes").unwrap_or(false),
+        };
+        let stream_params = p
+            .get_string("slot.stream.params")
+            .map(|raw| {
+                raw.split(';')
+                    .filter_map(|kv| kv.split_once('='))
+                    .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(PostgresConfig {
+            hostname: s("database.hostname"),
+            port: long("database.port") as u16,
+            user: s("database.user"),
+            password: p.get_string("database.password").map(str::to_owned),
+            dbname: s("database.dbname"),
+            sslmode: SslMode::parse(&s("database.sslmode")).unwrap_or(SslMode::Prefer),
+            connect_timeout: ms("connect.timeout.ms"),
+            initial_statements: p
+                .get_string("database.initial.statements")
+                .map(|st| {
+                    st.split(';')
+                        .map(str::trim)
+                        .filter(|x| !x.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            topic_prefix: s("topic.prefix"),
+            filters: Filters {
+                schemas: selector(&p, "schema.include.list", "schema.exclude.list"),
+                tables: selector(&p, "table.include.list", "table.exclude.list"),
+                columns: selector(&p, "column.include.list", "column.exclude.list"),
+                ignore_builtin: p.get_bool("table.ignore.builtin").unwrap_or(true),
+            },
+            slot_name: s("slot.name"),
+            slot_drop_on_stop: p.get_bool("slot.drop.on.stop").unwrap_or(false),
+            slot_stream_params: stream_params,
+            slot_max_retries: long("slot.max.retries") as u32,
+            slot_retry_delay: ms("slot.retry.delay.ms"),
+            publication_name: s("publication.name"),
+            publication_autocreate: match lower("publication.autocreate.mode").as_str() {
+                "disabled" => PublicationAutocreate::Disabled,
+                "filtered" => PublicationAutocreate::Filtered,
+                "no_tables" => PublicationAutocreate::NoTables,
+                _ => PublicationAutocreate::AllTables,
+            },
+            snapshot_mode,
+            snapshot_fetch_size: long("snapshot.fetch.size").max(1) as usize,
+            mapping,
+            unavailable_placeholder: s("unavailable.value.placeholder"),
+            tombstones_on_delete: p.get_bool("tombstones.on.delete").unwrap_or(true),
+            skipped: parse_skipped(&s("skipped.operations")).unwrap_or_default(),
+            message_key_columns: p
+                .get_string("message.key.columns")
+                .map(|m| parse_message_key_columns(m).unwrap_or_default())
+                .unwrap_or_default(),
+            max_batch_size: long("max.batch.size").max(1) as usize,
+            max_queue_size: long("max.queue.size").max(1) as usize,
+            max_queue_size_bytes: long("max.queue.size.in.bytes").max(0) as usize,
+            poll_interval: ms("poll.interval.ms"),
+            status_update_interval: ms("status.update.interval.ms"),
+            heartbeat_interval: ms("heartbeat.interval.ms"),
+            heartbeat_action_query: p.get_string("heartbeat.action.query").map(str::to_owned),
+            lsn_flush_mode,
+            message_prefixes: selector(
+                &p,
+                "message.prefix.include.list",
+                "message.prefix.exclude.list",
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> Properties {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn base() -> Vec<(&'static str, &'static str)> {
+        vec![
+            (
+                "connector.class",
+                "io.debezium.connector.postgresql.PostgresConnector",
+            ),
+            ("database.hostname", "localhost"),
+            ("database.user", "u"),
+            ("database.dbname", "db"),
+            ("topic.prefix", "cdc"),
+        ]
+    }
+
+    #[test]
+    fn defaults_match_debezium_except_plugin() {
+        let c = PostgresConfig::parse(&props(&base())).unwrap();
+        assert_eq!(c.port, 5432);
+        assert_eq!(c.slot_name, "debezium");
+        assert_eq!(c.publication_name, "dbz_publication");
+        assert_eq!(c.publication_autocreate, PublicationAutocreate::AllTables);
+        assert_eq!(c.snapshot_mode, SnapshotMode::Initial);
+        assert_eq!(c.mapping, MappingConfig::default());
+        assert!(c.skipped.truncate && !c.skipped.create);
+        assert!(c.tombstones_on_delete);
+        assert_eq!(c.max_batch_size, 2048);
+        assert_eq!(c.unavailable_placeholder, "__debezium_unavailable_value");
+        assert_eq!(c.lsn_flush_mode, LsnFlushMode::Connector);
+    }
+
+    #[test]
+    fn per_field_errors() {
+        let mut p = base();
+        p.extend([
+            ("plugin.name", "decoderbufs"),
+            ("snapshot.mode", "sometimes"),
+            ("slot.name", "Bad-Slot"),
+            ("table.include.list", "public.a"),
+            ("table.exclude.list", "public.b"),
+            ("skipped.operations", "x"),
+            ("database.sslmode", "verify-full"),
+            ("time.precision.mode", "nanoseconds"),
+        ]);
+        let v = validate(&props(&p));
+        let errs = v.errors_by_field();
+        assert!(errs["plugin.name"][0].contains("pgoutput"), "{errs:?}");
+        assert!(errs["snapshot.mode"][0].contains("initial"));
+        assert!(errs["slot.name"][0].contains("lower case"));
+        assert!(errs["table.exclude.list"][0].contains("already specified"));
+        assert!(errs["skipped.operations"][0].contains("x"));
+        assert!(errs["database.sslmode"][0].contains("not support"));
+        assert!(errs["time.precision.mode"][0].contains("not supported yet"));
+        assert!(PostgresConfig::parse(&props(&p)).is_err());
+        let mut p = base();
+        p.retain(|(k, _)| *k != "topic.prefix");
+        assert!(validate(&props(&p))
+            .errors_by_field()
+            .contains_key("topic.prefix"));
+    }
+
+    #[test]
+    fn aliases_and_lists() {
+        let mut p = base();
+        p.extend([
+            ("snapshot.mode", "never"),
+            ("plugin.name", "PGOUTPUT"),
+            ("skipped.operations", "none"),
+            ("message.key.columns", "public.t:a,b;public.u:id"),
+            ("table.include.list", "public.orders,public.customers"),
+        ]);
+        let c = PostgresConfig::parse(&props(&p)).unwrap();
+        assert_eq!(c.snapshot_mode, SnapshotMode::NoData);
+        assert_eq!(c.skipped, SkippedOps::default());
+        assert_eq!(c.message_key_columns.len(), 2);
+        assert_eq!(c.message_key_columns[0].1, vec!["a", "b"]);
+        assert!(c.filters.table_included("public", "Orders"));
+    }
+}

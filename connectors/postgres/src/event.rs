@@ -1,0 +1,533 @@
+//! Debezium's change events: per-table key/row/envelope schemas, the `source` block and the
+//! records for each operation (`r`, `c`, `u`, `d`, `t`, tombstones, primary-key changes).
+//!
+//! Invariants:
+//! - a [`TableSchema`] is built once per table version and its `SchemaRef`s are shared by all
+//!   records of that version (converters cache serialised schemas by `Arc` identity);
+//!   [`TableSchema::same_shape`] lets callers keep the old objects when a Relation message
+//!   repeats an unchanged table;
+//! - every value put into a struct was decoded for exactly that field's schema, and required
+//!   fields never stay null (missing old-image values get Debezium's fallback values).
+
+use std::sync::Arc;
+
+use headwater_api::logical::debezium;
+use headwater_api::{
+    OffsetMap, Schema, SchemaBuilder, SchemaRef, SchemaType, SourceRecord, Struct, Value,
+};
+
+use crate::types::{self, decode_binary, ColumnType, MappingConfig, TypeError};
+
+/// `schema.table`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableId {
+    pub schema: String,
+    pub table: String,
+}
+
+impl std::fmt::Display for TableId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.schema, self.table)
+    }
+}
+
+/// A column definition from which the schemas are built.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ColumnDef {
+    pub name: String,
+    pub ct: ColumnType,
+    pub optional: bool,
+    pub default_raw: Option<Vec<u8>>,
+}
+
+/// A captured column in a built table schema.
+#[derive(Clone, Debug)]
+pub struct EventColumn {
+    pub def: ColumnDef,
+    /// The field schema in the row struct.
+    pub schema: SchemaRef,
+}
+
+/// Schemas of one table version.
+#[derive(Clone, Debug)]
+pub struct TableSchema {
+    pub id: TableId,
+    pub topic: String,
+    pub columns: Vec<EventColumn>,
+    /// Indexes into `columns` of the key fields, in key order.
+    pub key_fields: Vec<usize>,
+    pub key_schema: Option<SchemaRef>,
+    pub row_schema: SchemaRef,
+    pub envelope_schema: SchemaRef,
+}
+
+/// Replaces characters Kafka does not allow in topic names with `_` (as Debezium does).
+pub fn sanitize_topic(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The `io.debezium.connector.postgresql.Source` schema (version 1).
+pub fn source_schema() -> SchemaRef {
+    let opt_i64 = Schema::optional_int64;
+    SchemaBuilder::struct_()
+        .name("io.debezium.connector.postgresql.Source")
+        .version(1)
+        .field("version", Schema::string())
+        .field("connector", Schema::string())
+        .field("name", Schema::string())
+        .field("ts_ms", Schema::int64())
+        .field(
+            "snapshot",
+            debezium::enum_builder(&[
+                "true",
+                "first",
+                "first_in_data_collection",
+                "last_in_data_collection",
+                "last",
+                "false",
+                "incremental",
+            ])
+            .optional()
+            .default_value(Value::String("false".into()))
+            .build_ref(),
+        )
+        .field("db", Schema::string())
+        .field("sequence", Schema::optional_string())
+        .field("ts_us", opt_i64())
+        .field("ts_ns", opt_i64())
+        .field("schema", Schema::string())
+        .field("table", Schema::string())
+        .field("txId", opt_i64())
+        .field("lsn", opt_i64())
+        .field("xmin", opt_i64())
+        .field("origin", Schema::optional_string())
+        .field("origin_lsn", opt_i64())
+        .build_ref()
+}
+
+/// Debezium's `event.block` transaction schema.
+pub fn transaction_schema() -> SchemaRef {
+    SchemaBuilder::struct_()
+        .name("event.block")
+        .version(1)
+        .optional()
+        .field("id", Schema::string())
+        .field("total_order", Schema::int64())
+        .field("data_collection_order", Schema::int64())
+        .build_ref()
+}
+
+/// A failure building a schema or an event.
+#[derive(Debug, thiserror::Error)]
+pub enum EventError {
+    #[error("table {table}, column {column}: {source}")]
+    Value {
+        table: String,
+        column: String,
+        #[source]
+        source: TypeError,
+    },
+    #[error("table {table}: {detail}")]
+    Schema { table: String, detail: String },
+}
+
+impl TableSchema {
+    /// Builds the schemas of a table. `key_columns` names the key fields (primary key or
+    /// `message.key.columns`); columns whose type is not mapped are left out (with a warning).
+    pub fn build(
+        id: TableId,
+        topic_prefix: &str,
+        defs: Vec<ColumnDef>,
+        key_columns: &[String],
+        mapping: &MappingConfig,
+        source: &SchemaRef,
+    ) -> Result<TableSchema, EventError> {
+        let topic = sanitize_topic(&format!("{topic_prefix}.{}.{}", id.schema, id.table));
+        let schema_err = |detail: String| EventError::Schema {
+            table: id.to_string(),
+            detail,
+        };
+        let mut columns = Vec::with_capacity(defs.len());
+        let mut row = SchemaBuilder::struct_()
+            .name(format!("{topic}.Value"))
+            .optional();
+        for def in defs {
+            let Some(builder) = types::column_schema(&def.ct, mapping) else {
+                tracing::warn!(table = %id, column = %def.name, r#type = %def.ct.info.name,
+                    "column type is not supported and is left out (include.unknown.datatypes=false)");
+                continue;
+            };
+            let mut builder = if def.optional {
+                builder.optional()
+            } else {
+                builder
+            };
+            let plain = builder.clone().build_ref();
+            if let Some(raw) = &def.default_raw {
+                match decode_binary(&def.ct, raw, mapping, &plain) {
+                    Ok(v) if !v.is_null() => builder = builder.default_value(v),
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::debug!(column = %def.name, error = %e, "default not representable")
+                    }
+                }
+            }
+            let schema = match builder.clone().try_build() {
+                Ok(s) => Arc::new(s),
+                Err(_) => plain,
+            };
+            row = row
+                .try_field(def.name.clone(), schema.clone())
+                .map_err(|e| schema_err(e.message().to_owned()))?;
+            columns.push(EventColumn { def, schema });
+        }
+        let row_schema = row.build_ref();
+        let mut key_fields = Vec::new();
+        for k in key_columns {
+            match columns.iter().position(|c| &c.def.name == k) {
+                Some(i) => key_fields.push(i),
+                None => {
+                    return Err(schema_err(format!(
+                        "key column {k} is not a captured column"
+                    )))
+                }
+            }
+        }
+        let key_schema = if key_fields.is_empty() {
+            None
+        } else {
+            let mut kb = SchemaBuilder::struct_().name(format!("{topic}.Key"));
+            for &i in &key_fields {
+                kb = kb
+                    .try_field(columns[i].def.name.clone(), columns[i].schema.clone())
+                    .map_err(|e| schema_err(e.message().to_owned()))?;
+            }
+            Some(kb.build_ref())
+        };
+        let envelope_schema = SchemaBuilder::struct_()
+            .name(format!("{topic}.Envelope"))
+            .version(2)
+            .field("before", row_schema.clone())
+            .field("after", row_schema.clone())
+            .field("source", source.clone())
+            .field("transaction", transaction_schema())
+            .field("op", Schema::string())
+            .field("ts_ms", Schema::optional_int64())
+            .field("ts_us", Schema::optional_int64())
+            .field("ts_ns", Schema::optional_int64())
+            .build_ref();
+        Ok(TableSchema {
+            id,
+            topic,
+            columns,
+            key_fields,
+            key_schema,
+            row_schema,
+            envelope_schema,
+        })
+    }
+
+    /// Whether `other` describes the same columns and key (so this version's schema objects
+    /// can be kept).
+    pub fn same_shape(&self, other: &TableSchema) -> bool {
+        self.topic == other.topic
+            && self.key_fields == other.key_fields
+            && self.columns.len() == other.columns.len()
+            && self
+                .columns
+                .iter()
+                .zip(&other.columns)
+                .all(|(a, b)| a.def == b.def && a.schema == b.schema)
+    }
+
+    /// Builds a row struct; `value(i)` gives the raw image of column `i` of `columns`.
+    pub fn row<'a>(
+        &self,
+        mapping: &MappingConfig,
+        placeholder: &str,
+        mut value: impl FnMut(usize) -> RawColumn<'a>,
+    ) -> Result<Struct, EventError> {
+        let mut st = Struct::new(self.row_schema.clone()).map_err(|e| EventError::Schema {
+            table: self.id.to_string(),
+            detail: e.message().to_owned(),
+        })?;
+        for (i, col) in self.columns.iter().enumerate() {
+            let v = match value(i) {
+                RawColumn::Binary(raw) => decode_binary(&col.def.ct, raw, mapping, &col.schema)
+                    .map_err(|source| EventError::Value {
+                        table: self.id.to_string(),
+                        column: col.def.name.clone(),
+                        source,
+                    })?,
+                RawColumn::Text(raw) => text_value(&col.schema, raw).ok_or_else(|| EventError::Value {
+                    table: self.id.to_string(),
+                    column: col.def.name.clone(),
+                    source: TypeError {
+                        type_name: col.def.ct.info.name.clone(),
+                        detail: "the server sent this value in text format, which is only supported for text-like types (the type has no binary send function)".into(),
+                    },
+                })?,
+                RawColumn::Null => Value::Null,
+                RawColumn::Unchanged => types::placeholder_value(&col.schema, placeholder)
+                    .unwrap_or(Value::Null),
+                RawColumn::Given(v) => v,
+            };
+            let v = if v.is_null() && !col.schema.is_optional() {
+                types::fallback_value(&col.schema)
+            } else {
+                v
+            };
+            st.put_at(i, v).map_err(|e| EventError::Schema {
+                table: self.id.to_string(),
+                detail: e.message().to_owned(),
+            })?;
+        }
+        Ok(st)
+    }
+
+    /// The key struct of a row (`None` without key fields).
+    pub fn key_of(&self, row: &Struct) -> Option<Value> {
+        let schema = self.key_schema.as_ref()?;
+        let mut k = Struct::new(schema.clone()).ok()?;
+        for (ki, &ci) in self.key_fields.iter().enumerate() {
+            k.put_at(ki, row.values()[ci].clone()).ok()?;
+        }
+        Some(Value::Struct(k))
+    }
+}
+
+/// A text-format value, accepted only where the text is the value (string schemas).
+fn text_value(schema: &Schema, raw: &[u8]) -> Option<Value> {
+    if schema.schema_type() == SchemaType::String {
+        std::str::from_utf8(raw)
+            .ok()
+            .map(|s| Value::String(s.to_owned()))
+    } else {
+        None
+    }
+}
+
+/// One column of a row image as it arrived.
+#[derive(Clone, Debug)]
+pub enum RawColumn<'a> {
+    Null,
+    Unchanged,
+    Binary(&'a [u8]),
+    Text(&'a [u8]),
+    /// An already decoded value (e.g. taken from the old image).
+    Given(Value),
+}
+
+/// What the `source` block says about one event.
+#[derive(Clone, Debug, Default)]
+pub struct SourceInfo {
+    /// Commit (or snapshot) time, µs since 1970.
+    pub ts_us: i64,
+    /// `snapshot` marker (`None` while streaming: the schema default "false" applies).
+    pub snapshot: Option<&'static str>,
+    pub last_commit_lsn: Option<i64>,
+    pub lsn: Option<i64>,
+    pub tx_id: Option<i64>,
+}
+
+/// Builds records for one connector.
+#[derive(Clone, Debug)]
+pub struct EventBuilder {
+    pub source_schema: SchemaRef,
+    pub server_name: String,
+    pub db: String,
+    pub partition: OffsetMap,
+}
+
+/// Current time in µs and ns since 1970.
+pub fn now_micros_nanos() -> (i64, i64) {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_micros() as i64, d.as_nanos() as i64)
+}
+
+impl EventBuilder {
+    pub fn new(server_name: &str, db: &str) -> Self {
+        let mut partition = OffsetMap::new();
+        partition.insert("server".into(), server_name.into());
+        EventBuilder {
+            source_schema: source_schema(),
+            server_name: server_name.to_owned(),
+            db: db.to_owned(),
+            partition,
+        }
+    }
+
+    pub fn source(&self, table: &TableId, info: &SourceInfo) -> Struct {
+        let mut s = Struct::new(self.source_schema.clone()).expect("source schema is a struct");
+        let seq = format!(
+            "[{},{}]",
+            info.last_commit_lsn
+                .map_or("null".to_owned(), |l| format!("\"{l}\"")),
+            info.lsn.map_or("null".to_owned(), |l| format!("\"{l}\""))
+        );
+        let vals: [Value; 16] = [
+            Value::String(crate::CONNECTOR_VERSION.into()),
+            Value::String("postgresql".into()),
+            Value::String(self.server_name.clone()),
+            Value::Int64(info.ts_us.div_euclid(1000)),
+            info.snapshot
+                .map_or(Value::Null, |s| Value::String(s.into())),
+            Value::String(self.db.clone()),
+            Value::String(seq),
+            Value::Int64(info.ts_us),
+            Value::Int64(info.ts_us.saturating_mul(1000)),
+            Value::String(table.schema.clone()),
+            Value::String(table.table.clone()),
+            info.tx_id.map_or(Value::Null, Value::Int64),
+            info.lsn.map_or(Value::Null, Value::Int64),
+            Value::Null,
+            Value::Null,
+            Value::Null,
+        ];
+        for (i, v) in vals.into_iter().enumerate() {
+            // Every value matches its field by construction.
+            let _ = s.put_at(i, v);
+        }
+        s
+    }
+
+    /// An envelope value.
+    pub fn envelope(
+        &self,
+        ts: &TableSchema,
+        before: Option<Struct>,
+        after: Option<Struct>,
+        source: Struct,
+        op: &str,
+    ) -> Value {
+        let (us, ns) = now_micros_nanos();
+        let mut e = Struct::new(ts.envelope_schema.clone()).expect("envelope schema is a struct");
+        let _ = e.put_at(0, before.map_or(Value::Null, Value::Struct));
+        let _ = e.put_at(1, after.map_or(Value::Null, Value::Struct));
+        let _ = e.put_at(2, Value::Struct(source));
+        let _ = e.put_at(4, Value::String(op.into()));
+        let _ = e.put_at(5, Value::Int64(us / 1000));
+        let _ = e.put_at(6, Value::Int64(us));
+        let _ = e.put_at(7, Value::Int64(ns));
+        Value::Struct(e)
+    }
+
+    /// A record with this connector's source partition.
+    pub fn record(
+        &self,
+        ts: &TableSchema,
+        offset: OffsetMap,
+        key: Option<Value>,
+        value: Option<Value>,
+    ) -> SourceRecord {
+        let (key_schema, key) = match key {
+            Some(k) => (ts.key_schema.clone(), k),
+            None => (None, Value::Null),
+        };
+        let (value_schema, value) = match value {
+            Some(v) => (Some(ts.envelope_schema.clone()), v),
+            None => (None, Value::Null),
+        };
+        SourceRecord::new(
+            self.partition.clone(),
+            offset,
+            ts.topic.clone(),
+            key_schema,
+            key,
+            value_schema,
+            value,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{PgType, TypeInfo};
+
+    fn def(name: &str, kind: PgType, tname: &str, optional: bool) -> ColumnDef {
+        ColumnDef {
+            name: name.into(),
+            ct: ColumnType {
+                info: TypeInfo::new(0, tname, kind),
+                typmod: -1,
+            },
+            optional,
+            default_raw: None,
+        }
+    }
+
+    #[test]
+    fn schemas_and_rows() {
+        let source = source_schema();
+        let mut text_def = def("c_nn_default", PgType::Text, "text", false);
+        text_def.default_raw = Some(b"dflt".to_vec());
+        let ts = TableSchema::build(
+            TableId {
+                schema: "public".into(),
+                table: "t".into(),
+            },
+            "cdc",
+            vec![
+                def("id", PgType::Int4, "int4", false),
+                text_def,
+                def("x", PgType::Unknown, "box", true),
+            ],
+            &["id".to_owned()],
+            &MappingConfig::default(),
+            &source,
+        )
+        .unwrap();
+        assert_eq!(ts.topic, "cdc.public.t");
+        assert_eq!(ts.columns.len(), 2, "unknown type left out");
+        assert_eq!(ts.row_schema.name(), Some("cdc.public.t.Value"));
+        assert_eq!(ts.envelope_schema.name(), Some("cdc.public.t.Envelope"));
+        assert_eq!(ts.envelope_schema.version(), Some(2));
+        assert_eq!(
+            ts.columns[1].schema.default_value(),
+            Some(&Value::String("dflt".into()))
+        );
+        let one = 1i32.to_be_bytes();
+        let row = ts
+            .row(&MappingConfig::default(), "__u", |i| match i {
+                0 => RawColumn::Binary(&one),
+                _ => RawColumn::Null,
+            })
+            .unwrap();
+        assert_eq!(row.values()[0], Value::Int32(1));
+        assert_eq!(
+            row.values()[1],
+            Value::String("dflt".into()),
+            "required null gets the default"
+        );
+        let key = ts.key_of(&row).unwrap();
+        assert_eq!(key.as_struct().unwrap().get("id"), Some(&Value::Int32(1)));
+        let b = EventBuilder::new("cdc", "db");
+        let src = b.source(
+            &ts.id,
+            &SourceInfo {
+                ts_us: 1_500,
+                lsn: Some(7),
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            src.get("sequence"),
+            Some(&Value::String("[null,\"7\"]".into()))
+        );
+        assert_eq!(src.get("ts_ms"), Some(&Value::Int64(1)));
+        let env = b.envelope(&ts, None, Some(row), src, "c");
+        env.as_struct().unwrap().validate().unwrap();
+        assert_eq!(sanitize_topic("cdc.pub lic.t$"), "cdc.pub_lic.t_");
+    }
+}

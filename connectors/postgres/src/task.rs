@@ -1,0 +1,1764 @@
+//! [`PostgresSourceTask`]: snapshot then stream, with Debezium's events and offsets.
+//!
+//! Lifecycle: `start` validates the configuration, checks the server (`wal_level`), manages the
+//! publication and the slot, and decides from the committed offsets whether to snapshot.
+//! A snapshot reads every captured table with `COPY ... TO STDOUT (FORMAT binary)` inside a
+//! transaction that imported the slot's exported snapshot (or, when the slot already exists, the
+//! snapshot of a temporary slot whose consistent point becomes the streaming start). Streaming
+//! reads the slot through the replication client; a reader task pushes messages into a bounded
+//! channel and answers keepalives, a ticker sends standby status updates even while the engine
+//! applies backpressure.
+//!
+//! Durability invariants:
+//! - the flush position sent to the server (`Shared::durable`) only moves forward, and only to
+//!   (a) the `lsn_proc` of offsets passed to [`SourceTask::commit`], (b) the end of a
+//!   transaction that produced no records when nothing handed out is still uncommitted, or
+//!   (c) a keepalive position when every message received so far is in such a durable state
+//!   and no transaction is open; with `lsn.flush.mode=manual` nothing is ever confirmed;
+//! - the last record of each source transaction is held back until its Commit arrives, so the
+//!   record that closes a `Boundary::Commit` batch carries the transaction's end LSN as
+//!   `lsn_proc` (the position streaming resumes from);
+//! - every record of a source transaction is returned before a batch with `Boundary::Commit`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use futures_util::StreamExt;
+use headwater_api::plugin::{BoxFuture, SourceBatch, SourceTask, SourceTaskContext};
+use headwater_api::{
+    ConnectError, OffsetMap, OffsetValue, Properties, Schema, SchemaBuilder, SchemaRef,
+    SourceRecord, Struct, Value,
+};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_postgres::Client;
+
+use crate::catalog::{self, quote_ident, quote_literal, TypeRegistry};
+use crate::config::{LsnFlushMode, PostgresConfig, PublicationAutocreate, SnapshotMode};
+use crate::event::{ColumnDef, EventBuilder, RawColumn, SourceInfo, TableId, TableSchema};
+use crate::lsn::Lsn;
+use crate::pgoutput::{self, Decoder, PgOutputMessage, Relation, TupleData, TupleValue};
+use crate::replication::{
+    ConnectOptions, PgError, ReplicationClient, ReplicationMessage, SnapshotAction, StatusWriter,
+};
+use crate::types::ColumnType;
+
+/// Header Debezium puts on the delete half of a primary-key change.
+pub const NEWKEY_HEADER: &str = "__debezium.newkey";
+/// Header Debezium puts on the create half of a primary-key change.
+pub const OLDKEY_HEADER: &str = "__debezium.oldkey";
+
+fn pg_err(context: &str, e: PgError) -> ConnectError {
+    let transient = e.is_transient();
+    let msg = format!("{context}: {e}");
+    let err = match &e {
+        PgError::NotSupported(_) => ConnectError::not_supported(msg),
+        PgError::Auth(_) => ConnectError::config(msg),
+        _ if transient => ConnectError::retriable(msg),
+        _ => ConnectError::fatal(msg),
+    };
+    err.with_cause(e)
+}
+
+fn sql_err(context: &str, e: tokio_postgres::Error) -> ConnectError {
+    let transient = e.is_closed()
+        || e.as_db_error().is_none()
+        || e.code().is_some_and(|c| {
+            let c = c.code();
+            c.starts_with("08") || c.starts_with("57P") || c == "53300"
+        });
+    let detail = match e.as_db_error() {
+        Some(db) => format!(
+            "{}: {} (SQLSTATE {})",
+            db.severity(),
+            db.message(),
+            db.code().code()
+        ),
+        None => e.to_string(),
+    };
+    let msg = format!("{context}: {detail}");
+    let err = if transient {
+        ConnectError::retriable(msg)
+    } else {
+        ConnectError::fatal(msg)
+    };
+    err.with_cause(e)
+}
+
+/// State shared with the reader and ticker tasks.
+struct Shared {
+    /// The position confirmed to the server as flushed.
+    durable: AtomicU64,
+    /// The last WAL end the server reported.
+    received: AtomicU64,
+    /// The position of the last complete item (transaction or message) the reader pushed.
+    pushed: AtomicU64,
+    manual: bool,
+}
+
+impl Shared {
+    fn flush_lsn(&self) -> Lsn {
+        if self.manual {
+            Lsn::INVALID
+        } else {
+            Lsn(self.durable.load(Ordering::SeqCst))
+        }
+    }
+    async fn send_status(&self, w: &StatusWriter) -> Result<(), PgError> {
+        let flush = self.flush_lsn();
+        let received = Lsn(self.received.load(Ordering::SeqCst)).max(flush);
+        w.send_status(received, flush, flush).await
+    }
+}
+
+enum StreamItem {
+    Data { wal_start: Lsn, data: Bytes },
+    Failed(PgError),
+    Ended,
+}
+
+struct Stream {
+    rx: mpsc::Receiver<StreamItem>,
+    status: StatusWriter,
+    reader: JoinHandle<()>,
+    ticker: JoinHandle<()>,
+    decoder: Decoder,
+}
+
+/// Parses `COPY ... (FORMAT binary)` output incrementally.
+#[derive(Default)]
+struct CopyParser {
+    buf: BytesMut,
+    header_done: bool,
+    finished: bool,
+}
+
+impl CopyParser {
+    const SIGNATURE: &'static [u8] = b"PGCOPY\n\xff\r\n\0";
+
+    fn push(&mut self, chunk: &[u8]) {
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// The next complete row (`None` when more input is needed or the trailer was read).
+    fn next_row(&mut self) -> Result<Option<Vec<Option<Bytes>>>, String> {
+        if self.finished {
+            return Ok(None);
+        }
+        if !self.header_done {
+            if self.buf.len() < 19 {
+                return Ok(None);
+            }
+            if &self.buf[..11] != Self::SIGNATURE {
+                return Err("not a binary COPY stream".into());
+            }
+            let ext = u32::from_be_bytes([self.buf[15], self.buf[16], self.buf[17], self.buf[18]])
+                as usize;
+            if self.buf.len() < 19 + ext {
+                return Ok(None);
+            }
+            self.buf.advance(19 + ext);
+            self.header_done = true;
+        }
+        if self.buf.len() < 2 {
+            return Ok(None);
+        }
+        let n = i16::from_be_bytes([self.buf[0], self.buf[1]]);
+        if n == -1 {
+            self.finished = true;
+            return Ok(None);
+        }
+        if n < 0 {
+            return Err(format!("bad field count {n}"));
+        }
+        // Find the tuple's end before taking it.
+        let mut pos = 2usize;
+        let mut spans = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            if self.buf.len() < pos + 4 {
+                return Ok(None);
+            }
+            let len = i32::from_be_bytes([
+                self.buf[pos],
+                self.buf[pos + 1],
+                self.buf[pos + 2],
+                self.buf[pos + 3],
+            ]);
+            pos += 4;
+            if len < 0 {
+                spans.push(None);
+            } else {
+                let len = len as usize;
+                if self.buf.len() < pos + len {
+                    return Ok(None);
+                }
+                spans.push(Some((pos, len)));
+                pos += len;
+            }
+        }
+        let tuple = self.buf.split_to(pos).freeze();
+        Ok(Some(
+            spans
+                .into_iter()
+                .map(|s| s.map(|(p, l)| tuple.slice(p..p + l)))
+                .collect(),
+        ))
+    }
+}
+
+/// A snapshot in progress.
+struct Snapshot {
+    tables: Vec<Arc<TableSchema>>,
+    next_table: usize,
+    current: Option<(
+        usize,
+        std::pin::Pin<Box<tokio_postgres::CopyOutStream>>,
+        CopyParser,
+        bool,
+    )>,
+    /// One record of look-ahead, to mark the last one of a table and of the snapshot.
+    pending: Option<(usize, bool, Struct)>,
+    lsn: Lsn,
+    tx_id: Option<i64>,
+    ts_us: i64,
+    then_stream: bool,
+}
+
+/// An open source transaction.
+struct Txn {
+    xid: u32,
+    commit_lsn: Lsn,
+    begin_lsn: Lsn,
+    ts_us: i64,
+    records: usize,
+}
+
+/// A captured relation: its schema and, per captured column, its tuple index.
+type CapturedRelation = (Arc<TableSchema>, Vec<usize>);
+
+/// What the stream knows about one relation id.
+struct RelState {
+    table: Option<Arc<TableSchema>>,
+    /// For each captured column, its index in the relation's tuples.
+    col_map: Vec<usize>,
+}
+
+enum Phase {
+    Snapshot(Box<Snapshot>),
+    Streaming,
+    /// Snapshot-only mode finished: nothing more to do.
+    Done,
+}
+
+struct Inner {
+    cfg: PostgresConfig,
+    sql: Client,
+    sql_conn: JoinHandle<()>,
+    types: TypeRegistry,
+    events: EventBuilder,
+    message_schemas: (SchemaRef, SchemaRef, SchemaRef),
+    schemas: HashMap<TableId, Arc<TableSchema>>,
+    relations: HashMap<u32, RelState>,
+    phase: Phase,
+    shared: Arc<Shared>,
+    stream: Option<Stream>,
+    /// A replication connection kept from slot creation for START_REPLICATION.
+    repl: Option<ReplicationClient>,
+    start_lsn: Lsn,
+    held: Option<SourceRecord>,
+    txn: Option<Txn>,
+    last_end: Lsn,
+    processed_pos: Lsn,
+    last_handed_proc: Lsn,
+    committed_proc: Lsn,
+    next_heartbeat: Option<Instant>,
+}
+
+/// The PostgreSQL source task.
+#[derive(Default)]
+pub struct PostgresSourceTask {
+    inner: Option<Box<Inner>>,
+}
+
+impl PostgresSourceTask {
+    pub fn new() -> Self {
+        PostgresSourceTask::default()
+    }
+}
+
+fn connect_options(cfg: &PostgresConfig, suffix: &str) -> ConnectOptions {
+    ConnectOptions {
+        host: cfg.hostname.clone(),
+        port: cfg.port,
+        user: cfg.user.clone(),
+        password: cfg.password.clone(),
+        dbname: cfg.dbname.clone(),
+        application_name: format!("headwater-{}{suffix}", cfg.topic_prefix),
+        sslmode: cfg.sslmode,
+        connect_timeout: cfg.connect_timeout,
+    }
+}
+
+async fn connect_sql(cfg: &PostgresConfig) -> Result<(Client, JoinHandle<()>), ConnectError> {
+    if cfg.sslmode.requires_tls() {
+        return Err(ConnectError::not_supported(
+            "database.sslmode: TLS connections are not supported yet; use disable, allow or prefer",
+        ));
+    }
+    let mut pc = tokio_postgres::Config::new();
+    pc.host(&cfg.hostname)
+        .port(cfg.port)
+        .user(&cfg.user)
+        .dbname(&cfg.dbname)
+        .application_name(format!("headwater-{}", cfg.topic_prefix))
+        .connect_timeout(cfg.connect_timeout);
+    if let Some(pw) = &cfg.password {
+        pc.password(pw);
+    }
+    let (client, conn) = pc.connect(tokio_postgres::NoTls).await.map_err(|e| {
+        sql_err(
+            &format!("connecting to PostgreSQL at {}:{}", cfg.hostname, cfg.port),
+            e,
+        )
+    })?;
+    let handle = tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "SQL connection ended");
+        }
+    });
+    for stmt in &cfg.initial_statements {
+        client
+            .batch_execute(stmt)
+            .await
+            .map_err(|e| sql_err(&format!("database.initial.statements {stmt:?}"), e))?;
+    }
+    Ok((client, handle))
+}
+
+/// `pg_replication_slots` row of our slot.
+struct SlotRow {
+    plugin: Option<String>,
+    database: Option<String>,
+    active_pid: Option<i32>,
+    confirmed_flush: Option<Lsn>,
+    lost: bool,
+}
+
+async fn read_slot(sql: &Client, name: &str) -> Result<Option<SlotRow>, ConnectError> {
+    let row = sql
+        .query_opt(
+            "SELECT plugin::text, database::text, active_pid, confirmed_flush_lsn::text, \
+             COALESCE(wal_status, '') = 'lost' FROM pg_replication_slots WHERE slot_name = $1",
+            &[&name],
+        )
+        .await
+        .map_err(|e| sql_err("reading pg_replication_slots", e))?;
+    Ok(row.map(|r| SlotRow {
+        plugin: r.get(0),
+        database: r.get(1),
+        active_pid: r.get(2),
+        confirmed_flush: r.get::<_, Option<String>>(3).and_then(|s| s.parse().ok()),
+        lost: r.get(4),
+    }))
+}
+
+async fn slot_holder(sql: &Client, pid: i32) -> String {
+    match sql
+        .query_opt(
+            "SELECT COALESCE(application_name, ''), COALESCE(client_addr::text, 'local') \
+             FROM pg_stat_activity WHERE pid = $1",
+            &[&pid],
+        )
+        .await
+    {
+        Ok(Some(r)) => {
+            let app: String = r.get(0);
+            let addr: String = r.get(1);
+            format!("process {pid} (application_name {app:?}, client {addr})")
+        }
+        _ => format!("process {pid}"),
+    }
+}
+
+fn offset_i64(o: &OffsetMap, k: &str) -> Option<i64> {
+    match o.get(k)? {
+        OffsetValue::Int(v) => Some(*v),
+        OffsetValue::String(s) => s.parse().ok(),
+        OffsetValue::Float(f) => Some(*f as i64),
+        _ => None,
+    }
+}
+
+fn offset_bool(o: &OffsetMap, k: &str) -> Option<bool> {
+    match o.get(k)? {
+        OffsetValue::Bool(b) => Some(*b),
+        OffsetValue::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+/// Whether a committed offset says the snapshot is complete.
+fn snapshot_completed(o: &OffsetMap) -> bool {
+    if !o.contains_key("snapshot") {
+        return true;
+    }
+    offset_bool(o, "snapshot_completed") == Some(true)
+        || offset_bool(o, "last_snapshot_record") == Some(true)
+}
+
+fn message_schemas(
+    binary: crate::types::BinaryMode,
+    source: &SchemaRef,
+) -> (SchemaRef, SchemaRef, SchemaRef) {
+    let key = SchemaBuilder::struct_()
+        .name("io.debezium.connector.postgresql.MessageKey")
+        .version(1)
+        .field("prefix", Schema::optional_string())
+        .build_ref();
+    let content = match binary {
+        crate::types::BinaryMode::Bytes => SchemaBuilder::bytes().optional().build_ref(),
+        _ => Schema::optional_string(),
+    };
+    let block = SchemaBuilder::struct_()
+        .name("io.debezium.connector.postgresql.Message")
+        .version(1)
+        .field("prefix", Schema::optional_string())
+        .field("content", content)
+        .build_ref();
+    let value = SchemaBuilder::struct_()
+        .name("io.debezium.connector.postgresql.MessageValue")
+        .version(1)
+        .field("op", Schema::string())
+        .field("ts_ms", Schema::optional_int64())
+        .field("source", source.clone())
+        .field("transaction", crate::event::transaction_schema())
+        .field("message", block.clone())
+        .build_ref();
+    (key, block, value)
+}
+
+impl Inner {
+    async fn start(context: SourceTaskContext, props: Properties) -> Result<Inner, ConnectError> {
+        let cfg =
+            PostgresConfig::parse(&props).map_err(|v| ConnectError::config(v.error_message()))?;
+        if cfg.snapshot_fetch_size == 0 {
+            return Err(ConnectError::config("snapshot.fetch.size must be positive"));
+        }
+        let (sql, sql_conn) = connect_sql(&cfg).await?;
+        let wal_level: String = sql
+            .query_one("SHOW wal_level", &[])
+            .await
+            .map_err(|e| sql_err("reading wal_level", e))?
+            .get(0);
+        if wal_level != "logical" {
+            return Err(ConnectError::fatal(format!(
+                "PostgreSQL runs with wal_level={wal_level}, but logical replication needs wal_level=logical: run ALTER SYSTEM SET wal_level = logical (or set it in postgresql.conf) and restart the server"
+            )));
+        }
+        let events = EventBuilder::new(&cfg.topic_prefix, &cfg.dbname);
+        let msg_schemas = message_schemas(cfg.mapping.binary, &events.source_schema);
+        let shared = Arc::new(Shared {
+            durable: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+            pushed: AtomicU64::new(0),
+            manual: cfg.lsn_flush_mode == LsnFlushMode::Manual,
+        });
+        let mut inner = Inner {
+            sql,
+            sql_conn,
+            types: TypeRegistry::new(),
+            message_schemas: msg_schemas,
+            schemas: HashMap::new(),
+            relations: HashMap::new(),
+            phase: Phase::Streaming,
+            shared,
+            stream: None,
+            repl: None,
+            start_lsn: Lsn::INVALID,
+            held: None,
+            txn: None,
+            last_end: Lsn::INVALID,
+            processed_pos: Lsn::INVALID,
+            last_handed_proc: Lsn::INVALID,
+            committed_proc: Lsn::INVALID,
+            next_heartbeat: None,
+            events,
+            cfg,
+        };
+        inner.ensure_publication().await?;
+        let offset = context.offset(&inner.events.partition).cloned();
+        inner.prepare(offset).await?;
+        if inner.cfg.heartbeat_interval > Duration::ZERO
+            && inner.cfg.heartbeat_action_query.is_some()
+        {
+            inner.next_heartbeat = Some(Instant::now() + inner.cfg.heartbeat_interval);
+        }
+        Ok(inner)
+    }
+
+    /// Tables the filters capture, in snapshot order.
+    async fn captured_tables(&self) -> Result<Vec<(String, String)>, ConnectError> {
+        let mut tables: Vec<(String, String)> = catalog::list_tables(&self.sql)
+            .await
+            .map_err(|e| sql_err("listing tables", e))?
+            .into_iter()
+            .filter(|(s, t)| self.cfg.filters.table_included(s, t))
+            .collect();
+        tables.sort_by_key(|(s, t)| self.cfg.filters.snapshot_rank(s, t));
+        Ok(tables)
+    }
+
+    async fn ensure_publication(&mut self) -> Result<(), ConnectError> {
+        let name = &self.cfg.publication_name;
+        let exists = self
+            .sql
+            .query_opt(
+                "SELECT puballtables FROM pg_publication WHERE pubname = $1",
+                &[name],
+            )
+            .await
+            .map_err(|e| sql_err("reading pg_publication", e))?;
+        let ident = quote_ident(name);
+        let statement = match (self.cfg.publication_autocreate, exists.is_some()) {
+            (PublicationAutocreate::Disabled, false) => {
+                return Err(ConnectError::fatal(format!(
+                    "publication {name:?} does not exist and publication.autocreate.mode=disabled: create it (CREATE PUBLICATION {ident} FOR ALL TABLES, or FOR TABLE ...) or change publication.autocreate.mode"
+                )))
+            }
+            (PublicationAutocreate::Disabled, true) => None,
+            (PublicationAutocreate::AllTables, false) => {
+                Some(format!("CREATE PUBLICATION {ident} FOR ALL TABLES"))
+            }
+            (PublicationAutocreate::NoTables, false) => {
+                Some(format!("CREATE PUBLICATION {ident}"))
+            }
+            (PublicationAutocreate::AllTables | PublicationAutocreate::NoTables, true) => None,
+            (PublicationAutocreate::Filtered, exists) => {
+                let tables = self.captured_tables().await?;
+                if tables.is_empty() {
+                    return Err(ConnectError::config(format!(
+                        "publication.autocreate.mode=filtered, but no table matches the include/exclude lists, so publication {name:?} would be empty"
+                    )));
+                }
+                let list: Vec<String> = tables
+                    .iter()
+                    .map(|(s, t)| format!("{}.{}", quote_ident(s), quote_ident(t)))
+                    .collect();
+                Some(if exists {
+                    format!("ALTER PUBLICATION {ident} SET TABLE {}", list.join(", "))
+                } else {
+                    format!("CREATE PUBLICATION {ident} FOR TABLE {}", list.join(", "))
+                })
+            }
+        };
+        if let Some(stmt) = statement {
+            tracing::info!(publication = %name, statement = %stmt, "managing publication");
+            self.sql.batch_execute(&stmt).await.map_err(|e| {
+                let hint = if e.code().is_some_and(|c| c.code() == "42501") {
+                    " (the user needs to own the tables or be a superuser to create a publication; create it yourself and set publication.autocreate.mode=disabled)"
+                } else {
+                    ""
+                };
+                sql_err(&format!("creating publication {name:?}{hint}"), e)
+            })?;
+        }
+        Ok(())
+    }
+
+    async fn replication_client(&self, suffix: &str) -> Result<ReplicationClient, ConnectError> {
+        let client = ReplicationClient::connect(&connect_options(&self.cfg, suffix))
+            .await
+            .map_err(|e| pg_err("opening a replication connection", e))?;
+        if client.server_major_version().unwrap_or(0) < 14 {
+            return Err(ConnectError::not_supported(format!(
+                "PostgreSQL {} is not supported yet: Headwater reads pgoutput in binary mode, which needs PostgreSQL 14 or newer",
+                client.parameter("server_version").unwrap_or("?")
+            )));
+        }
+        Ok(client)
+    }
+
+    /// Decides between snapshot and streaming and sets everything up for the first poll.
+    async fn prepare(&mut self, offset: Option<OffsetMap>) -> Result<(), ConnectError> {
+        let slot_name = self.cfg.slot_name.clone();
+        let mut slot = read_slot(&self.sql, &slot_name).await?;
+        if let Some(s) = &slot {
+            if s.plugin.as_deref() != Some("pgoutput")
+                || s.database.as_deref() != Some(self.cfg.dbname.as_str())
+            {
+                return Err(ConnectError::fatal(format!(
+                    "replication slot {slot_name:?} exists but belongs to plugin {:?} on database {:?}; slot names are cluster-wide: choose another slot.name or drop that slot",
+                    s.plugin, s.database
+                )));
+            }
+            let mut tries = 0;
+            while let Some(pid) = slot.as_ref().and_then(|s| s.active_pid) {
+                if tries >= self.cfg.slot_max_retries {
+                    let holder = slot_holder(&self.sql, pid).await;
+                    return Err(ConnectError::fatal(format!(
+                        "replication slot {slot_name:?} is in use by {holder}; a slot can only be read by one client: stop the other connector or choose another slot.name"
+                    )));
+                }
+                tries += 1;
+                tracing::warn!(slot = %slot_name, pid, "slot is active, retrying");
+                tokio::time::sleep(self.cfg.slot_retry_delay).await;
+                slot = read_slot(&self.sql, &slot_name).await?;
+            }
+        }
+        let completed = offset.as_ref().is_some_and(snapshot_completed);
+        let slot_usable = slot.as_ref().is_some_and(|s| !s.lost);
+        let mode = self.cfg.snapshot_mode;
+        if completed
+            && !slot_usable
+            && mode != SnapshotMode::WhenNeeded
+            && mode != SnapshotMode::Always
+        {
+            let what = if slot.is_some() {
+                "was invalidated (its WAL was removed)"
+            } else {
+                "does not exist"
+            };
+            return Err(ConnectError::fatal(format!(
+                "replication slot {slot_name:?} {what}, but the connector has committed offsets: changes made since then cannot be read. Set snapshot.mode=when_needed to take a new snapshot, or delete the connector's offsets"
+            )));
+        }
+        if let Some(s) = &slot {
+            if s.lost {
+                tracing::warn!(slot = %slot_name, "slot was invalidated; dropping it to take a new snapshot");
+                self.sql
+                    .execute("SELECT pg_drop_replication_slot($1)", &[&slot_name])
+                    .await
+                    .map_err(|e| sql_err("dropping the invalidated slot", e))?;
+                slot = None;
+            }
+        }
+        let need_snapshot = match mode {
+            SnapshotMode::Always => true,
+            SnapshotMode::Initial | SnapshotMode::InitialOnly => !completed,
+            SnapshotMode::WhenNeeded => !completed || slot.is_none(),
+            SnapshotMode::NoData => false,
+        };
+        if mode == SnapshotMode::InitialOnly && completed {
+            self.phase = Phase::Done;
+            return Ok(());
+        }
+        if need_snapshot {
+            let (lsn, keep_repl) = if slot.is_none() {
+                let mut repl = self.replication_client("").await?;
+                let created = self.create_slot(&mut repl, &slot_name, false).await?;
+                (created, Some(repl))
+            } else {
+                let tmp = format!(
+                    "hw_snap_{}_{}",
+                    std::process::id(),
+                    Lsn(crate::replication::pg_now_micros() as u64).0 % 1_000_000_000
+                );
+                let mut repl = self.replication_client("-snapshot").await?;
+                let lsn = self.create_slot(&mut repl, &tmp, true).await?;
+                repl.close().await;
+                (lsn, None)
+            };
+            self.repl = keep_repl;
+            self.start_lsn = lsn;
+            let tx_id: Option<i64> = self
+                .sql
+                .query_one(
+                    "SELECT txid_snapshot_xmin(txid_current_snapshot())::bigint",
+                    &[],
+                )
+                .await
+                .map_err(|e| sql_err("reading the snapshot transaction id", e))?
+                .get(0);
+            let tables = self.captured_tables().await?;
+            let mut schemas = Vec::with_capacity(tables.len());
+            for (s, t) in tables {
+                if let Some(ts) = self.table_schema_from_catalog(&s, &t).await? {
+                    schemas.push(ts);
+                }
+            }
+            tracing::info!(tables = schemas.len(), lsn = %lsn, "starting snapshot");
+            self.phase = Phase::Snapshot(Box::new(Snapshot {
+                tables: schemas,
+                next_table: 0,
+                current: None,
+                pending: None,
+                lsn,
+                tx_id,
+                ts_us: crate::event::now_micros_nanos().0,
+                then_stream: mode != SnapshotMode::InitialOnly,
+            }));
+        } else {
+            let from_offset = offset
+                .as_ref()
+                .filter(|o| snapshot_completed(o))
+                .and_then(|o| offset_i64(o, "lsn_proc").or_else(|| offset_i64(o, "lsn")))
+                .map(Lsn::from_i64);
+            self.start_lsn = match (&slot, from_offset) {
+                (None, _) => {
+                    let mut repl = self.replication_client("").await?;
+                    let created = repl
+                        .create_slot(&slot_name, false, SnapshotAction::NoExport)
+                        .await
+                        .map_err(|e| slot_create_err(&slot_name, e))?;
+                    self.repl = Some(repl);
+                    created.consistent_point
+                }
+                (Some(s), off) => off
+                    .unwrap_or(Lsn::INVALID)
+                    .max(s.confirmed_flush.unwrap_or(Lsn::INVALID)),
+            };
+            self.phase = Phase::Streaming;
+            self.start_streaming().await?;
+        }
+        Ok(())
+    }
+
+    /// Creates a slot exporting its snapshot and imports that snapshot into the SQL session.
+    async fn create_slot(
+        &mut self,
+        repl: &mut ReplicationClient,
+        name: &str,
+        temporary: bool,
+    ) -> Result<Lsn, ConnectError> {
+        tracing::info!(slot = %name, temporary, "creating replication slot (waits for open transactions in the cluster)");
+        let created = repl
+            .create_slot(name, temporary, SnapshotAction::Export)
+            .await
+            .map_err(|e| slot_create_err(name, e))?;
+        let snap = created
+            .snapshot_name
+            .ok_or_else(|| ConnectError::fatal("the server did not export a snapshot"))?;
+        self.sql
+            .batch_execute(&format!(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
+                quote_literal(&snap)
+            ))
+            .await
+            .map_err(|e| sql_err("importing the slot's snapshot", e))?;
+        Ok(created.consistent_point)
+    }
+
+    async fn table_schema_from_catalog(
+        &mut self,
+        schema: &str,
+        table: &str,
+    ) -> Result<Option<Arc<TableSchema>>, ConnectError> {
+        let Some(meta) = catalog::load_table(&self.sql, &mut self.types, schema, table)
+            .await
+            .map_err(|e| sql_err(&format!("reading the definition of {schema}.{table}"), e))?
+        else {
+            return Ok(None);
+        };
+        let defs: Vec<ColumnDef> = meta
+            .columns
+            .iter()
+            .filter(|c| !c.generated && self.cfg.filters.column_included(schema, table, &c.name))
+            .map(|c| ColumnDef {
+                name: c.name.clone(),
+                ct: c.ct.clone(),
+                optional: !c.not_null,
+                default_raw: c.default_raw.clone(),
+            })
+            .collect();
+        let id = TableId {
+            schema: schema.to_owned(),
+            table: table.to_owned(),
+        };
+        let key = self.key_columns(&id, &meta.primary_key, &defs);
+        self.install_schema(id, defs, &key).map(Some)
+    }
+
+    fn key_columns(&self, id: &TableId, pk: &[String], defs: &[ColumnDef]) -> Vec<String> {
+        let name = id.to_string();
+        for (pattern, cols) in &self.cfg.message_key_columns {
+            if pattern.matches(&name) {
+                return cols.clone();
+            }
+        }
+        pk.iter()
+            .filter(|k| defs.iter().any(|d| &d.name == *k))
+            .cloned()
+            .collect()
+    }
+
+    /// Builds a table schema, keeping the previous version's objects when nothing changed.
+    fn install_schema(
+        &mut self,
+        id: TableId,
+        defs: Vec<ColumnDef>,
+        key: &[String],
+    ) -> Result<Arc<TableSchema>, ConnectError> {
+        let ts = TableSchema::build(
+            id.clone(),
+            &self.cfg.topic_prefix,
+            defs,
+            key,
+            &self.cfg.mapping,
+            &self.events.source_schema,
+        )
+        .map_err(|e| ConnectError::fatal(e.to_string()))?;
+        if let Some(old) = self.schemas.get(&id) {
+            if old.same_shape(&ts) {
+                return Ok(old.clone());
+            }
+        }
+        let ts = Arc::new(ts);
+        self.schemas.insert(id, ts.clone());
+        Ok(ts)
+    }
+
+    async fn start_streaming(&mut self) -> Result<(), ConnectError> {
+        let repl = match self.repl.take() {
+            Some(r) => r,
+            None => self.replication_client("").await?,
+        };
+        let mut options: Vec<(&str, String)> = vec![
+            ("proto_version", "1".into()),
+            (
+                "publication_names",
+                format!("\"{}\"", self.cfg.publication_name),
+            ),
+            ("messages", "true".into()),
+            ("binary", "true".into()),
+        ];
+        for (k, v) in &self.cfg.slot_stream_params {
+            options.retain(|(ok, _)| ok != k);
+            options.push((k.as_str(), v.clone()));
+        }
+        let slot = self.cfg.slot_name.clone();
+        let (mut reader, status) = repl
+            .start_replication(&slot, self.start_lsn, &options)
+            .await
+            .map_err(|e| {
+                if e.code() == Some("55006") {
+                    ConnectError::fatal(format!(
+                        "replication slot {slot:?} is in use by another client: {e}"
+                    ))
+                } else if e.code() == Some("42704") {
+                    ConnectError::fatal(format!(
+                        "cannot stream from slot {slot:?}: {e}. Does publication {:?} exist?",
+                        self.cfg.publication_name
+                    ))
+                } else {
+                    pg_err(&format!("START_REPLICATION on slot {slot:?}"), e)
+                }
+            })?;
+        tracing::info!(slot = %slot, start = %self.start_lsn, "streaming started");
+        self.last_end = self.start_lsn;
+        self.processed_pos = self.start_lsn;
+        self.shared
+            .durable
+            .fetch_max(self.start_lsn.0, Ordering::SeqCst);
+        let (tx, rx) = mpsc::channel(self.cfg.max_queue_size);
+        let shared = self.shared.clone();
+        let st = status.clone();
+        let reader_task = tokio::spawn(async move {
+            let mut in_txn = false;
+            loop {
+                match reader.next().await {
+                    Ok(Some(ReplicationMessage::XLogData {
+                        wal_start,
+                        wal_end,
+                        data,
+                        ..
+                    })) => {
+                        shared.received.fetch_max(wal_end.0, Ordering::SeqCst);
+                        let tag = data.first().copied();
+                        let mut completes = None;
+                        match tag {
+                            Some(b'B') => in_txn = true,
+                            Some(b'C') => {
+                                in_txn = false;
+                                completes = data
+                                    .get(10..18)
+                                    .map(|b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8])));
+                            }
+                            Some(b'M') if !in_txn => completes = Some(wal_start.0),
+                            _ => {}
+                        }
+                        if tx.send(StreamItem::Data { wal_start, data }).await.is_err() {
+                            return;
+                        }
+                        if let Some(pos) = completes {
+                            shared.pushed.fetch_max(pos, Ordering::SeqCst);
+                        }
+                    }
+                    Ok(Some(ReplicationMessage::Keepalive {
+                        wal_end,
+                        reply_requested,
+                        ..
+                    })) => {
+                        shared.received.fetch_max(wal_end.0, Ordering::SeqCst);
+                        let durable = shared.durable.load(Ordering::SeqCst);
+                        if !in_txn && durable >= shared.pushed.load(Ordering::SeqCst) {
+                            // Everything received is durable and no transaction is open:
+                            // the keepalive position carries no captured change.
+                            shared.durable.fetch_max(wal_end.0, Ordering::SeqCst);
+                        }
+                        if reply_requested {
+                            if let Err(e) = shared.send_status(&st).await {
+                                let _ = tx.send(StreamItem::Failed(e)).await;
+                                return;
+                            }
+                        }
+                    }
+                    Ok(None) => {
+                        let _ = tx.send(StreamItem::Ended).await;
+                        return;
+                    }
+                    Err(e) => {
+                        let _ = tx.send(StreamItem::Failed(e)).await;
+                        return;
+                    }
+                }
+            }
+        });
+        let shared = self.shared.clone();
+        let st = status.clone();
+        let interval = self.cfg.status_update_interval;
+        let ticker = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if shared.send_status(&st).await.is_err() {
+                    return;
+                }
+            }
+        });
+        self.stream = Some(Stream {
+            rx,
+            status,
+            reader: reader_task,
+            ticker,
+            decoder: Decoder::new(),
+        });
+        Ok(())
+    }
+
+    async fn poll(&mut self) -> Result<SourceBatch, ConnectError> {
+        self.maybe_heartbeat().await?;
+        match &self.phase {
+            Phase::Snapshot(_) => self.poll_snapshot().await,
+            Phase::Streaming => self.poll_stream().await,
+            Phase::Done => {
+                tokio::time::sleep(self.cfg.poll_interval).await;
+                Ok(SourceBatch::empty())
+            }
+        }
+    }
+
+    async fn maybe_heartbeat(&mut self) -> Result<(), ConnectError> {
+        let Some(due) = self.next_heartbeat else {
+            return Ok(());
+        };
+        if Instant::now() < due || matches!(self.phase, Phase::Snapshot(_)) {
+            return Ok(());
+        }
+        self.next_heartbeat = Some(Instant::now() + self.cfg.heartbeat_interval);
+        if let Some(q) = &self.cfg.heartbeat_action_query {
+            self.sql
+                .batch_execute(q)
+                .await
+                .map_err(|e| sql_err("heartbeat.action.query", e))?;
+        }
+        Ok(())
+    }
+
+    fn snapshot_offset(s: &Snapshot, last: bool) -> OffsetMap {
+        let mut o = OffsetMap::new();
+        o.insert("last_snapshot_record".into(), last.into());
+        o.insert("lsn".into(), s.lsn.as_i64().into());
+        o.insert("snapshot".into(), "INITIAL".into());
+        o.insert("snapshot_completed".into(), last.into());
+        o.insert("ts_usec".into(), s.ts_us.into());
+        if let Some(x) = s.tx_id {
+            o.insert("txId".into(), x.into());
+        }
+        o
+    }
+
+    fn snapshot_record(
+        &self,
+        s: &Snapshot,
+        table_idx: usize,
+        marker: &'static str,
+        row: Struct,
+        last: bool,
+    ) -> SourceRecord {
+        let ts = &s.tables[table_idx];
+        let source = self.events.source(
+            &ts.id,
+            &SourceInfo {
+                ts_us: s.ts_us,
+                snapshot: Some(marker),
+                last_commit_lsn: None,
+                lsn: Some(s.lsn.as_i64()),
+                tx_id: s.tx_id,
+            },
+        );
+        let key = ts.key_of(&row);
+        let value = self.events.envelope(ts, None, Some(row), source, "r");
+        self.events
+            .record(ts, Self::snapshot_offset(s, last), key, Some(value))
+    }
+
+    async fn poll_snapshot(&mut self) -> Result<SourceBatch, ConnectError> {
+        let Phase::Snapshot(mut snap) = std::mem::replace(&mut self.phase, Phase::Streaming) else {
+            return Ok(SourceBatch::empty());
+        };
+        let limit = self
+            .cfg
+            .max_batch_size
+            .min(self.cfg.snapshot_fetch_size)
+            .max(1);
+        let mut out = Vec::with_capacity(limit);
+        let result = self.fill_snapshot(&mut snap, &mut out, limit).await;
+        let finished = match result {
+            Ok(f) => f,
+            Err(e) => {
+                self.phase = Phase::Snapshot(snap);
+                return Err(e);
+            }
+        };
+        if !finished {
+            self.phase = Phase::Snapshot(snap);
+            return Ok(SourceBatch::committed(out));
+        }
+        tracing::info!("snapshot finished");
+        self.sql
+            .batch_execute("COMMIT")
+            .await
+            .map_err(|e| sql_err("ending the snapshot transaction", e))?;
+        if snap.then_stream {
+            self.phase = Phase::Streaming;
+            self.start_lsn = snap.lsn;
+            self.start_streaming().await?;
+        } else {
+            self.phase = Phase::Done;
+        }
+        Ok(SourceBatch::committed(out))
+    }
+
+    /// Reads rows into `out`; true when the snapshot is complete (all records emitted).
+    async fn fill_snapshot(
+        &mut self,
+        snap: &mut Snapshot,
+        out: &mut Vec<SourceRecord>,
+        limit: usize,
+    ) -> Result<bool, ConnectError> {
+        loop {
+            if out.len() >= limit {
+                return Ok(false);
+            }
+            if snap.current.is_none() {
+                if snap.next_table >= snap.tables.len() {
+                    if let Some((ti, _, row)) = snap.pending.take() {
+                        let rec = self.snapshot_record(snap, ti, "last", row, true);
+                        out.push(rec);
+                    }
+                    return Ok(true);
+                }
+                let ti = snap.next_table;
+                snap.next_table += 1;
+                let ts = snap.tables[ti].clone();
+                if ts.columns.is_empty() {
+                    continue;
+                }
+                let cols: Vec<String> = ts
+                    .columns
+                    .iter()
+                    .map(|c| quote_ident(&c.def.name))
+                    .collect();
+                let q = format!(
+                    "COPY (SELECT {} FROM ONLY {}.{}) TO STDOUT (FORMAT binary)",
+                    cols.join(", "),
+                    quote_ident(&ts.id.schema),
+                    quote_ident(&ts.id.table)
+                );
+                tracing::info!(table = %ts.id, "snapshotting table");
+                let stream = self
+                    .sql
+                    .copy_out(q.as_str())
+                    .await
+                    .map_err(|e| sql_err(&format!("COPY of {}", ts.id), e))?;
+                snap.current = Some((ti, Box::pin(stream), CopyParser::default(), true));
+            }
+            let Some((ti, stream, parser, first)) = snap.current.as_mut() else {
+                continue;
+            };
+            let ti = *ti;
+            let row = match parser.next_row() {
+                Ok(Some(fields)) => {
+                    let ts = &snap.tables[ti];
+                    if fields.len() != ts.columns.len() {
+                        return Err(ConnectError::fatal(format!(
+                            "COPY of {} returned {} columns, expected {}",
+                            ts.id,
+                            fields.len(),
+                            ts.columns.len()
+                        )));
+                    }
+                    Some(
+                        ts.row(&self.cfg.mapping, &self.cfg.unavailable_placeholder, |i| {
+                            match &fields[i] {
+                                Some(b) => RawColumn::Binary(b),
+                                None => RawColumn::Null,
+                            }
+                        })
+                        .map_err(|e| ConnectError::data(e.to_string()))?,
+                    )
+                }
+                Ok(None) if parser.finished => None,
+                Ok(None) => match stream.next().await {
+                    Some(Ok(chunk)) => {
+                        parser.push(&chunk);
+                        continue;
+                    }
+                    Some(Err(e)) => {
+                        return Err(sql_err(
+                            &format!("reading COPY of {}", snap.tables[ti].id),
+                            e,
+                        ))
+                    }
+                    None => {
+                        if !parser.finished {
+                            return Err(ConnectError::retriable(format!(
+                                "COPY of {} ended early",
+                                snap.tables[ti].id
+                            )));
+                        }
+                        None
+                    }
+                },
+                Err(e) => {
+                    return Err(ConnectError::fatal(format!(
+                        "COPY of {}: {e}",
+                        snap.tables[ti].id
+                    )))
+                }
+            };
+            match row {
+                Some(row) => {
+                    let first_in_table = std::mem::replace(first, false);
+                    if let Some((pti, pfirst, prow)) = snap.pending.take() {
+                        // The pending row is the last of its table if this row starts a new one.
+                        let last_in_table = pti != ti;
+                        let marker = Self::marker(pti, pfirst, last_in_table);
+                        out.push(self.snapshot_record(snap, pti, marker, prow, false));
+                    }
+                    snap.pending = Some((ti, first_in_table, row));
+                }
+                None => {
+                    // Table done: drain the stream to its end. Its pending row's marker is
+                    // decided by the next row (of another table) or the end of the snapshot.
+                    if let Some((_, mut stream, _, _)) = snap.current.take() {
+                        while let Some(r) = stream.next().await {
+                            r.map_err(|e| sql_err("finishing COPY", e))?;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Debezium's snapshot marker precedence: last > first > last_in_data_collection >
+    /// first_in_data_collection > true ("last" is decided by the caller).
+    fn marker(table_idx: usize, first_in_table: bool, last_in_table: bool) -> &'static str {
+        if first_in_table && table_idx == 0 {
+            "first"
+        } else if last_in_table {
+            "last_in_data_collection"
+        } else if first_in_table {
+            "first_in_data_collection"
+        } else {
+            "true"
+        }
+    }
+
+    async fn poll_stream(&mut self) -> Result<SourceBatch, ConnectError> {
+        let deadline = tokio::time::Instant::now() + self.cfg.poll_interval;
+        let mut out: Vec<SourceRecord> = Vec::new();
+        loop {
+            if out.len() >= self.cfg.max_batch_size {
+                break;
+            }
+            let Some(stream) = self.stream.as_mut() else {
+                return Err(ConnectError::retriable(
+                    "the replication stream is not running",
+                ));
+            };
+            let item = if out.is_empty() {
+                match tokio::time::timeout_at(deadline, stream.rx.recv()).await {
+                    Ok(Some(item)) => item,
+                    Ok(None) => StreamItem::Ended,
+                    Err(_) => break,
+                }
+            } else {
+                match stream.rx.try_recv() {
+                    Ok(item) => item,
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => StreamItem::Ended,
+                }
+            };
+            match item {
+                StreamItem::Data { wal_start, data } => {
+                    let msg = stream.decoder.decode(data).map_err(|e| {
+                        ConnectError::fatal(format!("decoding pgoutput at {wal_start}: {e}"))
+                    })?;
+                    self.handle(wal_start, msg, &mut out).await?;
+                }
+                StreamItem::Failed(e) => {
+                    return Err(pg_err("replication stream", e));
+                }
+                StreamItem::Ended => {
+                    return Err(ConnectError::retriable(
+                        "the server ended the replication stream",
+                    ));
+                }
+            }
+        }
+        if !out.is_empty() {
+            if let Some(last) = out.last() {
+                self.last_handed_proc = offset_i64(&last.source_offset, "lsn_proc")
+                    .map(Lsn::from_i64)
+                    .unwrap_or(self.last_handed_proc);
+            }
+        }
+        let boundary = if self.txn.is_some() {
+            headwater_api::plugin::Boundary::Open
+        } else {
+            headwater_api::plugin::Boundary::Commit
+        };
+        Ok(SourceBatch {
+            records: out,
+            boundary,
+        })
+    }
+
+    fn push_record(&mut self, rec: SourceRecord, out: &mut Vec<SourceRecord>) {
+        if let Some(h) = self.held.replace(rec) {
+            out.push(h);
+        }
+        if let Some(t) = self.txn.as_mut() {
+            t.records += 1;
+        }
+    }
+
+    fn stream_offset(&self, lsn: Lsn) -> OffsetMap {
+        let mut o = OffsetMap::new();
+        o.insert("lsn".into(), lsn.as_i64().into());
+        o.insert("lsn_proc".into(), self.last_end.as_i64().into());
+        if let Some(t) = &self.txn {
+            o.insert("lsn_commit".into(), t.commit_lsn.as_i64().into());
+            o.insert("txId".into(), i64::from(t.xid).into());
+            o.insert("ts_usec".into(), t.ts_us.into());
+        }
+        o
+    }
+
+    fn stream_source(&self, id: &TableId, lsn: Lsn) -> Struct {
+        let (ts_us, tx, begin) = match &self.txn {
+            Some(t) => (t.ts_us, Some(i64::from(t.xid)), Some(t.begin_lsn.as_i64())),
+            None => (crate::event::now_micros_nanos().0, None, None),
+        };
+        self.events.source(
+            id,
+            &SourceInfo {
+                ts_us,
+                snapshot: None,
+                last_commit_lsn: begin,
+                lsn: Some(lsn.as_i64()),
+                tx_id: tx,
+            },
+        )
+    }
+
+    fn raw<'a>(tuple: &'a TupleData, idx: usize) -> RawColumn<'a> {
+        match tuple.0.get(idx) {
+            None | Some(TupleValue::Null) => RawColumn::Null,
+            Some(TupleValue::Unchanged) => RawColumn::Unchanged,
+            Some(TupleValue::Binary(b)) => RawColumn::Binary(b),
+            Some(TupleValue::Text(b)) => RawColumn::Text(b),
+        }
+    }
+
+    fn row_of(
+        &self,
+        ts: &TableSchema,
+        map: &[usize],
+        tuple: &TupleData,
+        fill: Option<&Struct>,
+    ) -> Result<Struct, ConnectError> {
+        ts.row(&self.cfg.mapping, &self.cfg.unavailable_placeholder, |i| {
+            let r = Self::raw(tuple, map[i]);
+            match (r, fill) {
+                (RawColumn::Unchanged, Some(old)) if !old.values()[i].is_null() => {
+                    RawColumn::Given(old.values()[i].clone())
+                }
+                (r, _) => r,
+            }
+        })
+        .map_err(|e| ConnectError::data(e.to_string()))
+    }
+
+    async fn handle(
+        &mut self,
+        wal_start: Lsn,
+        msg: PgOutputMessage,
+        out: &mut Vec<SourceRecord>,
+    ) -> Result<(), ConnectError> {
+        match msg {
+            PgOutputMessage::Begin {
+                final_lsn,
+                commit_time,
+                xid,
+            } => {
+                self.txn = Some(Txn {
+                    xid,
+                    commit_lsn: final_lsn,
+                    begin_lsn: wal_start,
+                    ts_us: pgoutput::pg_time_to_unix_micros(commit_time),
+                    records: 0,
+                });
+            }
+            PgOutputMessage::Commit { end_lsn, .. } => {
+                let produced = self.txn.as_ref().map_or(0, |t| t.records);
+                if let Some(mut h) = self.held.take() {
+                    h.source_offset
+                        .insert("lsn_proc".into(), end_lsn.as_i64().into());
+                    out.push(h);
+                }
+                self.txn = None;
+                self.last_end = end_lsn;
+                self.processed_pos = end_lsn;
+                if produced == 0 && out.is_empty() && self.committed_proc >= self.last_handed_proc {
+                    self.shared.durable.fetch_max(end_lsn.0, Ordering::SeqCst);
+                }
+            }
+            PgOutputMessage::Relation(rel) => self.on_relation(rel).await?,
+            PgOutputMessage::Type { oid, .. } => self.types.forget(oid),
+            PgOutputMessage::Origin { .. } => {}
+            PgOutputMessage::Insert {
+                relation_id, new, ..
+            } => {
+                let (ts, map) = match self.rel(relation_id)? {
+                    Some(x) => x,
+                    None => return Ok(()),
+                };
+                if self.cfg.skipped.create {
+                    return Ok(());
+                }
+                let after = self.row_of(&ts, &map, &new, None)?;
+                let key = ts.key_of(&after);
+                let source = self.stream_source(&ts.id, wal_start);
+                let value = self.events.envelope(&ts, None, Some(after), source, "c");
+                let rec = self
+                    .events
+                    .record(&ts, self.stream_offset(wal_start), key, Some(value));
+                self.push_record(rec, out);
+            }
+            PgOutputMessage::Update {
+                relation_id,
+                key,
+                old,
+                new,
+                ..
+            } => {
+                let (ts, map) = match self.rel(relation_id)? {
+                    Some(x) => x,
+                    None => return Ok(()),
+                };
+                if self.cfg.skipped.update {
+                    return Ok(());
+                }
+                let before = match (&old, &key) {
+                    (Some(o), _) => Some(self.row_of(&ts, &map, o, None)?),
+                    (None, Some(k)) => Some(self.row_of(&ts, &map, k, None)?),
+                    (None, None) => None,
+                };
+                let after =
+                    self.row_of(&ts, &map, &new, before.as_ref().filter(|_| old.is_some()))?;
+                let new_key = ts.key_of(&after);
+                let old_key = before.as_ref().and_then(|b| ts.key_of(b));
+                if old_key.is_some() && old_key != new_key {
+                    // Primary key change: delete (+ tombstone) under the old key, create under the new.
+                    let offset = self.stream_offset(wal_start);
+                    let source = self.stream_source(&ts.id, wal_start);
+                    let value = self.events.envelope(&ts, before, None, source.clone(), "d");
+                    let mut del =
+                        self.events
+                            .record(&ts, offset.clone(), old_key.clone(), Some(value));
+                    if let Some(nk) = &new_key {
+                        del.headers
+                            .add(NEWKEY_HEADER, ts.key_schema.clone(), nk.clone());
+                    }
+                    let tomb = self.cfg.tombstones_on_delete.then(|| {
+                        let mut t = self
+                            .events
+                            .record(&ts, offset.clone(), old_key.clone(), None);
+                        t.headers = del.headers.clone();
+                        t
+                    });
+                    let value = self.events.envelope(&ts, None, Some(after), source, "c");
+                    let mut cre = self.events.record(&ts, offset, new_key, Some(value));
+                    if let Some(ok) = &old_key {
+                        cre.headers
+                            .add(OLDKEY_HEADER, ts.key_schema.clone(), ok.clone());
+                    }
+                    self.push_record(del, out);
+                    if let Some(t) = tomb {
+                        self.push_record(t, out);
+                    }
+                    self.push_record(cre, out);
+                } else {
+                    let source = self.stream_source(&ts.id, wal_start);
+                    let value = self.events.envelope(&ts, before, Some(after), source, "u");
+                    let rec = self.events.record(
+                        &ts,
+                        self.stream_offset(wal_start),
+                        new_key,
+                        Some(value),
+                    );
+                    self.push_record(rec, out);
+                }
+            }
+            PgOutputMessage::Delete {
+                relation_id,
+                key,
+                old,
+                ..
+            } => {
+                let (ts, map) = match self.rel(relation_id)? {
+                    Some(x) => x,
+                    None => return Ok(()),
+                };
+                if self.cfg.skipped.delete {
+                    return Ok(());
+                }
+                let image = old.as_ref().or(key.as_ref());
+                let before = match image {
+                    Some(t) => Some(self.row_of(&ts, &map, t, None)?),
+                    None => None,
+                };
+                let k = before.as_ref().and_then(|b| ts.key_of(b));
+                let offset = self.stream_offset(wal_start);
+                let source = self.stream_source(&ts.id, wal_start);
+                let value = self.events.envelope(&ts, before, None, source, "d");
+                let rec = self
+                    .events
+                    .record(&ts, offset.clone(), k.clone(), Some(value));
+                self.push_record(rec, out);
+                if self.cfg.tombstones_on_delete {
+                    let t = self.events.record(&ts, offset, k, None);
+                    self.push_record(t, out);
+                }
+            }
+            PgOutputMessage::Truncate { relation_ids, .. } => {
+                if self.cfg.skipped.truncate {
+                    return Ok(());
+                }
+                for rid in relation_ids {
+                    let Some((ts, _)) = self.rel(rid)? else {
+                        continue;
+                    };
+                    let source = self.stream_source(&ts.id, wal_start);
+                    let value = self.events.envelope(&ts, None, None, source, "t");
+                    let rec =
+                        self.events
+                            .record(&ts, self.stream_offset(wal_start), None, Some(value));
+                    self.push_record(rec, out);
+                }
+            }
+            PgOutputMessage::Message {
+                transactional,
+                prefix,
+                content,
+                lsn,
+                ..
+            } => {
+                if !self.cfg.message_prefixes.accepts(&prefix) {
+                    if !transactional
+                        && self.txn.is_none()
+                        && out.is_empty()
+                        && self.held.is_none()
+                        && self.committed_proc >= self.last_handed_proc
+                    {
+                        self.shared.durable.fetch_max(wal_start.0, Ordering::SeqCst);
+                    }
+                    return Ok(());
+                }
+                let rec = self.message_record(wal_start.max(lsn), &prefix, &content);
+                if transactional && self.txn.is_some() {
+                    self.push_record(rec, out);
+                } else {
+                    // A non-transactional message is a unit of its own.
+                    if let Some(h) = self.held.take() {
+                        out.push(h);
+                    }
+                    out.push(rec);
+                }
+            }
+            PgOutputMessage::StreamStart { .. }
+            | PgOutputMessage::StreamStop
+            | PgOutputMessage::StreamCommit { .. }
+            | PgOutputMessage::StreamAbort { .. } => {
+                return Err(ConnectError::not_supported(
+                    "the server sent a streamed in-progress transaction (streaming 'on' in slot.stream.params): consuming streamed transactions is not supported yet; remove the streaming option",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn message_record(&self, lsn: Lsn, prefix: &str, content: &[u8]) -> SourceRecord {
+        let (key_schema, block_schema, value_schema) = &self.message_schemas;
+        let mut key = Struct::new(key_schema.clone()).expect("struct schema");
+        let _ = key.put_at(0, Value::String(prefix.to_owned()));
+        let mut block = Struct::new(block_schema.clone()).expect("struct schema");
+        let _ = block.put_at(0, Value::String(prefix.to_owned()));
+        let content_value = match crate::types::decode_binary(
+            &ColumnType {
+                info: crate::types::TypeInfo::new(17, "bytea", crate::types::PgType::Bytea),
+                typmod: -1,
+            },
+            content,
+            &self.cfg.mapping,
+            &Schema::bytes(),
+        ) {
+            Ok(v) => v,
+            Err(_) => Value::Bytes(content.to_vec()),
+        };
+        let _ = block.put_at(1, content_value);
+        let id = TableId {
+            schema: String::new(),
+            table: String::new(),
+        };
+        let source = self.stream_source(&id, lsn);
+        let mut value = Struct::new(value_schema.clone()).expect("struct schema");
+        let (us, _) = crate::event::now_micros_nanos();
+        let _ = value.put_at(0, Value::String("m".into()));
+        let _ = value.put_at(1, Value::Int64(us / 1000));
+        let _ = value.put_at(2, Value::Struct(source));
+        let _ = value.put_at(4, Value::Struct(block));
+        let mut offset = self.stream_offset(lsn);
+        if self.txn.is_none() {
+            offset.insert("lsn_proc".into(), lsn.as_i64().into());
+        }
+        SourceRecord::new(
+            self.events.partition.clone(),
+            offset,
+            format!("{}.message", self.cfg.topic_prefix),
+            Some(key_schema.clone()),
+            Value::Struct(key),
+            Some(value_schema.clone()),
+            Value::Struct(value),
+        )
+    }
+
+    fn rel(&self, relation_id: u32) -> Result<Option<CapturedRelation>, ConnectError> {
+        match self.relations.get(&relation_id) {
+            None => Err(ConnectError::fatal(format!(
+                "change for relation {relation_id} arrived before its Relation message"
+            ))),
+            Some(r) => Ok(r.table.clone().map(|t| (t, r.col_map.clone()))),
+        }
+    }
+
+    async fn on_relation(&mut self, rel: Relation) -> Result<(), ConnectError> {
+        let id = TableId {
+            schema: rel.namespace.clone(),
+            table: rel.name.clone(),
+        };
+        if !self.cfg.filters.table_included(&id.schema, &id.table) {
+            self.relations.insert(
+                rel.id,
+                RelState {
+                    table: None,
+                    col_map: Vec::new(),
+                },
+            );
+            return Ok(());
+        }
+        let meta = catalog::load_table(&self.sql, &mut self.types, &id.schema, &id.table)
+            .await
+            .map_err(|e| sql_err(&format!("reading the definition of {id}"), e))?;
+        let mut defs = Vec::with_capacity(rel.columns.len());
+        for c in &rel.columns {
+            if !self
+                .cfg
+                .filters
+                .column_included(&id.schema, &id.table, &c.name)
+            {
+                continue;
+            }
+            let info = self
+                .types
+                .resolve(&self.sql, c.type_oid)
+                .await
+                .map_err(|e| sql_err("resolving a column type", e))?;
+            let cm = meta
+                .as_ref()
+                .and_then(|m| m.columns.iter().find(|m| m.name == c.name));
+            defs.push(ColumnDef {
+                name: c.name.clone(),
+                ct: ColumnType {
+                    info,
+                    typmod: c.type_modifier,
+                },
+                optional: cm.is_none_or(|m| !m.not_null),
+                default_raw: cm.and_then(|m| m.default_raw.clone()),
+            });
+        }
+        let pk = meta
+            .as_ref()
+            .map(|m| m.primary_key.clone())
+            .unwrap_or_default();
+        let key = self.key_columns(&id, &pk, &defs);
+        let ts = self.install_schema(id, defs, &key)?;
+        let col_map = ts
+            .columns
+            .iter()
+            .map(|c| {
+                rel.columns
+                    .iter()
+                    .position(|rc| rc.name == c.def.name)
+                    .unwrap_or(usize::MAX)
+            })
+            .collect();
+        self.relations.insert(
+            rel.id,
+            RelState {
+                table: Some(ts),
+                col_map,
+            },
+        );
+        Ok(())
+    }
+
+    async fn commit(&mut self, committed: &[(OffsetMap, OffsetMap)]) -> Result<(), ConnectError> {
+        let Some((_, offset)) = committed
+            .iter()
+            .rev()
+            .find(|(p, _)| *p == self.events.partition)
+        else {
+            return Ok(());
+        };
+        if offset.contains_key("snapshot") {
+            return Ok(());
+        }
+        let Some(proc_lsn) = offset_i64(offset, "lsn_proc").map(Lsn::from_i64) else {
+            return Ok(());
+        };
+        self.committed_proc = self.committed_proc.max(proc_lsn);
+        self.shared.durable.fetch_max(proc_lsn.0, Ordering::SeqCst);
+        if self.committed_proc >= self.last_handed_proc && self.held.is_none() && self.txn.is_none()
+        {
+            self.shared
+                .durable
+                .fetch_max(self.processed_pos.0, Ordering::SeqCst);
+        }
+        if let Some(s) = &self.stream {
+            if let Err(e) = self.shared.send_status(&s.status).await {
+                return Err(pg_err("confirming the flushed position", e));
+            }
+        }
+        Ok(())
+    }
+
+    async fn stop(mut self) {
+        if let Some(s) = self.stream.take() {
+            s.reader.abort();
+            s.ticker.abort();
+            let _ = self.shared.send_status(&s.status).await;
+            s.status.close().await;
+        }
+        if let Some(r) = self.repl.take() {
+            r.close().await;
+        }
+        if self.cfg.slot_drop_on_stop {
+            for _ in 0..50 {
+                match self
+                    .sql
+                    .execute(
+                        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active",
+                        &[&self.cfg.slot_name],
+                    )
+                    .await
+                {
+                    Ok(_) => match read_slot(&self.sql, &self.cfg.slot_name).await {
+                        Ok(None) => break,
+                        _ => tokio::time::sleep(Duration::from_millis(100)).await,
+                    },
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not drop the slot");
+                        break;
+                    }
+                }
+            }
+        }
+        self.sql_conn.abort();
+    }
+}
+
+fn slot_create_err(name: &str, e: PgError) -> ConnectError {
+    match e.code() {
+        Some("42710") => ConnectError::fatal(format!("replication slot {name:?} already exists (slot names are cluster-wide): {e}")),
+        Some("53400") => ConnectError::fatal(format!(
+            "cannot create replication slot {name:?}: all replication slots are in use; raise max_replication_slots or drop unused slots ({e})"
+        )),
+        Some("42501") => ConnectError::fatal(format!(
+            "cannot create replication slot {name:?}: the user needs the REPLICATION attribute (ALTER ROLE ... REPLICATION) ({e})"
+        )),
+        Some("55000") => ConnectError::fatal(format!(
+            "cannot create replication slot {name:?}: {e}; logical decoding needs wal_level=logical"
+        )),
+        _ => pg_err(&format!("creating replication slot {name:?}"), e),
+    }
+}
+
+impl SourceTask for PostgresSourceTask {
+    fn start(
+        &mut self,
+        context: SourceTaskContext,
+        props: Properties,
+    ) -> BoxFuture<'_, Result<(), ConnectError>> {
+        Box::pin(async move {
+            let inner = Inner::start(context, props).await?;
+            self.inner = Some(Box::new(inner));
+            Ok(())
+        })
+    }
+
+    fn poll(&mut self) -> BoxFuture<'_, Result<SourceBatch, ConnectError>> {
+        Box::pin(async move {
+            match self.inner.as_mut() {
+                Some(i) => i.poll().await,
+                None => Err(ConnectError::fatal("poll called before start")),
+            }
+        })
+    }
+
+    fn commit<'a>(
+        &'a mut self,
+        committed: &'a [(OffsetMap, OffsetMap)],
+    ) -> BoxFuture<'a, Result<(), ConnectError>> {
+        Box::pin(async move {
+            match self.inner.as_mut() {
+                Some(i) => i.commit(committed).await,
+                None => Ok(()),
+            }
+        })
+    }
+
+    fn stop(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(i) = self.inner.take() {
+                i.stop().await;
+            }
+        })
+    }
+}
