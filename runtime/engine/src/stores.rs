@@ -38,6 +38,9 @@ pub struct StoredConnector {
 /// `(connector name, source partition)` -> committed source offset.
 pub type OffsetsByConnector = BTreeMap<String, Vec<(OffsetMap, OffsetMap)>>;
 
+/// A record's key and (absent for a tombstone) value.
+type KeyValue = (Vec<u8>, Option<Vec<u8>>);
+
 /// Access to the three internal topics.
 #[derive(Clone)]
 pub struct InternalTopics {
@@ -58,7 +61,7 @@ impl InternalTopics {
     }
 
     /// Every committed `(key, value)` of a topic, partition by partition, in offset order.
-    fn read_all(&self, topic: &str) -> Result<Vec<(Vec<u8>, Option<Vec<u8>>)>, EngineError> {
+    fn read_all(&self, topic: &str) -> Result<Vec<KeyValue>, EngineError> {
         let mut out = Vec::new();
         let partitions = self.log.partition_count(topic).unwrap_or(0);
         for p in 0..partitions {

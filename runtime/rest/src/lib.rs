@@ -23,10 +23,13 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
+
+pub mod connectors;
+pub mod topics;
 
 /// What `GET /` reports about the worker. Field names and order match Kafka
 /// Connect's `ServerInfo`.
@@ -50,17 +53,41 @@ pub struct RestState {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 struct Inner {
     info: ServerInfo,
+    engine: Option<headwater_engine::Engine>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("info", &self.info)
+            .field("engine", &self.engine.is_some())
+            .finish()
+    }
 }
 
 impl RestState {
     /// State for a worker described by `info`.
     pub fn new(info: ServerInfo) -> Self {
         Self {
-            inner: Arc::new(Inner { info }),
+            inner: Arc::new(Inner { info, engine: None }),
         }
+    }
+
+    /// State for a worker whose connectors are run by `engine`.
+    pub fn with_engine(info: ServerInfo, engine: headwater_engine::Engine) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                info,
+                engine: Some(engine),
+            }),
+        }
+    }
+
+    /// The engine behind the connector endpoints (absent while the worker starts).
+    pub fn engine(&self) -> Option<&headwater_engine::Engine> {
+        self.inner.engine.as_ref()
     }
 
     /// The worker description served at `GET /`.
@@ -144,6 +171,60 @@ impl IntoResponse for RestError {
 pub fn router(state: RestState) -> Router {
     Router::new()
         .route("/", get(server_info))
+        .route(
+            "/connectors",
+            get(connectors::list).post(connectors::create),
+        )
+        .route(
+            "/connectors/{name}",
+            get(connectors::get_info).delete(connectors::delete),
+        )
+        .route(
+            "/connectors/{name}/config",
+            get(connectors::get_config)
+                .put(connectors::put_config)
+                .patch(connectors::patch_config),
+        )
+        .route("/connectors/{name}/status", get(connectors::status))
+        .route("/connectors/{name}/restart", post(connectors::restart))
+        .route("/connectors/{name}/pause", put(connectors::pause))
+        .route("/connectors/{name}/resume", put(connectors::resume))
+        .route("/connectors/{name}/stop", put(connectors::stop))
+        .route("/connectors/{name}/tasks", get(connectors::tasks))
+        .route(
+            "/connectors/{name}/tasks/{task}/status",
+            get(connectors::task_status),
+        )
+        .route(
+            "/connectors/{name}/tasks/{task}/restart",
+            post(connectors::task_restart),
+        )
+        .route(
+            "/connectors/{name}/offsets",
+            get(connectors::get_offsets)
+                .patch(connectors::patch_offsets)
+                .delete(connectors::delete_offsets),
+        )
+        .route("/connectors/{name}/topics", get(connectors::topics))
+        .route(
+            "/connectors/{name}/topics/reset",
+            put(connectors::reset_topics),
+        )
+        .route("/connector-plugins", get(connectors::plugins))
+        .route(
+            "/connector-plugins/{plugin}/config",
+            get(connectors::plugin_config),
+        )
+        .route(
+            "/connector-plugins/{plugin}/config/validate",
+            put(connectors::validate),
+        )
+        .route("/topics", get(topics::list))
+        .route("/topics/{topic}", get(topics::describe))
+        .route(
+            "/topics/{topic}/partitions/{partition}/records",
+            get(topics::records),
+        )
         // Must stay after every `.route(..)`: axum applies the 405 fallback only
         // to method routers registered before this call.
         .method_not_allowed_fallback(method_not_allowed)

@@ -13,9 +13,11 @@
 //!   errors never depend on the log format.
 
 mod cli;
+mod connector_files;
 mod datadir;
 mod failure;
 mod logging;
+mod plugins;
 mod settings;
 mod worker;
 
@@ -51,17 +53,11 @@ fn real_main() -> Result<(), Failure> {
 fn run_worker(args: &WorkerArgs) -> Result<(), Failure> {
     let rust_log = std::env::var("RUST_LOG").ok();
     let settings = Settings::resolve(args, rust_log.as_deref())?;
-    if !args.connector_files.is_empty() {
-        let files: Vec<String> = args
-            .connector_files
-            .iter()
-            .map(|path| path.display().to_string())
-            .collect();
-        return Err(Failure::usage(format!(
-            "connector files are not supported yet in this build (got {})",
-            files.join(", ")
-        )));
-    }
+    let connectors = args
+        .connector_files
+        .iter()
+        .map(|path| connector_files::read(path))
+        .collect::<Result<Vec<_>, _>>()?;
     logging::init(settings.log_format, &settings.log_level)?;
-    worker::run(settings)
+    worker::run(settings, connectors)
 }

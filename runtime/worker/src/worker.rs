@@ -18,7 +18,11 @@
 
 use std::time::Duration;
 
+use headwater_engine::{Engine, EngineConfig, TargetState};
+use headwater_log::{Log, LogOptions};
 use headwater_rest::{RestState, ServerInfo};
+
+use crate::connector_files::ConnectorFile;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracing::{debug, info, warn};
@@ -35,8 +39,9 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The build commit reported by `GET /` (`"unknown"` if not known at build time).
 pub const COMMIT: &str = env!("HEADWATER_COMMIT");
 
-/// Runs a worker with fully resolved `settings` until it is told to stop.
-pub fn run(settings: Settings) -> Result<(), Failure> {
+/// Runs a worker with fully resolved `settings` until it is told to stop; `connectors` from
+/// files on the command line are created (or updated) at start.
+pub fn run(settings: Settings, connectors: Vec<ConnectorFile>) -> Result<(), Failure> {
     debug!(?settings, "resolved worker settings");
     let data_dir = DataDir::open(&settings.data_dir)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -44,14 +49,18 @@ pub fn run(settings: Settings) -> Result<(), Failure> {
         .thread_name("headwater")
         .build()
         .map_err(|err| Failure::runtime(format!("cannot start the async runtime: {err}")))?;
-    runtime.block_on(serve(&settings, &data_dir))?;
+    runtime.block_on(serve(&settings, &data_dir, connectors))?;
     drop(runtime);
     drop(data_dir);
     info!("Headwater worker stopped");
     Ok(())
 }
 
-async fn serve(settings: &Settings, data_dir: &DataDir) -> Result<(), Failure> {
+async fn serve(
+    settings: &Settings,
+    data_dir: &DataDir,
+    connectors: Vec<ConnectorFile>,
+) -> Result<(), Failure> {
     let mut signals = Signals::install()?;
 
     let listener = TcpListener::bind(settings.rest_listen)
@@ -66,6 +75,47 @@ async fn serve(settings: &Settings, data_dir: &DataDir) -> Result<(), Failure> {
         Failure::runtime(format!("cannot read the REST listener's address: {err}"))
     })?;
 
+    let log_dir = data_dir.path().join("log");
+    let log = Log::open(&log_dir, LogOptions::default()).map_err(|err| {
+        Failure::runtime(format!(
+            "cannot open the log in {}: {err}",
+            log_dir.display()
+        ))
+    })?;
+    let engine = Engine::start(
+        log.clone(),
+        crate::plugins::registry(),
+        EngineConfig {
+            worker_id: rest_addr.to_string(),
+            ..EngineConfig::default()
+        },
+    )
+    .await
+    .map_err(|err| Failure::runtime(format!("cannot start the connector engine: {err}")))?;
+    for file in connectors {
+        let exists = engine.connector_names().await.contains(&file.name);
+        let result = if exists {
+            engine
+                .put_connector_config(&file.name, file.config)
+                .await
+                .map(|_| ())
+        } else {
+            engine
+                .create_connector(&file.name, file.config, TargetState::Started)
+                .await
+                .map(|_| ())
+        };
+        if let Err(err) = result {
+            engine.shutdown().await;
+            let _ = log.close();
+            return Err(Failure::usage(format!(
+                "connector {} from the command line: {}",
+                file.name,
+                err.to_string().replace('\n', " ")
+            )));
+        }
+    }
+
     // Logged only now so that a failed start-up prints nothing but its error.
     if data_dir.created_cluster_id() {
         info!(
@@ -78,11 +128,14 @@ async fn serve(settings: &Settings, data_dir: &DataDir) -> Result<(), Failure> {
         "the Kafka protocol listener is not part of this build yet; kafka_listen is validated but not bound"
     );
 
-    let state = RestState::new(ServerInfo {
-        version: VERSION.to_owned(),
-        commit: COMMIT.to_owned(),
-        kafka_cluster_id: data_dir.cluster_id().to_owned(),
-    });
+    let state = RestState::with_engine(
+        ServerInfo {
+            version: VERSION.to_owned(),
+            commit: COMMIT.to_owned(),
+            kafka_cluster_id: data_dir.cluster_id().to_owned(),
+        },
+        engine.clone(),
+    );
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(headwater_rest::serve(listener, state, async move {
         let _ = stop_rx.await;
@@ -130,6 +183,9 @@ async fn serve(settings: &Settings, data_dir: &DataDir) -> Result<(), Failure> {
         }
     }
     server.abort();
+    engine.shutdown().await;
+    log.close()
+        .map_err(|err| Failure::runtime(format!("closing the log failed: {err}")))?;
     Ok(())
 }
 

@@ -367,18 +367,33 @@ fn bad_arguments_exit_2_with_one_line() {
 }
 
 #[test]
-fn connector_files_are_rejected_until_supported() {
+fn unreadable_or_invalid_connector_files_exit_2() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let data_dir = tmp.path().join("data");
     let mut cmd = headwater(["worker", "connector.json"]);
     cmd.arg("--data-dir").arg(&data_dir);
     let line = assert_one_line_error(run_to_exit(cmd), 2);
     assert!(
-        line.contains("connector files are not supported yet"),
+        line.contains("cannot read connector file connector.json"),
         "{line}"
     );
-    assert!(line.contains("connector.json"), "{line}");
     assert!(!data_dir.exists());
+
+    let bad = tmp.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"name":"x","config":{"connector.class":"NoSuchConnector"}}"#,
+    )
+    .unwrap();
+    let mut cmd = headwater(["worker"]);
+    cmd.arg(&bad)
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .arg("--rest-listen")
+        .arg(format!("127.0.0.1:{}", free_port()));
+    let line = assert_one_line_error(run_to_exit(cmd), 2);
+    assert!(line.contains("NoSuchConnector"), "{line}");
+    assert!(line.contains("available connectors are"), "{line}");
 }
 
 #[test]
