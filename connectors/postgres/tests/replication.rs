@@ -466,3 +466,110 @@ async fn idle_slot_keeps_advancing() {
     }
     task.stop().await;
 }
+
+/// Polls until `n` records arrived, committing at transaction boundaries like the engine.
+async fn drain(task: &mut PostgresSourceTask, n: usize) -> Vec<headwater_api::SourceRecord> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < n {
+        let b = task.poll().await.unwrap();
+        let closes = b.boundary == headwater_api::plugin::Boundary::Commit;
+        got.extend(b.records);
+        if closes {
+            if let Some(l) = got.last() {
+                let c = (l.source_partition.clone(), l.source_offset.clone());
+                task.commit(std::slice::from_ref(&c)).await.unwrap();
+            }
+        }
+        assert!(Instant::now() < deadline, "{} of {n} records", got.len());
+    }
+    got
+}
+
+fn ids(recs: &[headwater_api::SourceRecord], op: &str) -> Vec<i32> {
+    recs.iter()
+        .filter_map(|r| {
+            let v = r.value.as_struct()?;
+            if v.get("op")?.as_str()? != op {
+                return None;
+            }
+            let after = v.get("after")?.as_struct()?;
+            match after.get("id")? {
+                headwater_api::Value::Int32(i) => Some(*i),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_with_an_existing_slot_then_streams_each_row_once() {
+    let pg = PostgresServer::start().unwrap();
+    pg.create_database("resnap").await.unwrap();
+    let db = pg.connect("resnap").await.unwrap();
+    db.batch_execute("CREATE TABLE captured (id int PRIMARY KEY); INSERT INTO captured SELECT generate_series(1, 50);")
+        .await
+        .unwrap();
+    let props = |mode: &str| {
+        task_props(
+            &pg,
+            "resnap",
+            &[("snapshot.mode", mode), ("slot.name", "resnap_slot")],
+        )
+    };
+    let mut t1 = PostgresSourceTask::new();
+    t1.start(SourceTaskContext::default(), props("initial"))
+        .await
+        .unwrap();
+    let snap1 = drain(&mut t1, 50).await;
+    assert_eq!(ids(&snap1, "r").len(), 50);
+    db.execute("INSERT INTO captured VALUES (51)", &[])
+        .await
+        .unwrap();
+    let s1 = drain(&mut t1, 1).await;
+    assert_eq!(ids(&s1, "c"), vec![51]);
+    let last = s1.last().unwrap();
+    let committed = vec![(last.source_partition.clone(), last.source_offset.clone())];
+    t1.stop().await;
+    // Changes while the connector is down, then a restart that snapshots again (slot exists:
+    // a temporary slot provides the snapshot and the streaming start point).
+    db.execute("INSERT INTO captured VALUES (52)", &[])
+        .await
+        .unwrap();
+    let mut t2 = PostgresSourceTask::new();
+    let ctx = SourceTaskContext {
+        committed_offsets: committed,
+        ..Default::default()
+    };
+    t2.start(ctx, props("always")).await.unwrap();
+    let writer = {
+        let conn = pg.connect("resnap").await.unwrap();
+        tokio::spawn(async move {
+            for i in 53..=80 {
+                conn.execute("INSERT INTO captured VALUES ($1)", &[&i])
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    let snap2 = drain(&mut t2, 52).await;
+    writer.await.unwrap();
+    let mut seen = ids(&snap2, "r");
+    seen.extend(ids(&snap2, "c"));
+    // Every row from 1 to 80 exactly once across the snapshot and the stream that follows it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while seen.len() < 80 {
+        let b = t2.poll().await.unwrap();
+        seen.extend(ids(&b.records, "c"));
+        assert!(Instant::now() < deadline, "have {} of 80", seen.len());
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (1..=80).collect::<Vec<_>>());
+    let slots: i64 = db
+        .query_one("SELECT count(*) FROM pg_replication_slots", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 1, "the temporary snapshot slot is gone");
+    t2.stop().await;
+}
