@@ -1,21 +1,19 @@
 //! Key, value and header conversion of a connector's records, configured from its properties
 //! (`key.converter`, `value.converter`, `key.converter.<setting>`, ...) over the worker's
-//! defaults (Kafka Connect's: `JsonConverter` with schemas for both).
+//! defaults (Kafka Connect's: `JsonConverter` with schemas for both). Converter classes come
+//! from `headwater_format::converters` (JsonConverter, StringConverter, ByteArrayConverter).
 
 use headwater_api::config::ConfigValidation;
 use headwater_api::{Headers, Properties, Value};
+use headwater_format::converters::{create_converter, find_converter, Converter};
 use headwater_format::{JsonConverter, JsonConverterConfig};
 
-const JSON_CONVERTER_NAMES: &[&str] = &[
-    "org.apache.kafka.connect.json.JsonConverter",
-    "JsonConverter",
-    "Json",
-];
+const DEFAULT_CONVERTER: &str = "org.apache.kafka.connect.json.JsonConverter";
 
 /// The converters of one connector.
 pub struct Converters {
-    pub key: JsonConverter,
-    pub value: JsonConverter,
+    pub key: Box<dyn Converter>,
+    pub value: Box<dyn Converter>,
     header_json: JsonConverter,
 }
 
@@ -35,20 +33,15 @@ impl Converters {
     pub fn validate(props: &Properties) -> ConfigValidation {
         let mut v = ConfigValidation::default();
         for which in ["key.converter", "value.converter"] {
-            if let Some(class) = props.get(which) {
-                if !JSON_CONVERTER_NAMES.contains(&class.trim()) {
-                    v.add_error(
-                        which,
-                        format!(
-                            "Invalid value {class} for configuration {which}: converter not available in this build (available: org.apache.kafka.connect.json.JsonConverter)"
-                        ),
-                    );
-                    continue;
-                }
-            }
-            if let Err(errors) =
-                JsonConverterConfig::from_props(&sub_props(props, &format!("{which}.")))
-            {
+            let class = props.get(which).map_or(DEFAULT_CONVERTER, String::as_str);
+            let Some(plugin) = find_converter(class) else {
+                v.add_error(
+                    which,
+                    format!("Invalid value {class} for configuration {which}: Class {class} could not be found."),
+                );
+                continue;
+            };
+            if let Err(errors) = (plugin.configure)(&sub_props(props, &format!("{which}."))) {
                 for e in errors.entries() {
                     for message in &e.errors {
                         v.add_error(&format!("{which}.{}", e.name), message.clone());
@@ -60,19 +53,19 @@ impl Converters {
     }
 
     /// Builds the converters; only called with validated properties.
-    pub fn from_props(props: &Properties) -> Self {
-        let config = |which: &str| {
-            JsonConverterConfig::from_props(&sub_props(props, &format!("{which}.")))
-                .unwrap_or_default()
+    pub fn from_props(props: &Properties) -> Result<Self, headwater_api::ConnectError> {
+        let make = |which: &str| {
+            let class = props.get(which).map_or(DEFAULT_CONVERTER, String::as_str);
+            create_converter(class, &sub_props(props, &format!("{which}.")))
         };
-        Converters {
-            key: JsonConverter::new(config("key.converter")),
-            value: JsonConverter::new(config("value.converter")),
+        Ok(Converters {
+            key: make("key.converter")?,
+            value: make("value.converter")?,
             header_json: JsonConverter::new(JsonConverterConfig {
                 schemas_enable: false,
                 ..JsonConverterConfig::default()
             }),
-        }
+        })
     }
 
     /// Header values as bytes, the way Kafka Connect's `SimpleHeaderConverter` writes them:

@@ -711,13 +711,20 @@ impl Engine {
                 topic_config = cfg;
             }
         }
+        let converters = match Converters::from_props(&c.config) {
+            Ok(c) => Arc::new(c),
+            Err(e) => {
+                shared.set_status(State::Failed, Some(e.trace()));
+                return None;
+            }
+        };
         Some(TaskSetup {
             connector: name.to_owned(),
             task_id,
             props,
             make_task,
             chain,
-            converters: Arc::new(Converters::from_props(&c.config)),
+            converters,
             topics: self.inner.topics.clone(),
             offsets: self.inner.offsets.clone(),
             shared,

@@ -152,11 +152,15 @@ impl Plugins {
             .collect();
         if !connectors_only {
             out.extend(self.transforms.plugins());
-            out.push(PluginInfo {
-                class: "org.apache.kafka.connect.json.JsonConverter".into(),
-                plugin_type: "converter".into(),
-                version: env!("CARGO_PKG_VERSION").into(),
-            });
+            out.extend(
+                headwater_format::converters::converters()
+                    .into_iter()
+                    .map(|c| PluginInfo {
+                        class: c.class.into(),
+                        plugin_type: "converter".into(),
+                        version: env!("CARGO_PKG_VERSION").into(),
+                    }),
+            );
         }
         out
     }

@@ -1,14 +1,70 @@
 //! The explicit plugin list of this build: every connector class the worker can run, keyed by
-//! its Kafka Connect / Debezium class name plus short aliases. Adding a plugin means adding it
-//! here; an unknown class in a connector config gets an error listing these.
+//! its Kafka Connect / Debezium class name plus short aliases, and the transform chain
+//! (Kafka Connect's and Debezium's SMTs and predicates from `headwater-transforms`). Adding a
+//! plugin means adding it here; an unknown class in a connector config gets an error listing
+//! the known ones.
 
-use headwater_engine::Plugins;
+use std::sync::Arc;
+
+use headwater_api::config::ConfigValidation;
+use headwater_api::{ConnectError, Properties, SourceRecord, Transform};
+use headwater_engine::{PluginInfo, Plugins, TransformChainBuilder};
+use headwater_transforms::TransformChain;
 
 /// The plugins of this build.
 pub fn registry() -> Plugins {
-    Plugins::new().register_source(
-        headwater_connector_datagen::CLASS,
-        &["datagen", "Datagen"],
-        || Box::new(headwater_connector_datagen::DatagenConnector),
-    )
+    Plugins::new()
+        .register_source(
+            headwater_connector_postgres::connector::CLASS_NAME,
+            &["postgres", "postgresql"],
+            || Box::new(headwater_connector_postgres::PostgresConnector),
+        )
+        .register_source(
+            headwater_connector_datagen::CLASS,
+            &["datagen", "Datagen"],
+            || Box::new(headwater_connector_datagen::DatagenConnector),
+        )
+        .with_transforms(Arc::new(KafkaTransforms))
+}
+
+/// The transform chain of `headwater-transforms`.
+struct KafkaTransforms;
+
+struct Chain(TransformChain<SourceRecord>);
+
+impl Transform<SourceRecord> for Chain {
+    fn apply(&self, record: SourceRecord) -> Result<Option<SourceRecord>, ConnectError> {
+        self.0.apply(record)
+    }
+}
+
+impl TransformChainBuilder for KafkaTransforms {
+    fn validate(&self, props: &Properties) -> ConfigValidation {
+        headwater_transforms::validate::<SourceRecord>(props)
+    }
+
+    fn build(&self, props: &Properties) -> Result<Arc<dyn Transform<SourceRecord>>, ConnectError> {
+        Ok(Arc::new(Chain(
+            headwater_transforms::build::<SourceRecord>(props)?,
+        )))
+    }
+
+    fn plugins(&self) -> Vec<PluginInfo> {
+        let version = env!("CARGO_PKG_VERSION");
+        let transforms = headwater_transforms::registry::transforms::<SourceRecord>()
+            .into_iter()
+            .map(|t| PluginInfo {
+                class: t.class.to_owned(),
+                plugin_type: "transformation".into(),
+                version: version.into(),
+            });
+        let predicates = headwater_transforms::registry::predicates::<SourceRecord>()
+            .into_iter()
+            .map(|p| PluginInfo {
+                class: p.class.to_owned(),
+                plugin_type: "predicate".into(),
+                version: version.into(),
+            });
+        transforms.chain(predicates).collect()
+    }
 }

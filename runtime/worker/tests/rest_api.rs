@@ -254,7 +254,7 @@ fn every_connector_endpoint_behaves_like_kafka_connect() {
     assert!(err["message"]
         .as_str()
         .unwrap()
-        .contains("available connectors are: io.headwater.connect.datagen.DatagenConnector"));
+        .contains("available connectors are: io.debezium.connector.postgresql.PostgresConnector, io.headwater.connect.datagen.DatagenConnector"));
     let (status, _, err) = w.call(
         "POST",
         "/connectors",
@@ -403,11 +403,24 @@ fn every_connector_endpoint_behaves_like_kafka_connect() {
 
     // Plugins and validation.
     let (_, _, plugins) = w.call("GET", "/connector-plugins", None);
-    assert_eq!(
-        plugins[0]["class"],
-        "io.headwater.connect.datagen.DatagenConnector"
+    assert!(plugins.as_array().unwrap().iter().any(|p| p["class"]
+        == "io.headwater.connect.datagen.DatagenConnector"
+        && p["type"] == "source"));
+    assert!(
+        plugins
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["type"] == "source"),
+        "connectorsOnly defaults to true"
     );
-    assert_eq!(plugins[0]["type"], "source");
+    let (_, _, all) = w.call("GET", "/connector-plugins?connectorsOnly=false", None);
+    for kind in ["transformation", "predicate", "converter"] {
+        assert!(
+            all.as_array().unwrap().iter().any(|p| p["type"] == kind),
+            "{kind} listed"
+        );
+    }
     let (_, _, keys) = w.call("GET", "/connector-plugins/DatagenConnector/config", None);
     assert!(keys
         .as_array()
