@@ -3,171 +3,12 @@
 //! restart that brings connectors back as they were, and a SIGKILL in the middle of a run after
 //! which the topic still holds every record exactly once, in order.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+mod common;
 
-use serde_json::{json, Value};
+use std::time::Duration;
 
-struct Worker {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Worker {
-    fn start(data_dir: &Path, files: &[&Path]) -> Worker {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_headwater"));
-        cmd.arg("worker")
-            .arg("--data-dir")
-            .arg(data_dir)
-            .arg("--rest-listen")
-            .arg("127.0.0.1:0")
-            .args(files)
-            .env_remove("RUST_LOG")
-            .env_remove("HEADWATER_CONFIG")
-            .env("HEADWATER_LOG_LEVEL", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawn headwater");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, rx) = mpsc::channel::<String>();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    // Keep draining so the worker never blocks on a full pipe.
-                    continue;
-                }
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut seen = Vec::new();
-        loop {
-            let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            else {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("worker did not start: {seen:#?}");
-            };
-            if let Some(rest) = line
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix("rest=http://"))
-            {
-                let addr = rest.parse().expect("address");
-                return Worker { child, addr };
-            }
-            seen.push(line);
-        }
-    }
-
-    fn sigterm(mut self) {
-        // SAFETY: signalling a child we spawned and have not reaped.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let status = self.child.wait().expect("wait");
-        assert_eq!(status.code(), Some(0), "clean shutdown");
-    }
-
-    fn sigkill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("wait");
-    }
-
-    fn call(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&str>,
-    ) -> (u16, Vec<(String, String)>, Value) {
-        http(self.addr, method, path, body)
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// A minimal HTTP/1.1 client: one request per connection.
-fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<&str>,
-) -> (u16, Vec<(String, String)>, Value) {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
-    let body = body.unwrap_or("");
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).expect("write");
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).expect("read");
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let (head, rest) = text.split_once("\r\n\r\n").expect("headers end");
-    let mut lines = head.lines();
-    let status: u16 = lines
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    let chunked = headers
-        .iter()
-        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
-    let body = if chunked {
-        dechunk(rest)
-    } else {
-        rest.to_owned()
-    };
-    let value = if body.trim().is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&body)
-            .unwrap_or_else(|e| panic!("{method} {path}: bad JSON body {body:?}: {e}"))
-    };
-    (status, headers, value)
-}
-
-fn dechunk(mut rest: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, after)) = rest.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        out.push_str(&after[..n]);
-        rest = &after[n + 2..];
-    }
-    out
-}
-
-fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if check() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("timed out waiting for {what}");
-}
+use common::{wait_until, Worker};
+use serde_json::json;
 
 fn datagen(name: &str, topic: &str, iterations: i64, rate: u32) -> String {
     json!({"name": name, "config": {
@@ -271,7 +112,9 @@ fn every_connector_endpoint_behaves_like_kafka_connect() {
     assert!(message.contains("kafka.topic"), "{message}");
 
     // Read.
-    wait_until("200 records", || seqs(&w, "gen.events").len() == 200);
+    wait_until("200 records", Duration::from_secs(30), || {
+        seqs(&w, "gen.events").len() == 200
+    });
     assert_eq!(seqs(&w, "gen.events"), (0..200).collect::<Vec<_>>());
     assert_eq!(w.call("GET", "/connectors", None).2, json!(["gen"]));
     let (_, _, expanded) = w.call("GET", "/connectors?expand=status&expand=info", None);
@@ -313,11 +156,11 @@ fn every_connector_endpoint_behaves_like_kafka_connect() {
 
     // Lifecycle.
     assert_eq!(w.call("PUT", "/connectors/gen/pause", None).0, 202);
-    wait_until("paused", || {
+    wait_until("paused", Duration::from_secs(30), || {
         state_of(&w, "gen") == ("PAUSED".into(), vec!["PAUSED".into()])
     });
     assert_eq!(w.call("PUT", "/connectors/gen/resume", None).0, 202);
-    wait_until("running", || {
+    wait_until("running", Duration::from_secs(30), || {
         state_of(&w, "gen") == ("RUNNING".into(), vec!["RUNNING".into()])
     });
     assert_eq!(w.call("POST", "/connectors/gen/restart", None).0, 204);
@@ -491,7 +334,7 @@ fn a_restarted_worker_brings_connectors_back_as_they_were() {
     let file = tmp.path().join("from-file.json");
     std::fs::write(&file, datagen("from-file", "file.events", 50, 0)).unwrap();
     let w = Worker::start(&data, &[&file]);
-    wait_until("file connector done", || {
+    wait_until("file connector done", Duration::from_secs(30), || {
         seqs(&w, "file.events").len() == 50
     });
     assert_eq!(
@@ -512,12 +355,14 @@ fn a_restarted_worker_brings_connectors_back_as_they_were() {
         .0,
         201
     );
-    wait_until("paused connector wrote", || {
+    wait_until("paused connector wrote", Duration::from_secs(30), || {
         !seqs(&w, "paused.events").is_empty()
     });
     assert_eq!(w.call("PUT", "/connectors/paused/pause", None).0, 202);
     assert_eq!(w.call("POST", "/connectors", Some(&json!({"name": "stopped", "config": {"connector.class": "datagen", "kafka.topic": "s"}, "initial_state": "STOPPED"}).to_string())).0, 201);
-    wait_until("paused", || state_of(&w, "paused").1 == ["PAUSED"]);
+    wait_until("paused", Duration::from_secs(30), || {
+        state_of(&w, "paused").1 == ["PAUSED"]
+    });
     w.sigterm();
 
     let w = Worker::start(&data, &[&file]);
@@ -525,15 +370,17 @@ fn a_restarted_worker_brings_connectors_back_as_they_were() {
         w.call("GET", "/connectors", None).2,
         json!(["from-file", "paused", "running", "stopped"])
     );
-    wait_until("states restored", || {
+    wait_until("states restored", Duration::from_secs(30), || {
         state_of(&w, "running") == ("RUNNING".into(), vec!["RUNNING".into()])
             && state_of(&w, "paused") == ("PAUSED".into(), vec!["PAUSED".into()])
             && state_of(&w, "stopped") == ("STOPPED".into(), vec![])
     });
     let before = seqs(&w, "running.events").len();
-    wait_until("running connector continues", || {
-        seqs(&w, "running.events").len() > before + 3
-    });
+    wait_until(
+        "running connector continues",
+        Duration::from_secs(30),
+        || seqs(&w, "running.events").len() > before + 3,
+    );
     let running = seqs(&w, "running.events");
     assert_eq!(running, (0..running.len() as i64).collect::<Vec<_>>());
     assert_eq!(
@@ -559,15 +406,17 @@ fn sigkill_mid_run_loses_and_repeats_nothing() {
         .0,
         201
     );
-    wait_until("some records", || seqs(&w, "crash.events").len() > 300);
+    wait_until("some records", Duration::from_secs(30), || {
+        seqs(&w, "crash.events").len() > 300
+    });
     w.sigkill();
     let w = Worker::start(&data, &[]);
-    wait_until("some more records", || {
+    wait_until("some more records", Duration::from_secs(30), || {
         seqs(&w, "crash.events").len() > 1200
     });
     w.sigkill();
     let w = Worker::start(&data, &[]);
-    wait_until("all records", || {
+    wait_until("all records", Duration::from_secs(30), || {
         seqs(&w, "crash.events").len() >= total as usize
     });
     std::thread::sleep(Duration::from_millis(300));
