@@ -152,3 +152,93 @@ fn seed_connector_config_streams_debezium_events() {
     assert_eq!(ops(&w, "warehouse.customers"), ["r", "c"]);
     w.sigterm();
 }
+
+/// Issue 6's end-to-end chain: the seed config plus `route,unwrap,mask`, where `mask` only
+/// applies to the customers topic through a `TopicNameMatches` predicate.
+#[test]
+fn transform_chain_routes_unwraps_and_masks() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = PostgresServer::start().expect("PostgreSQL");
+    runtime
+        .block_on(server.create_database("production"))
+        .unwrap();
+    let schema = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/data/golden/debezium/postgres/pg_seed_schema.sql"
+    ))
+    .unwrap();
+    sql(&runtime, &server, &schema);
+    sql(
+        &runtime,
+        &server,
+        "INSERT INTO public.customers VALUES (1,'Ada','ada@example.com','2024-01-02 03:04:05.123456+00');
+         INSERT INTO public.orders VALUES (1,1,19.98,'new','2024-01-02 03:04:05.123456+00','first order');",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let seed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../config/connectors/postgres-cdc-source.json"
+    ))
+    .unwrap();
+    let mut config: Value = serde_json::from_str(&seed).unwrap();
+    let c = config["config"].as_object_mut().unwrap();
+    c.insert("database.port".into(), server.port().to_string().into());
+    c.insert("slot.name".into(), "chain_slot".into());
+    c.insert("transforms".into(), "route,unwrap,mask".into());
+    c.insert(
+        "transforms.unwrap.type".into(),
+        "io.debezium.transforms.ExtractNewRecordState".into(),
+    );
+    c.insert("transforms.unwrap.add.fields".into(), "op,table".into());
+    c.insert(
+        "transforms.mask.type".into(),
+        "org.apache.kafka.connect.transforms.MaskField$Value".into(),
+    );
+    c.insert("transforms.mask.fields".into(), "email".into());
+    c.insert("transforms.mask.predicate".into(), "isCustomers".into());
+    c.insert("predicates".into(), "isCustomers".into());
+    c.insert(
+        "predicates.isCustomers.type".into(),
+        "org.apache.kafka.connect.transforms.predicates.TopicNameMatches".into(),
+    );
+    c.insert(
+        "predicates.isCustomers.pattern".into(),
+        "warehouse\\.customers".into(),
+    );
+    let file = tmp.path().join("chain.json");
+    std::fs::write(&file, config.to_string()).unwrap();
+
+    let w = Worker::start(&tmp.path().join("data"), &[&file]);
+    wait_until("both snapshot records", Duration::from_secs(60), || {
+        records(&w, "warehouse.customers").len() == 1 && records(&w, "warehouse.orders").len() == 1
+    });
+    let (_, customer) = records(&w, "warehouse.customers").remove(0);
+    let payload = &customer["payload"];
+    assert_eq!(payload["name"], "Ada", "flattened row: {customer}");
+    assert_eq!(
+        payload["email"], "",
+        "masked by the predicate-gated MaskField"
+    );
+    assert_eq!(payload["__op"], "r");
+    assert_eq!(payload["__table"], "customers");
+    assert!(payload.get("before").is_none() && payload.get("source").is_none());
+    let (_, order) = records(&w, "warehouse.orders").remove(0);
+    assert_eq!(order["payload"]["note"], "first order", "{order}");
+    assert_eq!(order["payload"]["status"], "new");
+
+    sql(
+        &runtime,
+        &server,
+        "UPDATE public.customers SET email = 'ada@new.example' WHERE id = 1;",
+    );
+    wait_until("the update", Duration::from_secs(30), || {
+        records(&w, "warehouse.customers").len() == 2
+    });
+    let (_, updated) = records(&w, "warehouse.customers").remove(1);
+    assert_eq!(updated["payload"]["__op"], "u");
+    assert_eq!(updated["payload"]["email"], "");
+    w.sigterm();
+}
