@@ -194,6 +194,11 @@ impl BatchHeader {
     pub fn has_delete_horizon(&self) -> bool {
         self.attributes & DELETE_HORIZON_FLAG != 0
     }
+    /// The delete horizon compaction stored in the batch (KIP-534): when set, the base
+    /// timestamp field holds it and record timestamp deltas are relative to it.
+    pub fn delete_horizon(&self) -> Option<i64> {
+        self.has_delete_horizon().then_some(self.base_timestamp)
+    }
 }
 
 /// Checks a complete batch at the start of `buf`: header sanity, length and CRC-32C.
@@ -298,33 +303,14 @@ impl BatchBuilder {
         self.max_timestamp = self.max_timestamp.max(timestamp);
         let ts_delta = timestamp - self.base_timestamp;
         let offset_delta = self.count;
-        let bytes_len = |b: Option<&[u8]>| match b {
-            Some(b) => varint_len(b.len() as i32) + b.len(),
-            None => varint_len(-1),
-        };
-        let mut body_len = 1
-            + varlong_len(ts_delta)
-            + varint_len(offset_delta)
-            + bytes_len(key)
-            + bytes_len(value);
-        body_len += varint_len(headers.len() as i32);
-        for h in headers {
-            body_len += varint_len(h.key.len() as i32) + h.key.len() + bytes_len(h.value);
-        }
-        let out = &mut self.records;
-        out.reserve(body_len + 5);
-        write_varint(out, body_len as i32);
-        out.push(0); // record attributes, unused
-        write_varlong(out, ts_delta);
-        write_varint(out, offset_delta);
-        write_bytes(out, key);
-        write_bytes(out, value);
-        write_varint(out, headers.len() as i32);
-        for h in headers {
-            write_varint(out, h.key.len() as i32);
-            out.extend_from_slice(h.key.as_bytes());
-            write_bytes(out, h.value);
-        }
+        encode_record(
+            &mut self.records,
+            ts_delta,
+            offset_delta,
+            key,
+            value,
+            headers.iter().map(|h| (h.key, h.value)),
+        );
         self.count += 1;
     }
 
@@ -341,26 +327,113 @@ impl BatchBuilder {
         if self.control {
             attributes |= CONTROL_FLAG;
         }
-        let total = HEADER_SIZE + payload.len();
-        let mut out = Vec::with_capacity(total);
-        out.extend_from_slice(&0i64.to_be_bytes());
-        out.extend_from_slice(&((total - LOG_OVERHEAD) as i32).to_be_bytes());
-        out.extend_from_slice(&0i32.to_be_bytes()); // partition leader epoch
-        out.push(MAGIC as u8);
-        out.extend_from_slice(&0u32.to_be_bytes()); // crc placeholder
-        out.extend_from_slice(&attributes.to_be_bytes());
-        out.extend_from_slice(&(self.count - 1).max(0).to_be_bytes());
-        out.extend_from_slice(&self.base_timestamp.to_be_bytes());
-        out.extend_from_slice(&self.max_timestamp.to_be_bytes());
-        out.extend_from_slice(&self.producer.producer_id.to_be_bytes());
-        out.extend_from_slice(&self.producer.producer_epoch.to_be_bytes());
-        out.extend_from_slice(&self.producer.base_sequence.to_be_bytes());
-        out.extend_from_slice(&self.count.to_be_bytes());
-        out.extend_from_slice(&payload);
-        let crc = crc32c::crc32c(&out[CRC_START..]);
-        out[17..21].copy_from_slice(&crc.to_be_bytes());
-        Ok(out)
+        Ok(assemble(&Assembly {
+            base_offset: 0,
+            partition_leader_epoch: 0,
+            attributes,
+            last_offset_delta: (self.count - 1).max(0),
+            base_timestamp: self.base_timestamp,
+            max_timestamp: self.max_timestamp,
+            producer_id: self.producer.producer_id,
+            producer_epoch: self.producer.producer_epoch,
+            base_sequence: self.producer.base_sequence,
+            record_count: self.count,
+            payload: &payload,
+        }))
     }
+}
+
+/// Header fields and records section of a batch to lay out.
+struct Assembly<'a> {
+    base_offset: i64,
+    partition_leader_epoch: i32,
+    attributes: i16,
+    last_offset_delta: i32,
+    base_timestamp: i64,
+    max_timestamp: i64,
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+    record_count: i32,
+    payload: &'a [u8],
+}
+
+/// Lays out a batch and computes its CRC.
+fn assemble(a: &Assembly<'_>) -> Vec<u8> {
+    let total = HEADER_SIZE + a.payload.len();
+    let mut out = Vec::with_capacity(total);
+    out.extend_from_slice(&a.base_offset.to_be_bytes());
+    out.extend_from_slice(&((total - LOG_OVERHEAD) as i32).to_be_bytes());
+    out.extend_from_slice(&a.partition_leader_epoch.to_be_bytes());
+    out.push(MAGIC as u8);
+    out.extend_from_slice(&0u32.to_be_bytes()); // crc placeholder
+    out.extend_from_slice(&a.attributes.to_be_bytes());
+    out.extend_from_slice(&a.last_offset_delta.to_be_bytes());
+    out.extend_from_slice(&a.base_timestamp.to_be_bytes());
+    out.extend_from_slice(&a.max_timestamp.to_be_bytes());
+    out.extend_from_slice(&a.producer_id.to_be_bytes());
+    out.extend_from_slice(&a.producer_epoch.to_be_bytes());
+    out.extend_from_slice(&a.base_sequence.to_be_bytes());
+    out.extend_from_slice(&a.record_count.to_be_bytes());
+    out.extend_from_slice(a.payload);
+    let crc = crc32c::crc32c(&out[CRC_START..]);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    out
+}
+
+/// Appends one record (varint-framed) to a records section.
+fn encode_record<'h>(
+    out: &mut Vec<u8>,
+    ts_delta: i64,
+    offset_delta: i32,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    headers: impl Iterator<Item = (&'h str, Option<&'h [u8]>)> + Clone,
+) {
+    let bytes_len = |b: Option<&[u8]>| match b {
+        Some(b) => varint_len(b.len() as i32) + b.len(),
+        None => varint_len(-1),
+    };
+    let mut body_len =
+        1 + varlong_len(ts_delta) + varint_len(offset_delta) + bytes_len(key) + bytes_len(value);
+    let header_count = headers.clone().count();
+    body_len += varint_len(header_count as i32);
+    for (k, v) in headers.clone() {
+        body_len += varint_len(k.len() as i32) + k.len() + bytes_len(v);
+    }
+    out.reserve(body_len + 5);
+    write_varint(out, body_len as i32);
+    out.push(0); // record attributes, unused
+    write_varlong(out, ts_delta);
+    write_varint(out, offset_delta);
+    write_bytes(out, key);
+    write_bytes(out, value);
+    write_varint(out, header_count as i32);
+    for (k, v) in headers {
+        write_varint(out, k.len() as i32);
+        out.extend_from_slice(k.as_bytes());
+        write_bytes(out, v);
+    }
+}
+
+/// A batch without records covering offsets `base_offset..=last_offset`: what compaction
+/// leaves where every record of a segment's last batch was removed, so the segment still ends
+/// at the same offset. No producer, no compression, both timestamps `timestamp`. Kafka clients
+/// accept empty batches (its own cleaner writes them).
+pub fn empty_batch(base_offset: i64, last_offset: i64, timestamp: i64) -> Vec<u8> {
+    assemble(&Assembly {
+        base_offset,
+        partition_leader_epoch: 0,
+        attributes: 0,
+        last_offset_delta: i32::try_from(last_offset - base_offset).unwrap_or(i32::MAX),
+        base_timestamp: timestamp,
+        max_timestamp: timestamp,
+        producer_id: NO_PRODUCER_ID,
+        producer_epoch: -1,
+        base_sequence: -1,
+        record_count: 0,
+        payload: &[],
+    })
 }
 
 fn write_bytes(out: &mut Vec<u8>, bytes: Option<&[u8]>) {
@@ -452,6 +525,85 @@ impl<'a> DecodedBatch<'a> {
 
     /// The records in order.
     pub fn records(&self) -> Result<Vec<RecordView<'_>>, BatchError> {
+        self.parse_records(true)
+    }
+
+    /// Re-encodes the batch with only the records whose `keep` entry is true (compaction).
+    /// Every kept record keeps its offset, timestamp, key, value and headers; the new batch
+    /// starts at the first kept record's offset and keeps the original last offset (so offsets
+    /// after it are never reused), codec, timestamp type, producer id/epoch/sequence and the
+    /// transactional and control flags. With `delete_horizon` the batch carries it (KIP-534:
+    /// flag 0x40, base timestamp = horizon, record timestamps relative to it); without, an
+    /// existing horizon is dropped. Returns `None` when no record is kept.
+    pub fn rebuild(
+        &self,
+        keep: &[bool],
+        delete_horizon: Option<i64>,
+    ) -> Result<Option<Vec<u8>>, BatchError> {
+        let records = self.parse_records(false)?;
+        let kept: Vec<&RecordView<'_>> = records
+            .iter()
+            .zip(keep.iter().chain(std::iter::repeat(&false)))
+            .filter(|(_, k)| **k)
+            .map(|(r, _)| r)
+            .collect();
+        let Some(first) = kept.first() else {
+            return Ok(None);
+        };
+        let h = &self.header;
+        let base_offset = first.offset;
+        let base_timestamp = delete_horizon.unwrap_or(first.timestamp);
+        let max_timestamp = if h.has_log_append_time() {
+            h.max_timestamp
+        } else {
+            kept.iter()
+                .map(|r| r.timestamp)
+                .max()
+                .unwrap_or(first.timestamp)
+        };
+        let mut body = Vec::with_capacity(self.records.len());
+        for r in &kept {
+            encode_record(
+                &mut body,
+                r.timestamp - base_timestamp,
+                i32::try_from(r.offset - base_offset)
+                    .map_err(|_| BatchError::Corrupt("offset delta out of range".into()))?,
+                r.key,
+                r.value,
+                r.headers.iter().copied(),
+            );
+        }
+        let codec = h.compression()?;
+        let payload: Cow<'_, [u8]> = match codec {
+            Compression::None => Cow::Borrowed(&body),
+            codec => Cow::Owned(compress(codec, &body)?),
+        };
+        let mut attributes = h.attributes & !DELETE_HORIZON_FLAG;
+        if delete_horizon.is_some() {
+            attributes |= DELETE_HORIZON_FLAG;
+        }
+        Ok(Some(assemble(&Assembly {
+            base_offset,
+            partition_leader_epoch: h.partition_leader_epoch,
+            attributes,
+            last_offset_delta: i32::try_from(h.last_offset() - base_offset)
+                .map_err(|_| BatchError::Corrupt("offset delta out of range".into()))?,
+            base_timestamp,
+            max_timestamp,
+            producer_id: h.producer_id,
+            producer_epoch: h.producer_epoch,
+            base_sequence: h.base_sequence,
+            record_count: kept.len() as i32,
+            payload: &payload,
+        })))
+    }
+
+    /// The records; with `apply_log_append_time`, batches stamped with log-append time report
+    /// that time for every record (what readers see), else each record's own create time.
+    fn parse_records(
+        &self,
+        apply_log_append_time: bool,
+    ) -> Result<Vec<RecordView<'_>>, BatchError> {
         let buf: &[u8] = &self.records;
         let mut out = Vec::with_capacity(self.header.record_count as usize);
         let mut pos = 0;
@@ -488,7 +640,7 @@ impl<'a> DecodedBatch<'a> {
             }
             out.push(RecordView {
                 offset: self.header.base_offset + i64::from(offset_delta),
-                timestamp: if self.header.has_log_append_time() {
+                timestamp: if apply_log_append_time && self.header.has_log_append_time() {
                     self.header.max_timestamp
                 } else {
                     self.header.base_timestamp + ts_delta

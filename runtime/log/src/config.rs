@@ -4,10 +4,12 @@
 //! at once, each with its own message.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::batch::Compression;
+use crate::clock::{Clock, SystemClock};
 
 /// `cleanup.policy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -225,6 +227,19 @@ pub struct LogOptions {
     pub flush_policy: FlushPolicy,
     /// How often the recovery-point checkpoint is written (it bounds the work of crash recovery).
     pub checkpoint_interval_ms: u64,
+    /// The time source of every time-based decision (rolls, retention, compaction lags and
+    /// delete horizons, marker timestamps). Tests use [`crate::clock::FakeClock`].
+    pub clock: Arc<dyn Clock>,
+    /// Run retention and compaction in a background thread (the default). Off, they only
+    /// run through [`crate::Log::run_cleaner_once`].
+    pub background_cleaner: bool,
+    /// Pause between two background cleaner passes (Kafka's `log.cleaner.backoff.ms` is 15 s;
+    /// the first pass runs one interval after open).
+    pub cleaner_interval_ms: u64,
+    /// A compacted partition is cleaned when the bytes not yet cleaned are at least this share
+    /// of its cleanable bytes (Kafka's `min.cleanable.dirty.ratio`, 0.5), or when a delete
+    /// horizon has passed. 0 cleans whenever a new segment became cleanable.
+    pub min_cleanable_dirty_ratio: f64,
 }
 
 impl Default for LogOptions {
@@ -232,6 +247,10 @@ impl Default for LogOptions {
         LogOptions {
             flush_policy: FlushPolicy::EveryCommit,
             checkpoint_interval_ms: 10_000,
+            clock: Arc::new(SystemClock),
+            background_cleaner: true,
+            cleaner_interval_ms: 15_000,
+            min_cleanable_dirty_ratio: 0.5,
         }
     }
 }

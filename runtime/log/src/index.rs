@@ -63,6 +63,20 @@ impl SegmentIndex {
         })
     }
 
+    /// An empty index held in memory only (no files yet); [`SegmentIndex::rewrite`] writes it.
+    /// Used when rebuilding from a segment so that a crash mid-rebuild never leaves a
+    /// plausible-looking prefix of an index behind.
+    pub fn in_memory(offset_path: &Path, time_path: &Path) -> Self {
+        SegmentIndex {
+            offset_file: None,
+            time_file: None,
+            offset_path: offset_path.to_owned(),
+            time_path: time_path.to_owned(),
+            offsets: Vec::new(),
+            times: Vec::new(),
+        }
+    }
+
     /// Loads both files if they are consistent with a segment of `segment_size` bytes;
     /// `Ok(None)` means they must be rebuilt.
     pub fn load(
@@ -194,8 +208,16 @@ impl SegmentIndex {
         self.rewrite()
     }
 
-    /// Rewrites both files from memory.
+    /// Rewrites both files from memory, each atomically (temporary file, fsync, rename): a
+    /// crash leaves the old file or the complete new one. The files stay open for appending.
     pub fn rewrite(&mut self) -> io::Result<()> {
+        self.rewrite_with(true)
+    }
+
+    /// [`SegmentIndex::rewrite`]; without `durable` the temporary files are not fsynced (for
+    /// an active segment, whose indexes every open rebuilds and [`SegmentIndex::sync`] makes
+    /// durable when the segment is sealed).
+    pub fn rewrite_with(&mut self, durable: bool) -> io::Result<()> {
         let mut obuf = Vec::with_capacity(self.offsets.len() * 8);
         for e in &self.offsets {
             obuf.extend_from_slice(&e.relative_offset.to_be_bytes());
@@ -206,8 +228,8 @@ impl SegmentIndex {
             tbuf.extend_from_slice(&e.timestamp.to_be_bytes());
             tbuf.extend_from_slice(&e.relative_offset.to_be_bytes());
         }
-        std::fs::write(&self.offset_path, &obuf)?;
-        std::fs::write(&self.time_path, &tbuf)?;
+        write_replacing(&self.offset_path, &obuf, durable)?;
+        write_replacing(&self.time_path, &tbuf, durable)?;
         let append = |p: &Path| OpenOptions::new().append(true).open(p);
         self.offset_file = Some(append(&self.offset_path)?);
         self.time_file = Some(append(&self.time_path)?);
@@ -241,6 +263,25 @@ impl SegmentIndex {
         }
         Ok(())
     }
+}
+
+/// `path` with `.tmp` appended to its file name (`00000000000000000000.index.tmp`).
+pub fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".tmp");
+    PathBuf::from(name)
+}
+
+/// Replaces `path` with `bytes` atomically: a temporary file (fsynced when `durable`),
+/// renamed over it.
+fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
+    let tmp = tmp_path(path);
+    let mut f = File::create(&tmp)?;
+    f.write_all(bytes)?;
+    if durable {
+        f.sync_data()?;
+    }
+    std::fs::rename(&tmp, path)
 }
 
 fn read_if_exists(path: &Path) -> io::Result<Option<Vec<u8>>> {

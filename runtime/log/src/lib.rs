@@ -5,11 +5,17 @@
 //! - [`partitioner`]: Kafka's default partitioner (murmur2), so keys land where Kafka puts them;
 //! - [`segment`] and [`index`]: segment files with sparse offset and time indexes;
 //! - [`partition`]: a partition's segments, appends, rolls, reads and tail recovery;
-//! - [`log`]: topics, group commit with one flusher thread, high watermarks, readers, lock file.
+//! - [`txn`]: transaction state, aborted ranges and the last stable offset;
+//! - [`cleaner`]: retention by time and size, and compaction with a crash-safe segment swap;
+//! - [`clock`]: the time source (a fake one for tests);
+//! - [`log`]: topics, group commit with one flusher thread, high watermarks, readers, lock
+//!   file, the cleaner thread.
 //!
 //! See `docs/log.md` for the format and the guarantees.
 
 pub mod batch;
+pub mod cleaner;
+pub mod clock;
 pub mod config;
 pub mod index;
 pub mod log;
@@ -22,6 +28,8 @@ pub mod varint;
 pub use batch::{
     BatchBuilder, Compression, DecodedBatch, ProducerFields, RecordHeader, RecordView,
 };
+pub use cleaner::CleanerStats;
+pub use clock::{Clock, FakeClock, SystemClock};
 pub use config::{CleanupPolicy, FlushPolicy, LogOptions, TopicCompression, TopicConfig};
 pub use log::{
     AppendResult, CommitTicket, Isolation, Log, LogError, OwnedRecord, ReadResult, Transaction,

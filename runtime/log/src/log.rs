@@ -13,6 +13,13 @@
 //!   after failure can report success for data the kernel dropped).
 //!
 //! A lock file (`flock`) keeps a second process off the same directory.
+//!
+//! Retention and compaction (see `cleaner.rs`) run in a background thread owned by the log
+//! (started by [`Log::open`], stopped by [`Log::close`] or when the last handle is dropped),
+//! or on demand through [`Log::run_cleaner_once`].
+//!
+//! I/O errors are classified: a full disk or quota is [`LogError::DiskFull`], a permission
+//! problem or read-only file system is [`LogError::PermissionDenied`], each naming the path.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, OpenOptions};
@@ -27,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::batch::{control_batch, BatchBuilder, BatchError, ControlType, ProducerFields};
+use crate::cleaner::{CleanError, CleanerStats, CompactionInput, SwapStep};
 use crate::config::{FlushPolicy, LogOptions, TopicConfig};
 use crate::partition::{sync_dir, Partition};
 use crate::segment::{read_full_at, SegmentError};
@@ -37,6 +45,16 @@ use crate::txn::AbortedTxn;
 pub enum LogError {
     #[error("I/O error on {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
+    /// The file system is full (or a quota is exhausted). Nothing committed before is lost;
+    /// the failed operation did not happen. Free space and retry.
+    #[error("disk full: cannot write {path} ({source}); data committed before is intact, free space and retry")]
+    DiskFull { path: PathBuf, source: io::Error },
+    /// The process may not write (or read) a file or directory of the log, or the file
+    /// system is read-only.
+    #[error(
+        "permission denied on {path} ({source}); check the owner and mode of the log directory"
+    )]
+    PermissionDenied { path: PathBuf, source: io::Error },
     #[error("the data directory {0} is in use by another process (lock file held)")]
     Locked(PathBuf),
     #[error("topic {0} already exists")]
@@ -80,9 +98,43 @@ pub enum LogError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> LogError + '_ {
-    move |source| LogError::Io {
-        path: path.to_owned(),
-        source,
+    move |source| LogError::from_io(path, source)
+}
+
+impl LogError {
+    /// Classifies an I/O error on `path`: disk full, permission denied, or other.
+    pub fn from_io(path: &Path, source: io::Error) -> LogError {
+        let path = path.to_owned();
+        let disk_full = matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+            || matches!(
+                source.kind(),
+                io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+            );
+        let denied = matches!(
+            source.raw_os_error(),
+            Some(libc::EACCES | libc::EPERM | libc::EROFS)
+        ) || matches!(
+            source.kind(),
+            io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem
+        );
+        if disk_full {
+            LogError::DiskFull { path, source }
+        } else if denied {
+            LogError::PermissionDenied { path, source }
+        } else {
+            LogError::Io { path, source }
+        }
+    }
+
+    fn from_segment(topic: &str, partition: u32, dir: &Path, source: SegmentError) -> LogError {
+        match source {
+            SegmentError::Io(e) => LogError::from_io(dir, e),
+            source => LogError::Corrupt {
+                topic: topic.to_owned(),
+                partition,
+                source,
+            },
+        }
     }
 }
 
@@ -290,7 +342,7 @@ impl Transaction {
     }
 
     fn write_markers(&self, kind: ControlType) -> Result<(), LogError> {
-        let now = now_ms();
+        let now = self.log.inner.options.clock.now_ms();
         for (topic, partition) in &self.touched {
             self.log.append(
                 topic,
@@ -352,6 +404,7 @@ impl ProducerIds {
 /// everywhere else.
 fn finish_interrupted_transactions(
     opened: &mut [(TopicMeta, Vec<Partition>)],
+    now: i64,
 ) -> Result<(), LogError> {
     let mut committed = std::collections::HashSet::new();
     for (_, partitions) in opened.iter_mut() {
@@ -359,7 +412,6 @@ fn finish_interrupted_transactions(
             committed.extend(p.txn_mut().take_committed_in_scan());
         }
     }
-    let now = now_ms();
     for (meta, partitions) in opened.iter_mut() {
         for (id, p) in partitions.iter_mut().enumerate() {
             let unmarked = p.txn().unmarked();
@@ -419,6 +471,9 @@ struct PartitionSlot {
     /// (high watermark, last stable offset), published after every flush round.
     hw_watch: watch::Sender<(i64, i64)>,
     dirty: AtomicBool,
+    /// Set when a compaction failed past its commit point: the directory holds a swap that
+    /// only the next open completes, so the cleaner leaves this partition alone until then.
+    cleaner_disabled: AtomicBool,
 }
 
 struct Topic {
@@ -447,6 +502,15 @@ struct Inner {
     flush_done_async: tokio::sync::Notify,
     poisoned: AtomicBool,
     pids: Mutex<ProducerIds>,
+    /// One cleaner pass at a time (background thread or [`Log::run_cleaner_once`]).
+    cleaner_pass: Mutex<()>,
+    /// Set to stop the cleaner thread (and make a running pass give up early).
+    cleaner_stop: AtomicBool,
+    cleaner_wake: Condvar,
+    cleaner_sleep: Mutex<()>,
+    cleaner_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Test hook: where compaction stops as if the process died.
+    cleaner_stop_at: Mutex<Option<SwapStep>>,
 }
 
 /// The embedded log. Cheap to clone; all clones share one log.
@@ -496,11 +560,7 @@ impl Log {
                     .copied()
                     .unwrap_or((0, 0));
                 let (partition, recovery) = Partition::open(&pdir, recovery_point, first_unstable)
-                    .map_err(|source| LogError::Corrupt {
-                        topic: meta.name.clone(),
-                        partition: id,
-                        source,
-                    })?;
+                    .map_err(|source| LogError::from_segment(&meta.name, id, &pdir, source))?;
                 if recovery.truncated_bytes > 0 {
                     tracing::warn!(
                         topic = %meta.name,
@@ -514,7 +574,7 @@ impl Log {
             }
             opened.push((meta, partitions));
         }
-        finish_interrupted_transactions(&mut opened)?;
+        finish_interrupted_transactions(&mut opened, options.clock.now_ms())?;
         let mut max_pid = -1i64;
         let mut topics = BTreeMap::new();
         for (meta, partitions) in opened {
@@ -551,16 +611,46 @@ impl Log {
             flush_done_async: tokio::sync::Notify::new(),
             poisoned: AtomicBool::new(false),
             pids: Mutex::new(pids),
+            cleaner_pass: Mutex::new(()),
+            cleaner_stop: AtomicBool::new(false),
+            cleaner_wake: Condvar::new(),
+            cleaner_sleep: Mutex::new(()),
+            cleaner_thread: Mutex::new(None),
+            cleaner_stop_at: Mutex::new(None),
         });
         let flusher_inner = inner.clone();
         let handle = std::thread::Builder::new()
             .name("headwater-log-flusher".into())
             .spawn(move || flusher_loop(flusher_inner))
             .map_err(io_err(Path::new("flusher thread")))?;
-        Ok(Log {
+        let log = Log {
             inner,
             flusher: Arc::new(Mutex::new(Some(handle))),
-        })
+        };
+        if log.inner.options.background_cleaner {
+            let cleaner_inner = log.inner.clone();
+            let handle = std::thread::Builder::new()
+                .name("headwater-log-cleaner".into())
+                .spawn(move || cleaner_loop(cleaner_inner))
+                .map_err(io_err(Path::new("cleaner thread")))?;
+            *self::lock(&log.inner.cleaner_thread) = Some(handle);
+        }
+        Ok(log)
+    }
+
+    /// Runs retention and compaction once over every partition, now (by the log's clock),
+    /// and returns what they did. The background cleaner runs the same pass periodically;
+    /// passes never overlap. Stops at nothing: every partition is tried, and the first error
+    /// is returned after all of them.
+    pub fn run_cleaner_once(&self) -> Result<CleanerStats, LogError> {
+        cleaner_pass(&self.inner)
+    }
+
+    /// Test hook: makes compactions stop at `step` of the swap protocol, leaving the files as
+    /// a crash there would. The partition is then left alone until the log is reopened.
+    #[doc(hidden)]
+    pub fn set_compaction_stop_point(&self, step: Option<SwapStep>) {
+        *lock(&self.inner.cleaner_stop_at) = step;
     }
 
     pub fn dir(&self) -> &Path {
@@ -582,25 +672,41 @@ impl Log {
         if topics.contains_key(name) {
             return Err(LogError::TopicExists(name.to_owned()));
         }
-        let mut slots = Vec::with_capacity(partitions as usize);
-        for id in 0..partitions {
-            let pdir = self.inner.dir.join(format!("{name}-{id}"));
-            if pdir.exists() {
-                // Leftover of a topic whose metadata was never written: start clean.
-                fs::remove_dir_all(&pdir).map_err(io_err(&pdir))?;
+        let pdirs: Vec<PathBuf> = (0..partitions)
+            .map(|id| self.inner.dir.join(format!("{name}-{id}")))
+            .collect();
+        let created = (|| -> Result<Vec<Arc<PartitionSlot>>, LogError> {
+            let mut slots = Vec::with_capacity(partitions as usize);
+            for (id, pdir) in pdirs.iter().enumerate() {
+                if pdir.exists() {
+                    // Leftover of a topic whose metadata was never written: start clean.
+                    fs::remove_dir_all(pdir).map_err(io_err(pdir))?;
+                }
+                let p = Partition::create(pdir).map_err(io_err(pdir))?;
+                slots.push(Arc::new(PartitionSlot::new(name, id as u32, p)));
             }
-            let p = Partition::create(&pdir).map_err(io_err(&pdir))?;
-            slots.push(Arc::new(PartitionSlot::new(name, id, p)));
-        }
-        // The metadata file is the commit point of a topic creation.
-        let meta = TopicMeta {
-            name: name.to_owned(),
-            partitions,
-            config: config.clone(),
+            // The metadata file is the commit point of a topic creation.
+            let meta = TopicMeta {
+                name: name.to_owned(),
+                partitions,
+                config: config.clone(),
+            };
+            let path = self.inner.dir.join("topics").join(format!("{name}.json"));
+            write_atomically(&path, &serde_json::to_vec_pretty(&meta).unwrap_or_default())?;
+            sync_dir(&self.inner.dir).map_err(io_err(&self.inner.dir))?;
+            Ok(slots)
+        })();
+        let slots = match created {
+            Ok(slots) => slots,
+            Err(e) => {
+                // The topic does not exist: remove what was made of it (best effort; a later
+                // creation removes leftovers too).
+                for pdir in &pdirs {
+                    let _ = fs::remove_dir_all(pdir);
+                }
+                return Err(e);
+            }
         };
-        let path = self.inner.dir.join("topics").join(format!("{name}.json"));
-        write_atomically(&path, &serde_json::to_vec_pretty(&meta).unwrap_or_default())?;
-        sync_dir(&self.inner.dir).map_err(io_err(&self.inner.dir))?;
         topics.insert(
             name.to_owned(),
             Arc::new(Topic {
@@ -721,13 +827,11 @@ impl Log {
                     topic: topic.to_owned(),
                     partition,
                 })?;
+        let now = self.inner.options.clock.now_ms();
         let mut state = lock(&slot.state);
         let header = state
-            .append(&mut batch, &t.config, now_ms())
-            .map_err(|source| LogError::Io {
-                path: state.dir().to_owned(),
-                source,
-            })?;
+            .append(&mut batch, &t.config, now)
+            .map_err(|source| LogError::from_io(state.dir(), source))?;
         drop(state);
         slot.dirty.store(true, Ordering::Release);
         Ok(AppendResult {
@@ -808,11 +912,7 @@ impl Log {
             };
             let plan = state
                 .plan_read(offset, max_bytes, upper)
-                .map_err(|source| LogError::Corrupt {
-                    topic: topic.to_owned(),
-                    partition,
-                    source,
-                })?;
+                .map_err(|source| LogError::from_segment(topic, partition, state.dir(), source))?;
             let aborted = match (&plan, isolation) {
                 (Some(_), Isolation::ReadCommitted) => state.aborted_overlapping(offset, upper),
                 _ => Vec::new(),
@@ -947,8 +1047,10 @@ impl Log {
         Ok(pick(&bounds))
     }
 
-    /// Flushes everything, writes the recovery checkpoint and stops the flusher.
+    /// Stops the cleaner, flushes everything, writes the recovery checkpoint and stops the
+    /// flusher.
     pub fn close(&self) -> Result<(), LogError> {
+        stop_cleaner(&self.inner);
         let ticket = self.commit();
         {
             let mut flush = lock(&self.inner.flush);
@@ -981,6 +1083,7 @@ impl Drop for Log {
         if Arc::strong_count(&self.flusher) != 1 {
             return;
         }
+        stop_cleaner(&self.inner);
         {
             let mut flush = lock(&self.inner.flush);
             flush.closing = true;
@@ -1006,6 +1109,7 @@ impl PartitionSlot {
             high_watermark: AtomicI64::new(end),
             hw_watch,
             dirty: AtomicBool::new(false),
+            cleaner_disabled: AtomicBool::new(false),
         }
     }
 }
@@ -1182,6 +1286,105 @@ fn flush_dirty_partitions(inner: &Inner) -> Result<(), LogError> {
         slot.hw_watch.send_replace((hw, lso));
     }
     Ok(())
+}
+
+/// Stops the cleaner thread (a running pass gives up before its next commit point) and waits
+/// for it.
+fn stop_cleaner(inner: &Inner) {
+    inner.cleaner_stop.store(true, Ordering::Release);
+    {
+        let _sleep = lock(&inner.cleaner_sleep);
+        inner.cleaner_wake.notify_all();
+    }
+    let handle = lock(&inner.cleaner_thread).take();
+    if let Some(handle) = handle {
+        let _ = handle.join();
+    }
+}
+
+/// The cleaner thread: a pass every `cleaner_interval_ms` until stopped.
+fn cleaner_loop(inner: Arc<Inner>) {
+    let interval = Duration::from_millis(inner.options.cleaner_interval_ms.max(10));
+    loop {
+        {
+            let sleep = lock(&inner.cleaner_sleep);
+            if inner.cleaner_stop.load(Ordering::Acquire) {
+                return;
+            }
+            let _ = inner
+                .cleaner_wake
+                .wait_timeout(sleep, interval)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+        if inner.cleaner_stop.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(e) = cleaner_pass(&inner) {
+            tracing::warn!(error = %e, "log cleaner pass failed");
+        }
+    }
+}
+
+/// Retention then compaction over every partition.
+fn cleaner_pass(inner: &Inner) -> Result<CleanerStats, LogError> {
+    let _pass = lock(&inner.cleaner_pass);
+    let topics: Vec<Arc<Topic>> = inner
+        .topics
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .values()
+        .cloned()
+        .collect();
+    let stop_at = *lock(&inner.cleaner_stop_at);
+    let mut stats = CleanerStats::default();
+    let mut first_error = None;
+    for topic in &topics {
+        for slot in &topic.partitions {
+            if inner.cleaner_stop.load(Ordering::Acquire) {
+                return first_error.map_or(Ok(stats), Err);
+            }
+            if slot.cleaner_disabled.load(Ordering::Acquire) {
+                continue;
+            }
+            let dir = lock(&slot.state).dir().to_owned();
+            let now = inner.options.clock.now_ms();
+            let hw = slot.high_watermark.load(Ordering::Acquire);
+            match crate::cleaner::retain(&slot.state, hw, &topic.config, now) {
+                Ok((segments, bytes)) => {
+                    stats.segments_deleted += segments;
+                    stats.bytes_deleted += bytes;
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %slot.topic, partition = slot.id, error = %e, "retention failed");
+                    first_error.get_or_insert(LogError::from_io(&dir, e));
+                    continue;
+                }
+            }
+            let input = CompactionInput {
+                config: &topic.config,
+                now,
+                high_watermark: hw,
+                min_dirty_ratio: inner.options.min_cleanable_dirty_ratio,
+                stop: &inner.cleaner_stop,
+                stop_at,
+            };
+            match crate::cleaner::compact(&slot.state, &input) {
+                Ok(s) => stats.add(&s),
+                Err(CleanError::BeforeSwap(e)) => {
+                    if !inner.cleaner_stop.load(Ordering::Acquire) {
+                        tracing::warn!(topic = %slot.topic, partition = slot.id, error = %e, "compaction failed; it will be retried");
+                        first_error.get_or_insert(LogError::from_io(&dir, e));
+                    }
+                }
+                Err(CleanError::AfterSwap(e)) => {
+                    slot.cleaner_disabled.store(true, Ordering::Release);
+                    tracing::error!(topic = %slot.topic, partition = slot.id, error = %e, "compaction failed after its commit point; the partition is not cleaned again until the log is reopened, which completes it");
+                    first_error.get_or_insert(LogError::from_io(&dir, e));
+                }
+            }
+        }
+    }
+    first_error.map_or(Ok(stats), Err)
 }
 
 /// Per partition: (recovery point, first unstable offset) from the last checkpoint.

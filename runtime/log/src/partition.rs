@@ -1,20 +1,30 @@
 //! One partition of a topic: an ordered list of segments, the last one active.
 //!
 //! Invariants:
-//! - segments are sorted by base offset, contiguous in offsets (a segment's base offset is at
-//!   or after the previous segment's next offset; compaction may leave gaps), and only the last
-//!   one is appended to;
+//! - segments are sorted by base offset and never overlap: a segment's base offset is the
+//!   previous segment's next offset (compaction keeps each cleaned segment's last offset, so
+//!   gaps only appear inside segments), and only the last one is appended to;
 //! - `next_offset()` (the log end offset) only grows, except when recovery truncates data that
 //!   was never durable;
-//! - every batch appended gets consecutive offsets starting at the log end offset.
+//! - every batch appended gets consecutive offsets starting at the log end offset;
+//! - the log start offset is the first segment's base offset; retention moves it forward by
+//!   removing whole segments from the front.
+//!
+//! Compaction replaces segments with the swap protocol (see `cleaner.rs`): `<base>.log.cleaned`
+//! (being written, originals intact) -> `<base>.log.swap` (complete and durable: it replaces
+//! every segment whose base offset lies in its range) -> originals deleted -> renamed to
+//! `<base>.log`. [`Partition::open`] finishes what a crash interrupted: it deletes `.cleaned`
+//! files and completes every `.swap`.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::batch::{self, BatchHeader, ControlType, DecodedBatch};
 use crate::config::TopicConfig;
-use crate::segment::{BatchLocation, Segment, SegmentError, TailRecovery};
+use crate::segment::{file_stem, BatchLocation, Segment, SegmentError, TailRecovery};
 use crate::txn::{AbortedTxn, TxnState};
 
 /// Where a read must fetch its bytes from: whole batches in one file range.
@@ -33,6 +43,27 @@ pub struct Partition {
     /// Segments rolled since the last flush; they need a final fsync before the flush completes.
     unsynced_rolled: Vec<std::sync::Arc<fs::File>>,
     txn: TxnState,
+    /// Compaction bookkeeping (in memory; after a reopen everything counts as dirty once).
+    pub(crate) cleaner: CleanerMark,
+}
+
+/// Where the last compaction of the partition ended and when it must run again.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CleanerMark {
+    /// End of the range the last pass cleaned (segments from here on are dirty).
+    pub cleaned_until: i64,
+    /// The earliest delete horizon a kept tombstone or marker waits for.
+    pub next_horizon: Option<i64>,
+}
+
+/// A segment that is no longer appended to, as the cleaner sees it.
+#[derive(Clone, Debug)]
+pub struct ClosedSegment {
+    pub base_offset: i64,
+    pub next_offset: i64,
+    pub size: u64,
+    pub max_timestamp: i64,
+    pub file: Arc<fs::File>,
 }
 
 impl Partition {
@@ -47,6 +78,7 @@ impl Partition {
             log_start_offset: 0,
             unsynced_rolled: Vec::new(),
             txn: TxnState::open(dir)?,
+            cleaner: CleanerMark::default(),
         })
     }
 
@@ -60,25 +92,12 @@ impl Partition {
         recovery_point: i64,
         first_unstable_offset: i64,
     ) -> Result<(Partition, TailRecovery), SegmentError> {
-        let mut bases: Vec<i64> = Vec::new();
-        for entry in fs::read_dir(dir)? {
-            let name = entry?.file_name();
-            let name = name.to_string_lossy();
-            if let Some(stem) = name.strip_suffix(".log") {
-                if let Ok(base) = stem.parse::<i64>() {
-                    bases.push(base);
-                }
-            } else if name.ends_with(".cleaned") || name.ends_with(".swap") {
-                // Leftovers of an interrupted compaction: the originals are intact.
-                fs::remove_file(dir.join(name.as_ref()))?;
-            }
-        }
-        bases.sort_unstable();
+        let bases = finish_interrupted_compaction(dir)?;
         if bases.is_empty() {
             let p = Partition::create(dir)?;
             return Ok((p, TailRecovery::default()));
         }
-        let mut segments = Vec::with_capacity(bases.len());
+        let mut segments: Vec<Segment> = Vec::with_capacity(bases.len());
         let mut recovery = TailRecovery::default();
         let mut truncated_here = false;
         for (i, &base) in bases.iter().enumerate() {
@@ -98,12 +117,41 @@ impl Partition {
             let next_base = bases.get(i + 1).copied();
             // Verify segments that may hold data past the recovery point.
             let needs_recovery = next_base.is_none_or(|n| n > recovery_point);
-            let (segment, tail) =
-                Segment::open(dir, base, needs_recovery.then_some(recovery_point))?;
+            let (segment, tail) = Segment::open_with(
+                dir,
+                base,
+                needs_recovery.then_some(recovery_point),
+                next_base.is_some(),
+            )?;
             if tail.truncated_bytes > 0 {
                 recovery.truncated_bytes += tail.truncated_bytes;
                 recovery.reason = tail.reason;
                 truncated_here = next_base.is_some();
+            }
+            if let Some(prev) = segments.last() {
+                if segment.base_offset() < prev.next_offset() {
+                    // Only a compaction whose final renames were not all durable can leave a
+                    // segment whose offsets the (cleaned) one before it already covers.
+                    if segment.next_offset() <= prev.next_offset() && next_base.is_some() {
+                        tracing::warn!(
+                            dir = %dir.display(),
+                            base_offset = base,
+                            "removing a segment already replaced by a compacted one"
+                        );
+                        let mut leftover = segment;
+                        leftover.delete_files()?;
+                        sync_dir(dir)?;
+                        continue;
+                    }
+                    return Err(SegmentError::Corrupt {
+                        offset: base,
+                        position: 0,
+                        detail: format!(
+                            "segment {base} overlaps the previous one (ending at {})",
+                            prev.next_offset()
+                        ),
+                    });
+                }
             }
             segments.push(segment);
         }
@@ -114,6 +162,10 @@ impl Partition {
             log_start_offset,
             unsynced_rolled: Vec::new(),
             txn: TxnState::open(dir)?,
+            cleaner: CleanerMark {
+                cleaned_until: log_start_offset,
+                next_horizon: None,
+            },
         };
         partition.rebuild_txn_state(
             recovery_point
@@ -252,8 +304,12 @@ impl Partition {
         self.segments[last].seal()?;
         self.unsynced_rolled
             .push(self.segments[last].file().clone());
-        let segment = Segment::create(&self.dir, next)?;
-        sync_dir(&self.dir)?;
+        let mut segment = Segment::create(&self.dir, next)?;
+        if let Err(e) = sync_dir(&self.dir) {
+            // Leave nothing half-made behind so that the next append can try again.
+            let _ = segment.delete_files();
+            return Err(e);
+        }
         self.segments.push(segment);
         Ok(())
     }
@@ -330,27 +386,65 @@ impl Partition {
         Ok(None)
     }
 
-    /// Deletes the oldest segments for which `delete` says yes, never the active one; stops at
-    /// the first segment kept. Returns the number deleted.
-    pub fn delete_old_segments(
+    /// The segments no longer appended to (all but the active one), oldest first.
+    pub fn closed_segments(&self) -> Vec<ClosedSegment> {
+        self.segments[..self.segments.len() - 1]
+            .iter()
+            .map(|s| ClosedSegment {
+                base_offset: s.base_offset(),
+                next_offset: s.next_offset(),
+                size: s.size(),
+                max_timestamp: s.max_timestamp(),
+                file: s.file().clone(),
+            })
+            .collect()
+    }
+
+    /// Takes the `count` oldest segments out of the partition (never the active one): the log
+    /// start offset moves to the next segment's base offset and aborted-transaction entries
+    /// that ended before it are forgotten. The caller deletes the returned segments' files
+    /// (outside the partition lock; readers holding their files keep reading them).
+    pub fn detach_oldest(&mut self, count: usize) -> io::Result<Vec<Segment>> {
+        let count = count.min(self.segments.len() - 1);
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let removed: Vec<Segment> = self.segments.drain(..count).collect();
+        self.log_start_offset = self.segments[0].base_offset().max(self.log_start_offset);
+        self.cleaner.cleaned_until = self.cleaner.cleaned_until.max(self.log_start_offset);
+        self.txn.prune_before(self.log_start_offset)?;
+        Ok(removed)
+    }
+
+    /// Puts `replacement` (a compacted segment, already renamed into place) where the closed
+    /// segments with base offsets `bases` were. Returns the replaced segments (their files are
+    /// already gone from the directory).
+    pub fn replace_segments(
         &mut self,
-        mut delete: impl FnMut(&Segment, u64) -> bool,
-    ) -> io::Result<usize> {
-        let mut deleted = 0;
-        let mut remaining: u64 = self.size_bytes();
-        while self.segments.len() > 1 {
-            if !delete(&self.segments[0], remaining) {
-                break;
-            }
-            let mut seg = self.segments.remove(0);
-            remaining -= seg.size();
-            seg.delete_files()?;
-            deleted += 1;
-        }
-        if deleted > 0 {
-            self.log_start_offset = self.segments[0].base_offset().max(self.log_start_offset);
-        }
-        Ok(deleted)
+        bases: &[i64],
+        replacement: Segment,
+    ) -> io::Result<Vec<Segment>> {
+        let start = self
+            .segments
+            .iter()
+            .position(|s| Some(&s.base_offset()) == bases.first());
+        let matches = start.is_some_and(|i| {
+            i + bases.len() < self.segments.len()
+                && self.segments[i..i + bases.len()]
+                    .iter()
+                    .zip(bases)
+                    .all(|(s, b)| s.base_offset() == *b)
+        });
+        let (Some(start), true) = (start, matches) else {
+            return Err(io::Error::other(format!(
+                "segments {bases:?} changed while they were being compacted"
+            )));
+        };
+        let replaced: Vec<Segment> = self
+            .segments
+            .splice(start..start + bases.len(), [replacement])
+            .collect();
+        Ok(replaced)
     }
 
     /// Deletes every file of the partition.
@@ -360,6 +454,108 @@ impl Partition {
         }
         fs::remove_dir_all(&self.dir)
     }
+}
+
+/// Completes or rolls back what an interrupted compaction left in a partition directory and
+/// removes other leftovers; returns the base offsets of the segments (`.log` files), sorted.
+///
+/// - `*.cleaned`: a cleaned segment still being written when the process died; every original
+///   is intact (they are only deleted once the `.swap` exists), so it is deleted.
+/// - `<base>.log.swap`: a complete cleaned segment (fsynced before the rename that created it)
+///   covering `[base, end)`, where `end` follows its last batch (compaction keeps each
+///   segment's last offset). Every segment file with a base offset in that range is an original
+///   it replaces, whether or not the crash already deleted it: those are deleted, then the swap
+///   is renamed to `<base>.log` (its indexes are rebuilt when the segment is opened).
+/// - `*.tmp` (an unfinished atomic write) and index files without a segment are deleted.
+fn finish_interrupted_compaction(dir: &Path) -> Result<Vec<i64>, SegmentError> {
+    let mut bases = BTreeSet::new();
+    let mut index_stems = BTreeSet::new();
+    let mut swaps = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let name = name.to_string_lossy().into_owned();
+        let number = |suffix: &str| {
+            name.strip_suffix(suffix)
+                .and_then(|s| s.parse::<i64>().ok())
+        };
+        if let Some(base) = number(".log") {
+            bases.insert(base);
+        } else if let Some(base) = number(".log.swap") {
+            swaps.push(base);
+        } else if let Some(base) = number(".index").or_else(|| number(".timeindex")) {
+            index_stems.insert(base);
+        } else if name.ends_with(".cleaned") || name.ends_with(".tmp") {
+            tracing::info!(dir = %dir.display(), file = %name, "removing an unfinished file");
+            fs::remove_file(dir.join(&name))?;
+        }
+    }
+    swaps.sort_unstable();
+    for base in swaps {
+        let stem = file_stem(base);
+        let swap_path = dir.join(format!("{stem}.log.swap"));
+        let file = fs::File::open(&swap_path)?;
+        let size = file.metadata()?.len();
+        let mut end = base;
+        crate::segment::for_each_batch(&file, 0, size, |_, bytes| {
+            end = BatchHeader::parse(bytes)
+                .map(|h| h.next_offset())
+                .unwrap_or(end);
+            Ok(())
+        })
+        .map_err(|e| SegmentError::Corrupt {
+            offset: base,
+            position: 0,
+            detail: format!("the compacted segment {stem}.log.swap does not verify: {e}"),
+        })?;
+        drop(file);
+        if end <= base {
+            // Never written by the cleaner (its output always holds a batch); the originals
+            // cannot have been touched.
+            fs::remove_file(&swap_path)?;
+            continue;
+        }
+        let replaced: Vec<i64> = bases
+            .iter()
+            .chain(index_stems.iter())
+            .copied()
+            .filter(|b| (base..end).contains(b))
+            .collect::<BTreeSet<i64>>()
+            .into_iter()
+            .collect();
+        for b in &replaced {
+            remove_segment_files(dir, *b)?;
+            bases.remove(b);
+            index_stems.remove(b);
+        }
+        sync_dir(dir)?;
+        fs::rename(&swap_path, dir.join(format!("{stem}.log")))?;
+        sync_dir(dir)?;
+        bases.insert(base);
+        tracing::info!(
+            dir = %dir.display(),
+            base_offset = base,
+            end_offset = end,
+            replaced = replaced.len(),
+            "completed a compaction interrupted by a crash"
+        );
+    }
+    for stem in index_stems.difference(&bases) {
+        remove_segment_files(dir, *stem)?;
+    }
+    Ok(bases.into_iter().collect())
+}
+
+/// Deletes a segment's `.log`, `.index` and `.timeindex` files (the log first: without it the
+/// others are orphans that the next open removes). Missing files are fine.
+pub fn remove_segment_files(dir: &Path, base_offset: i64) -> io::Result<()> {
+    let stem = file_stem(base_offset);
+    for ext in ["log", "index", "timeindex"] {
+        match fs::remove_file(dir.join(format!("{stem}.{ext}"))) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The marker type of a control batch's first record.

@@ -66,10 +66,21 @@ impl Segment {
             .write(true)
             .create_new(true)
             .open(&log_path)?;
-        let index = SegmentIndex::create(
+        let index = match SegmentIndex::create(
             &dir.join(format!("{stem}.index")),
             &dir.join(format!("{stem}.timeindex")),
-        )?;
+        ) {
+            Ok(index) => index,
+            Err(e) => {
+                // Leave nothing behind, so that a retry can create the segment again.
+                drop(file);
+                let _ = std::fs::remove_file(&log_path);
+                for ext in ["index", "timeindex"] {
+                    let _ = std::fs::remove_file(dir.join(format!("{stem}.{ext}")));
+                }
+                return Err(e);
+            }
+        };
         Ok(Segment {
             base_offset,
             log_path,
@@ -96,6 +107,18 @@ impl Segment {
         base_offset: i64,
         recover_from: Option<i64>,
     ) -> Result<(Segment, TailRecovery), SegmentError> {
+        Self::open_with(dir, base_offset, recover_from, true)
+    }
+
+    /// [`Segment::open`]; `durable_index` says whether rebuilt index files must be fsynced
+    /// (not needed for the active segment: every open rebuilds its indexes, and rolling it
+    /// syncs them).
+    pub fn open_with(
+        dir: &Path,
+        base_offset: i64,
+        recover_from: Option<i64>,
+        durable_index: bool,
+    ) -> Result<(Segment, TailRecovery), SegmentError> {
         let recover_tail = recover_from.is_some();
         let stem = file_stem(base_offset);
         let log_path = dir.join(format!("{stem}.log"));
@@ -110,7 +133,7 @@ impl Segment {
             size: 0,
             next_offset: base_offset,
             max_timestamp: -1,
-            index: SegmentIndex::create(&offset_path, &time_path)?,
+            index: SegmentIndex::in_memory(&offset_path, &time_path),
             bytes_since_index: 0,
             first_append_ms: None,
         };
@@ -124,7 +147,9 @@ impl Segment {
                     .map_or(0, |e| u64::from(e.position));
                 segment.index = index;
                 let mut last = None;
+                let mut max_timestamp = segment.index.max_timestamp().unwrap_or(-1);
                 scan(&segment.file, start, file_size, false, |loc| {
+                    max_timestamp = max_timestamp.max(loc.header.max_timestamp);
                     last = Some(loc);
                     Ok(())
                 })?;
@@ -132,7 +157,7 @@ impl Segment {
                 if let Some(loc) = last {
                     segment.next_offset = loc.header.next_offset();
                 }
-                segment.max_timestamp = segment.index.max_timestamp().unwrap_or(-1);
+                segment.max_timestamp = max_timestamp;
                 return Ok((segment, recovery));
             }
         }
@@ -174,7 +199,8 @@ impl Segment {
             segment.note_appended(loc.position, &loc.header)?;
         }
         segment.size = good_end;
-        segment.index.sync()?;
+        // Written whole and atomically: a crash never leaves a partial index to be trusted.
+        segment.index.rewrite_with(durable_index)?;
         Ok((segment, recovery))
     }
 
@@ -207,7 +233,12 @@ impl Segment {
     /// Appends a complete, verified batch whose base offset is already assigned.
     pub fn append(&mut self, bytes: &[u8], header: &BatchHeader, now_ms: i64) -> io::Result<()> {
         let position = self.size;
-        self.file.write_all_at(bytes, position)?;
+        if let Err(e) = self.file.write_all_at(bytes, position) {
+            // Best effort: drop a partial write (e.g. the disk filled up mid-batch) so the file
+            // ends with the last complete batch again. Recovery would cut it anyway.
+            let _ = self.file.set_len(position);
+            return Err(e);
+        }
         if self.first_append_ms.is_none() {
             self.first_append_ms = Some(now_ms);
         }
@@ -423,6 +454,65 @@ pub fn scan(
         }
         visit(BatchLocation { position, header })?;
         position += total;
+    }
+    Ok(())
+}
+
+/// Walks the complete batches of `file` in `[start, end)`, handing each one's position and
+/// bytes (verified: length and CRC) to `visit`. Reads in large chunks.
+pub fn for_each_batch(
+    file: &File,
+    start: u64,
+    end: u64,
+    mut visit: impl FnMut(u64, &[u8]) -> Result<(), SegmentError>,
+) -> Result<(), SegmentError> {
+    const CHUNK: usize = 1024 * 1024;
+    let mut buf: Vec<u8> = Vec::new();
+    let mut buf_start = start;
+    let mut position = start;
+    // Makes `buf` start at `position` and hold at least `min` bytes (fewer only at EOF).
+    let refill = |buf: &mut Vec<u8>, buf_start: &mut u64, position: u64, min: usize| {
+        let want = min.max(CHUNK).min((end - position) as usize);
+        buf.resize(want, 0);
+        let n = read_full_at(file, buf, position)?;
+        buf.truncate(n);
+        *buf_start = position;
+        if n < min {
+            return Err(SegmentError::Batch {
+                position,
+                source: BatchError::Incomplete {
+                    needed: min,
+                    available: n,
+                },
+            });
+        }
+        Ok(())
+    };
+    while position < end {
+        if (position - buf_start) as usize + HEADER_SIZE > buf.len() {
+            refill(&mut buf, &mut buf_start, position, HEADER_SIZE)?;
+        }
+        let rel = (position - buf_start) as usize;
+        let header = BatchHeader::parse(&buf[rel..])
+            .map_err(|source| SegmentError::Batch { position, source })?;
+        let total = header.total_size();
+        if position + total as u64 > end {
+            return Err(SegmentError::Batch {
+                position,
+                source: BatchError::Incomplete {
+                    needed: total,
+                    available: (end - position) as usize,
+                },
+            });
+        }
+        if rel + total > buf.len() {
+            refill(&mut buf, &mut buf_start, position, total)?;
+        }
+        let rel = (position - buf_start) as usize;
+        let bytes = &buf[rel..rel + total];
+        batch::verify(bytes).map_err(|source| SegmentError::Batch { position, source })?;
+        visit(position, bytes)?;
+        position += total as u64;
     }
     Ok(())
 }
