@@ -42,6 +42,8 @@ use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(test)]
+use std::sync::Arc;
 use std::sync::Mutex;
 
 use crate::batch::{self, BatchHeader, DecodedBatch};
@@ -329,7 +331,11 @@ pub(crate) fn compact(
     let lag_limit = input.now.saturating_sub(config.min_compaction_lag_ms);
     let cleanable: Vec<ClosedSegment> = closed
         .into_iter()
-        .take_while(|s| s.next_offset <= lso && segment_time(s) <= lag_limit)
+        .take_while(|s| {
+            // As Kafka: without a lag, timestamps (possibly in the future) do not matter.
+            s.next_offset <= lso
+                && (config.min_compaction_lag_ms <= 0 || segment_time(s) <= lag_limit)
+        })
         .collect();
     let Some(last) = cleanable.last() else {
         return Ok(stats);
@@ -603,6 +609,65 @@ fn clean_group(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::{BatchBuilder, Compression, ProducerFields};
+    use crate::segment::read_full_at;
+
+    #[test]
+    fn readers_of_replaced_segments_keep_reading_the_old_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = TopicConfig {
+            segment_bytes: 600,
+            ..TopicConfig::compacted()
+        };
+        let mut p = Partition::create(dir.path()).unwrap();
+        for round in 0..8 {
+            let mut b = BatchBuilder::new(Compression::None, ProducerFields::default());
+            let v = format!("round-{round}-{}", "x".repeat(80));
+            b.append(round, Some(b"a"), Some(v.as_bytes()), &[]);
+            b.append(round, Some(b"b"), Some(v.as_bytes()), &[]);
+            let mut bytes = b.build().unwrap();
+            p.append(&mut bytes, &config, 0).unwrap();
+        }
+        assert!(p.segments().len() > 2);
+        let hw = p.next_offset();
+        let old_plan = p.plan_read(0, 1 << 20, hw).unwrap().unwrap();
+        let state = Mutex::new(p);
+        let stop = AtomicBool::new(false);
+        let input = CompactionInput {
+            config: &config,
+            now: 0,
+            high_watermark: hw,
+            min_dirty_ratio: 0.0,
+            stop: &stop,
+            stop_at: None,
+        };
+        let stats = compact(&state, &input).unwrap();
+        assert!(stats.segments_rewritten > 0 && stats.records_removed > 0);
+        // The reader's file is unlinked but still holds the original records.
+        let mut bytes = vec![0u8; (old_plan.end - old_plan.start) as usize];
+        read_full_at(&old_plan.file, &mut bytes, old_plan.start).unwrap();
+        let first = DecodedBatch::decode(&bytes).unwrap();
+        let records = first.records().unwrap();
+        assert_eq!(records[0].offset, 0);
+        assert!(records[0].value.unwrap().starts_with(b"round-0-"));
+        // New readers get the compacted segment: offset 0 is gone, later offsets are kept.
+        let p = lock(&state);
+        let new_plan = p.plan_read(0, 1 << 20, hw).unwrap().unwrap();
+        let mut bytes = vec![0u8; (new_plan.end - new_plan.start) as usize];
+        read_full_at(&new_plan.file, &mut bytes, new_plan.start).unwrap();
+        let mut pos = 0;
+        let mut offsets = Vec::new();
+        while pos < bytes.len() {
+            let d = DecodedBatch::decode(&bytes[pos..]).unwrap();
+            offsets.extend(d.records().unwrap().iter().map(|r| r.offset));
+            pos += d.header.total_size();
+        }
+        assert!(
+            !offsets.contains(&0),
+            "offset 0 was compacted away: {offsets:?}"
+        );
+        assert!(!Arc::ptr_eq(&old_plan.file, &new_plan.file));
+    }
 
     fn seg(base: i64, next: i64, size: u64) -> ClosedSegment {
         ClosedSegment {
