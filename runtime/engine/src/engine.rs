@@ -23,11 +23,13 @@ use tokio::task::JoinHandle;
 
 use crate::convert::Converters;
 use crate::error::EngineError;
+use crate::metrics;
 use crate::model::{
     ConnectorInfo, ConnectorStateInfo, PluginInfo, State, StateEntry, TargetState, TaskId,
     TaskInfo, TaskState,
 };
 use crate::plugins::Plugins;
+use crate::providers::{self, Resolved};
 use crate::runner::{supervise, Control, TaskSetup, TaskShared, TopicDefaults};
 use crate::stores::{InternalTopics, OffsetsByConnector};
 
@@ -122,6 +124,13 @@ pub fn framework_config_def() -> ConfigDef {
                 .doc("Log each tolerated error."),
         )
         .define(
+            ConfigKey::new("errors.log.include.messages", ConfigType::Boolean)
+                .default_str("false")
+                .importance(Importance::Low)
+                .group("Error Handling", 3)
+                .doc("Include the failed record (topic, source partition and offset, key and value) in each tolerated-error log line."),
+        )
+        .define(
             ConfigKey::new("topic.creation.default.partitions", ConfigType::Int)
                 .default_str("1")
                 .validator(Validator::at_least(1.0))
@@ -193,9 +202,22 @@ impl Engine {
     }
 
     /// Validates a full connector configuration: framework keys, the connector's own keys and
-    /// cross-checks, converters and the transform chain. `Err` when `connector.class` is
+    /// cross-checks, converters and the transform chain, with config-provider placeholders
+    /// resolved (an unresolvable one is an error on its key). `Err` when `connector.class` is
     /// missing or unknown (nothing else can be checked then).
-    pub fn validate(&self, props: &Properties) -> Result<ConfigValidation, EngineError> {
+    pub fn validate(&self, props: &Properties) -> Result<ValidationReport, EngineError> {
+        let resolved = providers::resolve(props);
+        let mut validation = self.validate_resolved(&resolved.props)?;
+        for (key, message) in &resolved.errors {
+            validation.add_error(key, message.clone());
+        }
+        Ok(ValidationReport {
+            validation,
+            resolved,
+        })
+    }
+
+    fn validate_resolved(&self, props: &Properties) -> Result<ConfigValidation, EngineError> {
         let class = props.get("connector.class").ok_or_else(|| {
             EngineError::BadRequest(
                 "Connector config contains no connector type: set \"connector.class\"".into(),
@@ -615,6 +637,55 @@ impl Engine {
         Ok(())
     }
 
+    /// The worker's metrics in the Prometheus text format (see [`crate::metrics`]).
+    pub async fn prometheus(&self) -> String {
+        let dir = self.inner.log.dir().to_path_buf();
+        let disk = tokio::task::spawn_blocking(move || metrics::dir_size(&dir).ok())
+            .await
+            .ok()
+            .flatten();
+        let log = &self.inner.log;
+        let mut partitions = Vec::new();
+        for topic in log.topics() {
+            for p in 0..log.partition_count(&topic).unwrap_or(0) {
+                if let (Ok(start), Ok(end)) =
+                    (log.earliest_offset(&topic, p), log.latest_offset(&topic, p))
+                {
+                    partitions.push(metrics::PartitionSample {
+                        topic: topic.clone(),
+                        partition: p,
+                        start_offset: start,
+                        end_offset: end,
+                    });
+                }
+            }
+        }
+        let connectors = self.inner.connectors.lock().await;
+        let statuses: Vec<(&String, &Connector, ConnectorStateInfo)> = connectors
+            .iter()
+            .map(|(name, c)| (name, c, self.status_of(name, c)))
+            .collect();
+        let samples: Vec<metrics::ConnectorSample<'_>> = statuses
+            .iter()
+            .map(|(name, c, status)| metrics::ConnectorSample {
+                name,
+                state: status.connector.state,
+                tasks: c
+                    .tasks
+                    .iter()
+                    .zip(&status.tasks)
+                    .map(|(t, s)| metrics::TaskSample {
+                        connector: name,
+                        task: s.id,
+                        state: s.state,
+                        shared: &t.shared,
+                    })
+                    .collect(),
+            })
+            .collect();
+        metrics::render(&samples, &partitions, disk)
+    }
+
     pub fn plugin_infos(&self, connectors_only: bool) -> Vec<PluginInfo> {
         self.inner.plugins.plugin_infos(connectors_only)
     }
@@ -631,7 +702,9 @@ impl Engine {
         join_all(handles).await;
     }
 
-    /// Starts the connector's tasks according to its target state.
+    /// Starts the connector's tasks according to its target state. Config-provider
+    /// placeholders are resolved here (and again for each task in [`Self::task_setup`]); the
+    /// task configs kept for `GET /connectors/{name}/tasks` have them put back.
     fn start_connector(&self, name: &str, c: &mut Connector) {
         if c.target == TargetState::Stopped {
             c.state = (State::Stopped, None);
@@ -646,24 +719,33 @@ impl Engine {
             }
         };
         let connector = (plugin.factory)();
-        let max_tasks = c
-            .config
+        let def = framework_config_def().merge(connector.config_def());
+        tracing::info!(connector = %name, config = ?providers::redacted(&c.config, Some(&def)), "starting connector");
+        let resolved = providers::resolve(&c.config);
+        if let Some(trace) = provider_failure(&resolved) {
+            tracing::error!(connector = %name, error = %trace, "cannot start the connector");
+            c.state = (State::Failed, Some(trace));
+            return;
+        }
+        let max_tasks = resolved
+            .props
             .get("tasks.max")
             .and_then(|v| v.trim().parse::<usize>().ok())
             .unwrap_or(1)
             .max(1);
-        let task_configs = match connector.task_configs(&c.config, max_tasks) {
+        let task_configs = match connector.task_configs(&resolved.props, max_tasks) {
             Ok(t) => t,
             Err(e) => {
-                c.state = (State::Failed, Some(e.trace()));
+                c.state = (State::Failed, Some(resolved.mask(&e.trace())));
                 return;
             }
         };
         c.state = (State::Running, None);
         c.tasks.clear();
         for (i, task_props) in task_configs.into_iter().take(max_tasks).enumerate() {
-            let mut props = c.config.clone();
+            let mut props = resolved.props.clone();
             props.extend(task_props);
+            let props = providers::unresolve(&props, &c.config, &resolved);
             let shared = TaskShared::new(control_for(c.target));
             let handle = self
                 .task_setup(name, c, i as u32, props.clone(), shared.clone())
@@ -676,6 +758,8 @@ impl Engine {
         }
     }
 
+    /// Everything a task run needs; `props` is the task config as stored (placeholders
+    /// unresolved). `None` (with the task FAILED) when the config cannot be used.
     fn task_setup(
         &self,
         name: &str,
@@ -686,42 +770,52 @@ impl Engine {
     ) -> Option<TaskSetup> {
         let class = c.config.get("connector.class").cloned().unwrap_or_default();
         let plugin = self.inner.plugins.find_connector(&class).ok()?.clone();
-        let chain = match self.inner.plugins.transforms().build(&c.config) {
+        let connector_config = providers::resolve(&c.config);
+        let task_config = providers::resolve(&props);
+        if let Some(trace) =
+            provider_failure(&connector_config).or_else(|| provider_failure(&task_config))
+        {
+            tracing::error!(connector = %name, task = task_id, error = %trace, "cannot start the task");
+            shared.set_status(State::Failed, Some(trace));
+            return None;
+        }
+        tracing::debug!(connector = %name, task = task_id, config = ?providers::redacted(&props, Some(&(plugin.factory)().config_def())), "starting task");
+        let config = &connector_config.props;
+        let chain = match self.inner.plugins.transforms().build(config) {
             Ok(chain) => chain,
             Err(e) => {
-                shared.set_status(State::Failed, Some(e.trace()));
+                shared.set_status(State::Failed, Some(connector_config.mask(&e.trace())));
                 return None;
             }
         };
         let factory = plugin.factory.clone();
         let make_task: Arc<dyn Fn() -> Box<dyn SourceTask> + Send + Sync> =
             Arc::new(move || (factory)().create_task());
-        let get = |k: &str| c.config.get(k).map(|v| v.trim().to_ascii_lowercase());
-        let partitions = c
-            .config
+        let get = |k: &str| config.get(k).map(|v| v.trim().to_ascii_lowercase());
+        let partitions = config
             .get("topic.creation.default.partitions")
             .and_then(|v| v.trim().parse::<u32>().ok())
             .unwrap_or(1)
             .max(1);
         let mut topic_config = TopicConfig::default();
-        if let Some(policy) = c.config.get("topic.creation.default.cleanup.policy") {
+        if let Some(policy) = config.get("topic.creation.default.cleanup.policy") {
             let mut m = BTreeMap::new();
             m.insert("cleanup.policy".to_string(), policy.clone());
             if let Ok(cfg) = TopicConfig::from_kafka_configs(&m) {
                 topic_config = cfg;
             }
         }
-        let converters = match Converters::from_props(&c.config) {
+        let converters = match Converters::from_props(config) {
             Ok(c) => Arc::new(c),
             Err(e) => {
-                shared.set_status(State::Failed, Some(e.trace()));
+                shared.set_status(State::Failed, Some(connector_config.mask(&e.trace())));
                 return None;
             }
         };
         Some(TaskSetup {
             connector: name.to_owned(),
             task_id,
-            props,
+            props: task_config.props,
             make_task,
             chain,
             converters,
@@ -735,10 +829,66 @@ impl Engine {
             default_compression: self.inner.config.default_compression,
             errors_tolerance_all: get("errors.tolerance").as_deref() == Some("all"),
             errors_log: get("errors.log.enable").as_deref() == Some("true"),
+            errors_log_include_messages: get("errors.log.include.messages").as_deref()
+                == Some("true"),
             active_topics: c.active_topics.clone(),
             backoff_initial: self.inner.config.task_backoff_initial,
             backoff_max: self.inner.config.task_backoff_max,
         })
+    }
+}
+
+/// The FAILED trace for a config whose placeholders could not all be resolved.
+fn provider_failure(resolved: &Resolved) -> Option<String> {
+    if resolved.errors.is_empty() {
+        return None;
+    }
+    let lines: Vec<String> = resolved
+        .errors
+        .iter()
+        .map(|(key, message)| format!("{key}: {message}"))
+        .collect();
+    Some(format!("Config provider error: {}", lines.join("; ")))
+}
+
+/// The outcome of [`Engine::validate`]: the validation of the resolved config, shown with the
+/// placeholders put back wherever a resolved value would appear.
+pub struct ValidationReport {
+    pub validation: ConfigValidation,
+    resolved: Resolved,
+}
+
+impl ValidationReport {
+    /// Total number of errors.
+    pub fn error_count(&self) -> usize {
+        self.validation.error_count()
+    }
+
+    /// Kafka Connect's 400 message listing every error.
+    pub fn error_message(&self) -> String {
+        self.resolved.mask(&self.validation.error_message())
+    }
+
+    /// Kafka Connect's `ConfigInfos` JSON.
+    pub fn to_config_infos(&self, name: &str) -> serde_json::Value {
+        let mut json = self.validation.to_config_infos(name);
+        mask_json(&mut json, &self.resolved);
+        json
+    }
+}
+
+fn mask_json(value: &mut serde_json::Value, resolved: &Resolved) {
+    match value {
+        serde_json::Value::String(s) => {
+            if let Some((_, raw)) = resolved.masks.iter().find(|(v, _)| v == s) {
+                *s = raw.clone();
+            } else {
+                *s = resolved.mask(s);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| mask_json(v, resolved)),
+        serde_json::Value::Object(map) => map.values_mut().for_each(|v| mask_json(v, resolved)),
+        _ => {}
     }
 }
 

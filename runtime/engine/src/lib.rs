@@ -6,6 +6,9 @@
 //! - [`stores`]: configs, offsets and statuses in internal compacted log topics;
 //! - [`plugins`]: the explicit registry of connector classes and the transform-chain builder;
 //! - [`convert`]: key/value/header converters per connector;
+//! - [`providers`]: `${env:..}`/`${file:..}`/`${dir:..}` config placeholders, resolved when a
+//!   connector is validated or its tasks start (never stored resolved), and log redaction;
+//! - [`metrics`]: per-task counters/histograms and the Prometheus text rendering;
 //! - [`model`]: Kafka Connect's REST entity shapes.
 //!
 //! Depends on `headwater-api`, `headwater-log` and `headwater-format` only.
@@ -13,12 +16,14 @@
 pub mod convert;
 pub mod engine;
 pub mod error;
+pub mod metrics;
 pub mod model;
 pub mod plugins;
+pub mod providers;
 pub mod runner;
 pub mod stores;
 
-pub use engine::{framework_config_def, Engine, EngineConfig};
+pub use engine::{framework_config_def, Engine, EngineConfig, ValidationReport};
 pub use error::EngineError;
 pub use model::{
     ConnectorInfo, ConnectorStateInfo, PluginInfo, State, TargetState, TaskInfo, TaskState,

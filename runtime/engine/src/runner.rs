@@ -11,7 +11,7 @@
 //! - records dropped by transforms still advance the offset (as Kafka Connect does).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,7 @@ use headwater_log::{Log, Partitioner, TopicCompression, TopicConfig, Transaction
 use tokio::sync::watch;
 
 use crate::convert::Converters;
+use crate::metrics::{self, Histogram};
 use crate::model::State;
 use crate::stores::{offset_key, offsets_batch, InternalTopics, OffsetsByConnector, OFFSETS_TOPIC};
 
@@ -52,6 +53,13 @@ pub struct TaskShared {
     pub records_written: AtomicU64,
     pub bytes_written: AtomicU64,
     pub commits: AtomicU64,
+    /// Duration of each log commit (from staging the last batches to durable).
+    pub commit_latency: Histogram,
+    /// Record batch bytes of each log commit.
+    pub commit_bytes: Histogram,
+    /// Milliseconds behind the source at the last polled change event
+    /// ([`metrics::NO_LAG`] until one carries `source.ts_ms`).
+    pub source_lag_ms: AtomicI64,
 }
 
 impl TaskShared {
@@ -64,6 +72,9 @@ impl TaskShared {
             records_written: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
             commits: AtomicU64::new(0),
+            commit_latency: Histogram::latency(),
+            commit_bytes: Histogram::bytes(),
+            source_lag_ms: AtomicI64::new(metrics::NO_LAG),
         })
     }
     pub fn set_status(&self, state: State, trace: Option<String>) {
@@ -99,6 +110,8 @@ pub struct TaskSetup {
     pub default_compression: Compression,
     pub errors_tolerance_all: bool,
     pub errors_log: bool,
+    /// `errors.log.include.messages`: tolerated-error log lines describe the record.
+    pub errors_log_include_messages: bool,
     pub active_topics: Arc<Mutex<BTreeSet<String>>>,
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
@@ -276,10 +289,15 @@ fn process(
         ),
     );
     pending.since.get_or_insert_with(Instant::now);
+    metrics::observe_source_lag(&setup.shared.source_lag_ms, &record);
+    let described =
+        (setup.errors_log && setup.errors_log_include_messages).then(|| describe_record(&record));
+    let skip_or_fail =
+        |stage: &str, e: ConnectError| tolerate(setup, stage, e, described.as_deref());
     let transformed = match setup.chain.apply(record) {
         Ok(Some(r)) => r,
         Ok(None) => return Ok(()),
-        Err(e) => return tolerate(setup, "TRANSFORMATION", e),
+        Err(e) => return skip_or_fail("TRANSFORMATION", e),
     };
     let key = match setup.converters.key.from_connect_data(
         &transformed.topic,
@@ -287,7 +305,7 @@ fn process(
         &transformed.key,
     ) {
         Ok(k) => k,
-        Err(e) => return tolerate(setup, "KEY_CONVERTER", e.into()),
+        Err(e) => return skip_or_fail("KEY_CONVERTER", e.into()),
     };
     let value = match setup.converters.value.from_connect_data(
         &transformed.topic,
@@ -295,7 +313,7 @@ fn process(
         &transformed.value,
     ) {
         Ok(v) => v,
-        Err(e) => return tolerate(setup, "VALUE_CONVERTER", e.into()),
+        Err(e) => return skip_or_fail("VALUE_CONVERTER", e.into()),
     };
     let headers = setup.converters.header_bytes(&transformed.headers);
     let topic = transformed.topic;
@@ -303,8 +321,7 @@ fn process(
     let partition = match transformed.kafka_partition {
         Some(p) if p >= 0 && (p as u32) < partitions => p as u32,
         Some(p) => {
-            return tolerate(
-                setup,
+            return skip_or_fail(
                 "KAFKA_PRODUCE",
                 ConnectError::data(format!(
                     "partition {p} does not exist in topic {topic} ({partitions} partitions)"
@@ -353,10 +370,36 @@ fn process(
     Ok(())
 }
 
-fn tolerate(setup: &TaskSetup, stage: &str, error: ConnectError) -> Result<(), ConnectError> {
+/// The record as `errors.log.include.messages=true` logs it (Kafka Connect logs the record's
+/// `toString()`: topic, partition, source partition/offset, key and value).
+fn describe_record(record: &SourceRecord) -> String {
+    format!(
+        "SourceRecord{{topic={}, kafkaPartition={:?}, sourcePartition={}, sourceOffset={}, key={:?}, value={:?}}}",
+        record.topic,
+        record.kafka_partition,
+        serde_json::to_string(&record.source_partition).unwrap_or_default(),
+        serde_json::to_string(&record.source_offset).unwrap_or_default(),
+        record.key,
+        record.value
+    )
+}
+
+fn tolerate(
+    setup: &TaskSetup,
+    stage: &str,
+    error: ConnectError,
+    record: Option<&str>,
+) -> Result<(), ConnectError> {
     if setup.errors_tolerance_all {
         if setup.errors_log {
-            tracing::warn!(connector = %setup.connector, task = setup.task_id, stage, error = %error, "skipping a record that failed (errors.tolerance=all)");
+            match record {
+                Some(record) => {
+                    tracing::warn!(connector = %setup.connector, task = setup.task_id, stage, error = %error, record, "skipping a record that failed (errors.tolerance=all)")
+                }
+                None => {
+                    tracing::warn!(connector = %setup.connector, task = setup.task_id, stage, error = %error, "skipping a record that failed (errors.tolerance=all)")
+                }
+            }
         }
         return Ok(());
     }
@@ -418,6 +461,7 @@ async fn commit(
     pending: &mut Pending,
     task: &mut dyn SourceTask,
 ) -> Result<(), ConnectError> {
+    let started = Instant::now();
     if pending.txn.is_none() {
         pending.txn = Some(log.begin_transaction().map_err(log_error)?);
     }
@@ -446,6 +490,11 @@ async fn commit(
         .take()
         .ok_or_else(|| ConnectError::fatal("internal: no transaction"))?;
     txn.commit_async().await.map_err(log_error)?;
+    setup
+        .shared
+        .commit_latency
+        .observe_duration(started.elapsed());
+    setup.shared.commit_bytes.observe(staged_bytes as u64);
     pending.records = 0;
     pending.bytes = 0;
     pending.since = None;

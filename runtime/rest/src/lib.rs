@@ -16,6 +16,11 @@
 //! * [`RestState`] is cheap to clone (an `Arc` inside) and is the one thing
 //!   handlers receive; later features (connectors, tasks) grow it instead of
 //!   adding new router state types.
+//! * When [`RestAuth`] is configured, every request except `GET /health` must
+//!   carry a matching `Authorization` header (see [`auth`]); otherwise 401 with
+//!   the same JSON error body.
+//! * `GET /health` answers Kafka Connect 3.9's `WorkerStatus`; `GET /metrics`
+//!   answers the Prometheus text format (see `headwater_engine::metrics`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -28,8 +33,11 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
+pub mod auth;
 pub mod connectors;
 pub mod topics;
+
+pub use auth::RestAuth;
 
 /// What `GET /` reports about the worker. Field names and order match Kafka
 /// Connect's `ServerInfo`.
@@ -53,9 +61,11 @@ pub struct RestState {
     inner: Arc<Inner>,
 }
 
+#[derive(Clone)]
 struct Inner {
     info: ServerInfo,
     engine: Option<headwater_engine::Engine>,
+    auth: RestAuth,
 }
 
 impl std::fmt::Debug for Inner {
@@ -63,6 +73,7 @@ impl std::fmt::Debug for Inner {
         f.debug_struct("Inner")
             .field("info", &self.info)
             .field("engine", &self.engine.is_some())
+            .field("auth", &self.auth)
             .finish()
     }
 }
@@ -71,7 +82,11 @@ impl RestState {
     /// State for a worker described by `info`.
     pub fn new(info: ServerInfo) -> Self {
         Self {
-            inner: Arc::new(Inner { info, engine: None }),
+            inner: Arc::new(Inner {
+                info,
+                engine: None,
+                auth: RestAuth::default(),
+            }),
         }
     }
 
@@ -81,8 +96,20 @@ impl RestState {
             inner: Arc::new(Inner {
                 info,
                 engine: Some(engine),
+                auth: RestAuth::default(),
             }),
         }
+    }
+
+    /// The same state with REST authentication `auth` (off when it is empty).
+    pub fn with_auth(mut self, auth: RestAuth) -> Self {
+        Arc::make_mut(&mut self.inner).auth = auth;
+        self
+    }
+
+    /// The configured REST authentication.
+    pub fn auth(&self) -> &RestAuth {
+        &self.inner.auth
     }
 
     /// The engine behind the connector endpoints (absent while the worker starts).
@@ -171,6 +198,8 @@ impl IntoResponse for RestError {
 pub fn router(state: RestState) -> Router {
     Router::new()
         .route("/", get(server_info))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .route(
             "/connectors",
             get(connectors::list).post(connectors::create),
@@ -229,6 +258,10 @@ pub fn router(state: RestState) -> Router {
         // to method routers registered before this call.
         .method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require,
+        ))
         .with_state(state)
 }
 
@@ -245,6 +278,54 @@ where
 
 async fn server_info(State(state): State<RestState>) -> Json<ServerInfo> {
     Json(state.info().clone())
+}
+
+/// `GET /health` (Kafka Connect 3.9+, KIP-1017): 200 `healthy` once the engine runs, 503
+/// `starting` before.
+async fn health(State(state): State<RestState>) -> Response {
+    match state.engine() {
+        Some(_) => (
+            StatusCode::OK,
+            Json(serde_json::json!({
+                "status": "healthy",
+                "message": "Worker has completed startup and is ready to handle requests."
+            })),
+        )
+            .into_response(),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({
+                "status": "starting",
+                "message": "Worker is still starting up."
+            })),
+        )
+            .into_response(),
+    }
+}
+
+/// `GET /metrics`: Prometheus text format 0.0.4.
+async fn metrics(State(state): State<RestState>) -> Result<Response, RestError> {
+    let engine = state.engine().ok_or_else(|| {
+        RestError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The worker is still starting; try again shortly",
+        )
+    })?;
+    let info = state.info();
+    let mut text = format!(
+        "# HELP headwater_build_info Headwater version and commit of this worker.\n# TYPE headwater_build_info gauge\nheadwater_build_info{{version=\"{}\",commit=\"{}\"}} 1\n",
+        headwater_engine::metrics::escape_label(&info.version),
+        headwater_engine::metrics::escape_label(&info.commit)
+    );
+    text.push_str(&engine.prometheus().await);
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
 }
 
 async fn not_found() -> RestError {
@@ -348,6 +429,13 @@ mod tests {
                 .expect("ascii");
             assert!(allow.contains("GET"), "Allow: {allow}");
         }
+    }
+
+    #[tokio::test]
+    async fn health_reports_starting_without_an_engine() {
+        let (status, _, body, _) = call(Method::GET, "/health").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(body["status"], "starting");
     }
 
     #[test]
