@@ -729,3 +729,49 @@ fn a_torn_cleaned_file_is_discarded() {
     assert_eq!(view(&log, "state", Isolation::ReadUncommitted), before);
     assert!(!cleaned.exists());
 }
+
+#[test]
+fn the_background_cleaner_runs_by_itself_and_stops_with_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(FakeClock::new(T0));
+    let opts = LogOptions {
+        background_cleaner: true,
+        cleaner_interval_ms: 20,
+        ..options(&clock)
+    };
+    let log = Log::open(dir.path(), opts.clone()).unwrap();
+    let cfg = config(&[("segment.bytes", "1024"), ("retention.ms", "1000")]);
+    log.create_topic("events", 1, cfg).unwrap();
+    for i in 0..12 {
+        put(
+            &log,
+            "events",
+            &[(Some("k"), Some(value(i, "v").as_str())); 2],
+            0,
+        );
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while log.earliest_offset("events", 0).unwrap() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cleaner never ran"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // Appends go on while it runs; close stops it (and releases the directory).
+    put(&log, "events", &[(Some("k"), Some("last"))], T0);
+    log.close().unwrap();
+    let log = Log::open(dir.path(), opts.clone()).unwrap();
+    assert!(log.earliest_offset("events", 0).unwrap() > 0);
+    // Dropping the last handle stops it too.
+    drop(log);
+    let log = Log::open(dir.path(), opts).unwrap();
+    assert_eq!(
+        view(&log, "events", Isolation::ReadCommitted)
+            .last()
+            .unwrap()
+            .2
+            .as_deref(),
+        Some("last")
+    );
+}
