@@ -52,8 +52,9 @@ fn sql(runtime: &tokio::runtime::Runtime, server: &PostgresServer, text: &str) {
     });
 }
 
-#[test]
-fn seed_connector_config_streams_debezium_events() {
+/// A PostgreSQL with the seed tables and rows, its runtime for SQL, and the seed connector
+/// config pointing at it.
+fn seeded_server(rows: &str) -> (tokio::runtime::Runtime, PostgresServer, Value) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -68,15 +69,7 @@ fn seed_connector_config_streams_debezium_events() {
     ))
     .unwrap();
     sql(&runtime, &server, &schema);
-    sql(
-        &runtime,
-        &server,
-        "INSERT INTO public.customers VALUES (1,'Ada','ada@example.com','2024-01-02 03:04:05.123456+00');
-         INSERT INTO public.products VALUES (1,'SKU-1','Widget',9.99);
-         INSERT INTO public.orders VALUES (1,1,19.98,'new','2024-01-02 03:04:05.123456+00','first order');",
-    );
-
-    let tmp = tempfile::tempdir().unwrap();
+    sql(&runtime, &server, rows);
     let seed = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../config/connectors/postgres-cdc-source.json"
@@ -84,6 +77,17 @@ fn seed_connector_config_streams_debezium_events() {
     .unwrap();
     let mut config: Value = serde_json::from_str(&seed).unwrap();
     config["config"]["database.port"] = Value::String(server.port().to_string());
+    (runtime, server, config)
+}
+
+#[test]
+fn seed_connector_config_streams_debezium_events() {
+    let (runtime, server, config) = seeded_server(
+        "INSERT INTO public.customers VALUES (1,'Ada','ada@example.com','2024-01-02 03:04:05.123456+00');
+         INSERT INTO public.products VALUES (1,'SKU-1','Widget',9.99);
+         INSERT INTO public.orders VALUES (1,1,19.98,'new','2024-01-02 03:04:05.123456+00','first order');",
+    );
+    let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("postgres-cdc-source.json");
     std::fs::write(&file, config.to_string()).unwrap();
     let data = tmp.path().join("data");
@@ -157,35 +161,12 @@ fn seed_connector_config_streams_debezium_events() {
 /// applies to the customers topic through a `TopicNameMatches` predicate.
 #[test]
 fn transform_chain_routes_unwraps_and_masks() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let server = PostgresServer::start().expect("PostgreSQL");
-    runtime
-        .block_on(server.create_database("production"))
-        .unwrap();
-    let schema = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/data/golden/debezium/postgres/pg_seed_schema.sql"
-    ))
-    .unwrap();
-    sql(&runtime, &server, &schema);
-    sql(
-        &runtime,
-        &server,
+    let (runtime, server, mut config) = seeded_server(
         "INSERT INTO public.customers VALUES (1,'Ada','ada@example.com','2024-01-02 03:04:05.123456+00');
          INSERT INTO public.orders VALUES (1,1,19.98,'new','2024-01-02 03:04:05.123456+00','first order');",
     );
     let tmp = tempfile::tempdir().unwrap();
-    let seed = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../config/connectors/postgres-cdc-source.json"
-    ))
-    .unwrap();
-    let mut config: Value = serde_json::from_str(&seed).unwrap();
     let c = config["config"].as_object_mut().unwrap();
-    c.insert("database.port".into(), server.port().to_string().into());
     c.insert("slot.name".into(), "chain_slot".into());
     c.insert("transforms".into(), "route,unwrap,mask".into());
     c.insert(

@@ -24,6 +24,8 @@ impl Worker {
             .arg(data_dir)
             .arg("--rest-listen")
             .arg("127.0.0.1:0")
+            .arg("--kafka-listen")
+            .arg("127.0.0.1:0")
             .args(files)
             .env_remove("RUST_LOG")
             .env_remove("HEADWATER_CONFIG")
