@@ -742,8 +742,10 @@ impl Log {
         }
     }
 
-    /// Deletes a topic and its data.
+    /// Deletes a topic and its data. Waits for a running cleaner pass (which may be working
+    /// in the topic's directories) to finish first.
     pub fn delete_topic(&self, name: &str) -> Result<(), LogError> {
+        let _no_cleaner = lock(&self.inner.cleaner_pass);
         let topic = {
             let mut topics = self.inner.topics.write().unwrap_or_else(|e| e.into_inner());
             topics

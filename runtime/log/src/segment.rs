@@ -148,17 +148,22 @@ impl Segment {
                 segment.index = index;
                 let mut last = None;
                 let mut max_timestamp = segment.index.max_timestamp().unwrap_or(-1);
-                scan(&segment.file, start, file_size, false, |loc| {
+                let scanned = scan(&segment.file, start, file_size, false, |loc| {
                     max_timestamp = max_timestamp.max(loc.header.max_timestamp);
                     last = Some(loc);
                     Ok(())
-                })?;
-                segment.size = file_size;
-                if let Some(loc) = last {
-                    segment.next_offset = loc.header.next_offset();
+                });
+                if scanned.is_ok() {
+                    segment.size = file_size;
+                    if let Some(loc) = last {
+                        segment.next_offset = loc.header.next_offset();
+                    }
+                    segment.max_timestamp = max_timestamp;
+                    return Ok((segment, recovery));
                 }
-                segment.max_timestamp = max_timestamp;
-                return Ok((segment, recovery));
+                // The index does not fit the segment (its last entry is not at a batch):
+                // rebuild it from the segment below.
+                segment.index = SegmentIndex::in_memory(&offset_path, &time_path);
             }
         }
         // Rebuild the indexes (and verify, when recovering) from the whole file.

@@ -342,3 +342,47 @@ fn reads_respect_max_bytes_but_always_make_progress() {
     }
     assert_eq!(reads, 10, "two batches per read");
 }
+
+#[test]
+fn indexes_survive_a_reopen_and_a_bad_one_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut configs = BTreeMap::new();
+    configs.insert("segment.bytes".to_string(), "8192".to_string());
+    let config = TopicConfig::from_kafka_configs(&configs).unwrap();
+    {
+        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+        log.create_topic("t", 1, config).unwrap();
+        for i in 0..60 {
+            log.append_builder("t", 0, batch(i * 3..i * 3 + 3, 10_000))
+                .unwrap();
+        }
+        log.commit().wait().unwrap();
+        log.close().unwrap();
+    }
+    let index = dir.path().join("t-0/00000000000000000000.index");
+    let before = std::fs::read(&index).unwrap();
+    assert!(before.len() >= 16, "a closed segment has index entries");
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    assert_eq!(
+        std::fs::read(&index).unwrap(),
+        before,
+        "kept, not rebuilt or truncated"
+    );
+    assert_eq!(read_all(&log, "t", 0, 100).first().unwrap().0, 100);
+    log.close().unwrap();
+    drop(log);
+    // An index whose last entry points into the middle of a batch: rebuilt on open.
+    let mut bad = before.clone();
+    let n = bad.len();
+    let pos = u32::from_be_bytes(bad[n - 4..].try_into().unwrap()) + 7;
+    bad[n - 4..].copy_from_slice(&pos.to_be_bytes());
+    std::fs::write(&index, &bad).unwrap();
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    assert_eq!(read_all(&log, "t", 0, 0).len(), 180);
+    assert_eq!(read_all(&log, "t", 0, 100).first().unwrap().0, 100);
+    assert_eq!(
+        std::fs::read(&index).unwrap(),
+        before,
+        "rebuilt to the same entries"
+    );
+}
