@@ -10,6 +10,9 @@
 //!   usage error.
 //! * Every parse error becomes a single-line [`Failure`] (exit 2); `--help` and
 //!   `--version` are not errors and are returned as [`Parsed::Exit`].
+//! * The client subcommands (`connectors`, `topics`, `consume`) share
+//!   [`ClientArgs`]: `--url` (env `HEADWATER_URL`, default
+//!   [`DEFAULT_URL`]) and optional credentials; they never read worker settings.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -53,6 +56,148 @@ pub enum Command {
     /// Each setting is taken from, in order: its flag, its environment
     /// variable, the config file (--config), the built-in default.
     Worker(WorkerArgs),
+    /// Manage the connectors of a running worker over its REST API.
+    Connectors {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: ConnectorsCommand,
+    },
+    /// List the topics of a running worker's log.
+    Topics {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Print the REST answer as JSON (the default when stdout is not a terminal)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a topic's records, one JSON object per line.
+    ///
+    /// Reads what the topic holds and exits; with --follow it starts at the end
+    /// (or at the beginning with --from-beginning) and keeps printing new
+    /// records until interrupted. Reads are read_committed.
+    Consume(ConsumeArgs),
+}
+
+/// Built-in default of `--url`.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:8083";
+
+/// How a client subcommand reaches the worker.
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// Base URL of the worker's REST API (http only)
+    #[arg(long, global = true, value_name = "URL", env = "HEADWATER_URL", default_value = DEFAULT_URL)]
+    pub url: String,
+
+    /// Bearer token for a worker with rest_auth_token set
+    #[arg(
+        long,
+        global = true,
+        value_name = "TOKEN",
+        env = "HEADWATER_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+
+    /// HTTP Basic credentials for a worker with rest_auth_users set
+    #[arg(
+        long,
+        global = true,
+        value_name = "USER:PASSWORD",
+        env = "HEADWATER_USER",
+        hide_env_values = true
+    )]
+    pub user: Option<String>,
+}
+
+/// `headwater connectors ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ConnectorsCommand {
+    /// List connector names
+    List {
+        /// Print JSON (the default when stdout is not a terminal)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a connector's config and tasks
+    Get {
+        name: String,
+        /// Print JSON (the default when stdout is not a terminal)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a connector from a file: {"name","config"} JSON, flat JSON with
+    /// "name", or a .properties file
+    Create {
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// Print JSON (the default when stdout is not a terminal)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replace a connector's config (creating it if missing) from a file
+    Update {
+        name: String,
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// Print JSON (the default when stdout is not a terminal)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a connector's and its tasks' states
+    Status {
+        name: String,
+        /// Print JSON (the default when stdout is not a terminal)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause a connector's tasks
+    Pause { name: String },
+    /// Resume a paused or stopped connector
+    Resume { name: String },
+    /// Stop a connector (tear its tasks down; offsets can then be changed)
+    Stop { name: String },
+    /// Restart a connector (and with --include-tasks its tasks)
+    Restart {
+        name: String,
+        /// Restart the tasks too
+        #[arg(long)]
+        include_tasks: bool,
+        /// Restart only instances that are FAILED
+        #[arg(long)]
+        only_failed: bool,
+        /// Print JSON (the default when stdout is not a terminal)
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a connector (its offsets are kept)
+    Delete { name: String },
+}
+
+/// Arguments of `headwater consume`.
+#[derive(Debug, Clone, Args)]
+pub struct ConsumeArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+
+    /// The topic to read
+    pub topic: String,
+
+    /// Read only this partition [default: all partitions]
+    #[arg(long, value_name = "P")]
+    pub partition: Option<u32>,
+
+    /// With --follow: start at the beginning instead of the end
+    #[arg(long)]
+    pub from_beginning: bool,
+
+    /// Keep polling for new records until interrupted
+    #[arg(long)]
+    pub follow: bool,
+
+    /// Stop after this many records
+    #[arg(long, value_name = "N")]
+    pub max: Option<u64>,
 }
 
 /// Arguments of `headwater worker`. Every setting is optional here; defaults are
@@ -91,13 +236,44 @@ pub struct WorkerArgs {
     /// this flag nor HEADWATER_LOG_LEVEL is set [default: info]
     #[arg(long, value_name = "FILTER", env = "HEADWATER_LOG_LEVEL", value_parser = logging::parse_filter)]
     pub log_level: Option<String>,
+
+    /// Require 'Authorization: Bearer TOKEN' on every REST request except
+    /// GET /health [default: off]
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "HEADWATER_REST_AUTH_TOKEN",
+        hide_env_values = true
+    )]
+    pub rest_auth_token: Option<String>,
+
+    /// Accept HTTP Basic credentials USER:PASSWORD on the REST API (repeat
+    /// the flag, or separate users with commas in the variable) [default: off]
+    #[arg(
+        long = "rest-auth-user",
+        value_name = "USER:PASSWORD",
+        env = "HEADWATER_REST_AUTH_USERS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub rest_auth_users: Vec<String>,
+
+    /// PEM certificate for TLS on the REST listener (not supported by this
+    /// build yet: setting it is an error)
+    #[arg(long, value_name = "FILE", env = "HEADWATER_REST_TLS_CERT")]
+    pub rest_tls_cert: Option<PathBuf>,
+
+    /// PEM private key for TLS on the REST listener (not supported by this
+    /// build yet: setting it is an error)
+    #[arg(long, value_name = "FILE", env = "HEADWATER_REST_TLS_KEY")]
+    pub rest_tls_key: Option<PathBuf>,
 }
 
 /// Outcome of parsing the command line.
 #[derive(Debug)]
 pub enum Parsed {
     /// Run this command.
-    Run(Cli),
+    Run(Box<Cli>),
     /// Help or version text to print to stdout, then exit 0.
     Exit(String),
 }
@@ -110,7 +286,7 @@ where
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     match Cli::try_parse_from(&args) {
-        Ok(cli) => Ok(Parsed::Run(cli)),
+        Ok(cli) => Ok(Parsed::Run(Box::new(cli))),
         Err(err) => match err.kind() {
             ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
                 Ok(Parsed::Exit(err.render().to_string()))
@@ -202,7 +378,9 @@ mod tests {
         let Parsed::Run(cli) = parse(["headwater", "worker"]).expect("parses") else {
             panic!("expected a command");
         };
-        let Command::Worker(args) = cli.command;
+        let Command::Worker(args) = cli.command else {
+            panic!("expected worker");
+        };
         // Env vars could fill these in; the test binary does not set them.
         if std::env::var_os("HEADWATER_REST_LISTEN").is_none() {
             assert_eq!(args.rest_listen, None);
@@ -227,7 +405,9 @@ mod tests {
         .expect("parses") else {
             panic!("expected a command");
         };
-        let Command::Worker(args) = cli.command;
+        let Command::Worker(args) = cli.command else {
+            panic!("expected worker");
+        };
         assert_eq!(args.data_dir, Some(PathBuf::from("/tmp/x")));
         assert_eq!(args.rest_listen, Some("0.0.0.0:1234".parse().unwrap()));
         assert_eq!(args.kafka_listen, Some("[::1]:9093".parse().unwrap()));
@@ -316,6 +496,65 @@ mod tests {
             from_env.contains("(from environment variable HEADWATER_KAFKA_LISTEN)"),
             "{from_env}"
         );
+    }
+
+    #[test]
+    fn client_subcommands_parse() {
+        let Parsed::Run(cli) = parse([
+            "headwater",
+            "connectors",
+            "restart",
+            "x",
+            "--include-tasks",
+            "--url",
+            "http://h:1",
+        ])
+        .expect("parses") else {
+            panic!("expected a command");
+        };
+        let Command::Connectors { client, command } = cli.command else {
+            panic!("expected connectors");
+        };
+        assert_eq!(client.url, "http://h:1");
+        assert!(matches!(
+            command,
+            ConnectorsCommand::Restart {
+                include_tasks: true,
+                only_failed: false,
+                ..
+            }
+        ));
+        let Parsed::Run(cli) = parse([
+            "headwater",
+            "consume",
+            "t",
+            "--partition",
+            "2",
+            "--follow",
+            "--max",
+            "5",
+        ])
+        .expect("parses") else {
+            panic!("expected a command");
+        };
+        let Command::Consume(args) = cli.command else {
+            panic!("expected consume");
+        };
+        assert_eq!(
+            (args.topic.as_str(), args.partition, args.follow, args.max),
+            ("t", Some(2), true, Some(5))
+        );
+        let failure = usage_error(&["headwater", "connectors", "get"]);
+        assert_eq!(failure.code(), 2);
+        assert!(
+            failure
+                .message()
+                .ends_with("see 'headwater connectors --help'"),
+            "{}",
+            failure.message()
+        );
+        let failure = usage_error(&["headwater", "consume", "t", "--max", "many"]);
+        assert!(failure.message().contains("--max"), "{}", failure.message());
     }
 
     #[test]

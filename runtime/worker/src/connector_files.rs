@@ -21,6 +21,22 @@ pub struct ConnectorFile {
 
 /// Reads and checks one file; errors are one line naming the file.
 pub fn read(path: &Path) -> Result<ConnectorFile, Failure> {
+    let config = read_config(path)?;
+    let shown = path.display();
+    let name = config
+        .get("name")
+        .cloned()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            Failure::usage(format!(
+                "connector file {shown} has no connector name (\"name\")"
+            ))
+        })?;
+    Ok(ConnectorFile { name, config })
+}
+
+/// Reads a file in any accepted form into a flat config (with `name` when the file has one).
+pub fn read_config(path: &Path) -> Result<Properties, Failure> {
     let shown = path.display();
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure::usage(format!("cannot read connector file {shown}: {e}")))?;
@@ -56,16 +72,7 @@ pub fn read(path: &Path) -> Result<ConnectorFile, Failure> {
     } else {
         parse_properties(&text)
     };
-    let name = config
-        .get("name")
-        .cloned()
-        .filter(|n| !n.is_empty())
-        .ok_or_else(|| {
-            Failure::usage(format!(
-                "connector file {shown} has no connector name (\"name\")"
-            ))
-        })?;
-    Ok(ConnectorFile { name, config })
+    Ok(config)
 }
 
 /// Java `.properties` lines: `key=value` or `key: value`, comments with `#` or `!`.

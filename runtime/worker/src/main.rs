@@ -1,7 +1,8 @@
 //! `headwater`: the Headwater worker binary.
 //!
 //! `main` parses the command line, resolves settings, installs logging and runs
-//! the chosen subcommand. It is the only place that prints fatal errors and
+//! the chosen subcommand: `worker`, or one of the REST client subcommands
+//! (`connectors`, `topics`, `consume`; see [`client`]), which install no logging. It is the only place that prints fatal errors and
 //! picks the exit code.
 //!
 //! Invariants:
@@ -13,9 +14,11 @@
 //!   errors never depend on the log format.
 
 mod cli;
+mod client;
 mod connector_files;
 mod datadir;
 mod failure;
+mod http;
 mod logging;
 mod plugins;
 mod settings;
@@ -39,7 +42,7 @@ fn main() -> ExitCode {
 
 fn real_main() -> Result<(), Failure> {
     let cli = match cli::parse(std::env::args_os())? {
-        Parsed::Run(cli) => cli,
+        Parsed::Run(cli) => *cli,
         Parsed::Exit(text) => {
             print!("{text}");
             return Ok(());
@@ -47,6 +50,7 @@ fn real_main() -> Result<(), Failure> {
     };
     match cli.command {
         Command::Worker(args) => run_worker(&args),
+        client => client::run(client),
     }
 }
 

@@ -9,8 +9,14 @@
 //!
 //! Invariants:
 //! * The config file holds top-level keys only (`data_dir`, `rest_listen`,
-//!   `kafka_listen`, `log_format`, `log_level`); any other key, or a `[table]`,
-//!   is rejected (`deny_unknown_fields`).
+//!   `kafka_listen`, `log_format`, `log_level`, `rest_auth_token`,
+//!   `rest_auth_users`, `rest_tls_cert`, `rest_tls_key`); any other key, or a
+//!   `[table]`, is rejected (`deny_unknown_fields`).
+//! * REST authentication is off unless a token or a user is set; an empty
+//!   token, user list or TLS path means "not set" (so the shipped file can list
+//!   every key with its default). Secrets never appear in `Debug` output.
+//! * TLS on the REST listener is not part of this build: setting a certificate
+//!   or key is a usage error that says so, never silently plain HTTP.
 //! * Relative `data_dir` values are relative to the worker's current directory,
 //!   wherever they come from (not to the config file's directory).
 //! * A [`Settings`] value is fully validated; every error is a single-line
@@ -20,6 +26,7 @@ use std::fs;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use headwater_rest::RestAuth;
 use serde::Deserialize;
 
 use crate::cli::WorkerArgs;
@@ -52,6 +59,14 @@ pub struct FileSettings {
     /// See [`Settings::log_level`].
     #[serde(default, deserialize_with = "logging::deserialize_filter")]
     pub log_level: Option<String>,
+    /// Bearer token required on the REST API (empty: none).
+    pub rest_auth_token: Option<String>,
+    /// HTTP Basic users, `"user:password"` each.
+    pub rest_auth_users: Option<Vec<String>>,
+    /// TLS certificate for the REST listener (not supported yet).
+    pub rest_tls_cert: Option<PathBuf>,
+    /// TLS private key for the REST listener (not supported yet).
+    pub rest_tls_key: Option<PathBuf>,
 }
 
 impl FileSettings {
@@ -113,7 +128,7 @@ where
     })
 }
 
-/// Fully resolved worker settings.
+/// Fully resolved worker settings (`Debug` hides the REST credentials).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// Directory holding the lock file and the cluster id.
@@ -128,6 +143,8 @@ pub struct Settings {
     pub log_level: String,
     /// The config file the settings were read from, if any.
     pub config_file: Option<PathBuf>,
+    /// REST authentication (off when empty).
+    pub rest_auth: RestAuth,
 }
 
 impl Settings {
@@ -171,6 +188,40 @@ impl Settings {
             return Err(Failure::usage("data_dir must not be empty"));
         }
 
+        let non_empty_path = |p: Option<PathBuf>| p.filter(|p| !p.as_os_str().is_empty());
+        let tls_cert = non_empty_path(args.rest_tls_cert.clone().or(file.rest_tls_cert));
+        let tls_key = non_empty_path(args.rest_tls_key.clone().or(file.rest_tls_key));
+        if tls_cert.is_some() || tls_key.is_some() {
+            return Err(Failure::usage(
+                "TLS for the REST listener (rest_tls_cert/rest_tls_key) is not supported by this build yet; \
+                 terminate TLS in a reverse proxy in front of the worker and remove these settings",
+            ));
+        }
+        let token = args
+            .rest_auth_token
+            .clone()
+            .or(file.rest_auth_token)
+            .filter(|t| !t.is_empty());
+        let user_specs = if args.rest_auth_users.is_empty() {
+            file.rest_auth_users.unwrap_or_default()
+        } else {
+            args.rest_auth_users.clone()
+        };
+        let mut users = Vec::new();
+        for spec in user_specs.iter().filter(|s| !s.is_empty()) {
+            match spec.split_once(':') {
+                Some((user, password)) if !user.is_empty() && !password.is_empty() => {
+                    users.push((user.to_owned(), password.to_owned()))
+                }
+                _ => {
+                    let user = spec.split(':').next().unwrap_or_default();
+                    return Err(Failure::usage(format!(
+                        "rest_auth_users: entry for user '{user}' must be USER:PASSWORD with both parts non-empty"
+                    )));
+                }
+            }
+        }
+
         Ok(Self {
             data_dir,
             rest_listen: args
@@ -184,6 +235,7 @@ impl Settings {
             log_format: args.log_format.or(file.log_format).unwrap_or_default(),
             log_level,
             config_file: args.config.clone(),
+            rest_auth: RestAuth { token, users },
         })
     }
 }
@@ -214,6 +266,7 @@ mod tests {
                 log_format: LogFormat::Human,
                 log_level: DEFAULT_LOG_LEVEL.to_owned(),
                 config_file: None,
+                rest_auth: RestAuth::default(),
             }
         );
     }
@@ -246,6 +299,7 @@ mod tests {
             log_level: Some("warn".to_owned()),
             config: Some(PathBuf::from("worker.toml")),
             connector_files: Vec::new(),
+            ..WorkerArgs::default()
         };
         let from_args = Settings::merge(&args, Some("trace"), file).expect("ok");
         assert_eq!(from_args.data_dir, PathBuf::from("here"));
@@ -270,6 +324,56 @@ mod tests {
             .expect_err("invalid RUST_LOG");
         assert_eq!(bad.code(), 2);
         assert!(bad.message().starts_with("invalid RUST_LOG"), "{bad}");
+    }
+
+    #[test]
+    fn rest_auth_resolves_and_tls_is_refused() {
+        let file = FileSettings::parse(
+            r#"
+            rest_auth_token = "from-file"
+            rest_auth_users = ["alice:pw1", "bob:pw:2"]
+            "#,
+        )
+        .expect("valid file");
+        let s = Settings::merge(&WorkerArgs::default(), None, file.clone()).expect("ok");
+        assert_eq!(s.rest_auth.token.as_deref(), Some("from-file"));
+        assert_eq!(
+            s.rest_auth.users,
+            [
+                ("alice".to_owned(), "pw1".to_owned()),
+                ("bob".to_owned(), "pw:2".to_owned())
+            ]
+        );
+        let shown = format!("{s:?}");
+        assert!(
+            !shown.contains("from-file") && !shown.contains("pw1"),
+            "{shown}"
+        );
+
+        let args = WorkerArgs {
+            rest_auth_token: Some("flag".into()),
+            rest_auth_users: vec!["carol:x".into()],
+            ..WorkerArgs::default()
+        };
+        let s = Settings::merge(&args, None, file).expect("ok");
+        assert_eq!(s.rest_auth.token.as_deref(), Some("flag"));
+        assert_eq!(s.rest_auth.users, [("carol".to_owned(), "x".to_owned())]);
+
+        let bad = WorkerArgs {
+            rest_auth_users: vec!["dave".into()],
+            ..WorkerArgs::default()
+        };
+        let err = Settings::merge(&bad, None, FileSettings::default()).expect_err("bad user");
+        assert_eq!(err.code(), 2);
+        assert!(err.message().contains("USER:PASSWORD"), "{err}");
+
+        let tls = FileSettings::parse(r#"rest_tls_cert = "/etc/cert.pem""#).expect("parses");
+        let err = Settings::merge(&WorkerArgs::default(), None, tls).expect_err("tls");
+        assert_eq!(err.code(), 2);
+        assert!(
+            err.message().contains("not supported by this build yet"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -339,6 +443,10 @@ mod tests {
                 kafka_listen: Some(addr(DEFAULT_KAFKA_LISTEN)),
                 log_format: Some(LogFormat::default()),
                 log_level: Some(DEFAULT_LOG_LEVEL.to_owned()),
+                rest_auth_token: Some(String::new()),
+                rest_auth_users: Some(Vec::new()),
+                rest_tls_cert: Some(PathBuf::new()),
+                rest_tls_key: Some(PathBuf::new()),
             },
             "every setting must appear in config/worker.toml with its default"
         );

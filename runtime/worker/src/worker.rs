@@ -135,7 +135,8 @@ async fn serve(
             kafka_cluster_id: data_dir.cluster_id().to_owned(),
         },
         engine.clone(),
-    );
+    )
+    .with_auth(settings.rest_auth.clone());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(headwater_rest::serve(listener, state, async move {
         let _ = stop_rx.await;
