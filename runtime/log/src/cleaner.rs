@@ -196,20 +196,36 @@ struct Pass<'a> {
     now: i64,
     delete_retention_ms: i64,
     latest: HashMap<Vec<u8>, i64>,
-    aborted: &'a [AbortedTxn],
+    aborted: &'a AbortedIndex,
     /// Per producer: whether a record of its current transaction survives so far.
     txn_data_kept: HashMap<i64, bool>,
     next_horizon: Option<i64>,
     records_removed: u64,
 }
 
-fn is_aborted(aborted: &[AbortedTxn], h: &BatchHeader) -> bool {
+/// Aborted ranges by producer id.
+type AbortedIndex = HashMap<i64, Vec<(i64, i64)>>;
+
+fn index_aborted(aborted: &[AbortedTxn]) -> AbortedIndex {
+    let mut index: AbortedIndex = HashMap::new();
+    for a in aborted {
+        index
+            .entry(a.producer_id)
+            .or_default()
+            .push((a.first_offset, a.last_offset));
+    }
+    index
+}
+
+/// Whether a data batch belongs to an aborted transaction (the reader's rule: its base offset
+/// lies in an aborted range of its producer).
+fn is_aborted(aborted: &AbortedIndex, h: &BatchHeader) -> bool {
     h.is_transactional()
         && !h.is_control()
-        && aborted.iter().any(|a| {
-            a.producer_id == h.producer_id
-                && a.first_offset <= h.base_offset
-                && h.base_offset <= a.last_offset
+        && aborted.get(&h.producer_id).is_some_and(|ranges| {
+            ranges
+                .iter()
+                .any(|(first, last)| *first <= h.base_offset && h.base_offset <= *last)
         })
 }
 
@@ -323,7 +339,7 @@ pub(crate) fn compact(
         (
             p.closed_segments(),
             p.last_stable_offset(input.high_watermark),
-            p.txn().aborted_overlapping(i64::MIN, i64::MAX),
+            index_aborted(&p.txn().aborted_overlapping(i64::MIN, i64::MAX)),
             p.cleaner,
             p.dir().to_owned(),
         )
