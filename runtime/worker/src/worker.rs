@@ -4,8 +4,8 @@
 //! 1. open and lock the data dir, load or create the cluster id;
 //! 2. install SIGINT/SIGTERM handlers (before anything can be asked to stop);
 //! 3. bind the REST listener;
-//! 4. log the "not part of this build" notice for the Kafka listener (the
-//!    setting is validated and kept, nothing is bound);
+//! 4. bind the Kafka protocol listener on `kafka_listen` (after the log and the
+//!    engine are up) and log `Kafka protocol listener started`;
 //! 5. log `Headwater worker started rest=http://<bound addr> ...`;
 //! 6. serve until the first SIGINT or SIGTERM.
 //!
@@ -123,10 +123,52 @@ async fn serve(
             "generated a new Kafka cluster id for this data dir"
         );
     }
-    info!(
-        kafka_listen = %settings.kafka_listen,
-        "the Kafka protocol listener is not part of this build yet; kafka_listen is validated but not bound"
-    );
+    let kafka_listener = match TcpListener::bind(settings.kafka_listen).await {
+        Ok(listener) => listener,
+        Err(err) => {
+            engine.shutdown().await;
+            let _ = log.close();
+            return Err(Failure::runtime(format!(
+                "cannot bind the Kafka listener on {}: {err}",
+                settings.kafka_listen
+            )));
+        }
+    };
+    let kafka_addr = kafka_listener.local_addr().map_err(|err| {
+        Failure::runtime(format!("cannot read the Kafka listener's address: {err}"))
+    })?;
+    let owner_engine = engine.clone();
+    let topic_owner: headwater_kafka::TopicOwner = std::sync::Arc::new(move |topic: String| {
+        let engine = owner_engine.clone();
+        Box::pin(async move {
+            for name in engine.connector_names().await {
+                if let Ok(topics) = engine.active_topics(&name).await {
+                    if topics.contains(&topic) {
+                        return Some(name);
+                    }
+                }
+            }
+            None
+        })
+    });
+    let kafka = headwater_kafka::KafkaServer::new(
+        log.clone(),
+        headwater_kafka::ServerConfig {
+            cluster_id: data_dir.cluster_id().to_owned(),
+            ..headwater_kafka::ServerConfig::default()
+        },
+        Some(topic_owner),
+    )
+    .map_err(|err| Failure::runtime(format!("cannot start the Kafka listener: {err}")))?;
+    let (kafka_stop_tx, kafka_stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let kafka_task = tokio::spawn(async move {
+        kafka
+            .serve(kafka_listener, async move {
+                let _ = kafka_stop_rx.await;
+            })
+            .await
+    });
+    info!(kafka = %kafka_addr, "Kafka protocol listener started");
 
     let state = RestState::with_engine(
         ServerInfo {
@@ -144,6 +186,7 @@ async fn serve(
 
     info!(
         rest = %format_args!("http://{rest_addr}"),
+        kafka = %kafka_addr,
         data_dir = %data_dir.path().display(),
         kafka_cluster_id = %data_dir.cluster_id(),
         version = %VERSION,
@@ -164,6 +207,8 @@ async fn serve(
         }
     }
     let _ = stop_tx.send(());
+    let _ = kafka_stop_tx.send(());
+    let _ = kafka_task.await;
 
     tokio::select! {
         outcome = tokio::time::timeout(SHUTDOWN_GRACE, &mut server) => match outcome {

@@ -1,0 +1,206 @@
+//! The listener and the connection loop.
+//!
+//! Each connection reads size-prefixed frames and answers them one at a time, in order (as a
+//! Kafka broker does: a client may pipeline, responses come back in request order). A
+//! long-polling Fetch holds its connection's later requests, never other connections.
+//! Invariants:
+//! - a frame that is too large, too short or undecodable closes that connection only, with a
+//!   warning naming the peer and the reason; nothing else is affected;
+//! - a request for an API or version this server does not implement is answered with
+//!   `UNSUPPORTED_VERSION` where the protocol allows (ApiVersions); for other APIs, which a
+//!   client only sends after ignoring ApiVersions, the connection is closed with a warning
+//!   naming the API, as Kafka does;
+//! - a Produce with `acks=0` gets no response (Kafka's rule); everything else gets exactly one.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use headwater_log::{Log, LogError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+
+use crate::api::{Broker, ConnInfo};
+use crate::codec::{decode_request, Body, MAX_REQUEST_BYTES};
+
+/// Settings of the Kafka listener.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Reported in Metadata and DescribeCluster (the worker's data-dir cluster id).
+    pub cluster_id: String,
+    /// This broker's node id (the leader of every partition).
+    pub node_id: i32,
+    /// Kafka's `group.initial.rebalance.delay.ms`.
+    pub initial_rebalance_delay: Duration,
+    /// Kafka's `auto.create.topics.enable`: Metadata requests that allow it create missing
+    /// topics.
+    pub auto_create_topics: bool,
+    /// Kafka's `num.partitions`: partitions of auto-created topics and of CreateTopics
+    /// requests that leave the count to the broker.
+    pub default_partitions: u32,
+    /// Topics that clients may read but never write or delete (besides `__consumer_offsets`).
+    pub internal_topics: Vec<String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            cluster_id: "headwater".into(),
+            node_id: 0,
+            initial_rebalance_delay: Duration::from_millis(3000),
+            auto_create_topics: true,
+            default_partitions: 1,
+            internal_topics: vec![
+                "connect-configs".into(),
+                "connect-offsets".into(),
+                "connect-status".into(),
+            ],
+        }
+    }
+}
+
+/// Tells which connector (if any) writes a topic; Produce and DeleteTopics refuse those.
+pub type TopicOwner =
+    Arc<dyn Fn(String) -> futures_util::future::BoxFuture<'static, Option<String>> + Send + Sync>;
+
+/// The Kafka protocol server over a [`Log`]. Cheap to clone.
+#[derive(Clone)]
+pub struct KafkaServer {
+    broker: Arc<Broker>,
+}
+
+impl KafkaServer {
+    /// Prepares the server: creates `__consumer_offsets` if needed and loads the committed
+    /// offsets. `owner` tells which topics connectors write.
+    pub fn new(
+        log: Log,
+        config: ServerConfig,
+        owner: Option<TopicOwner>,
+    ) -> Result<KafkaServer, LogError> {
+        Ok(KafkaServer {
+            broker: Arc::new(Broker::new(log, config, owner)?),
+        })
+    }
+
+    /// Accepts connections on `listener` until `shutdown` resolves, then closes every
+    /// connection (in-flight long polls are dropped) and returns.
+    pub async fn serve(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+    ) -> std::io::Result<()> {
+        let coordinator = self.broker.groups.clone();
+        let ticker = tokio::spawn(async move {
+            let mut interval = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                interval.tick().await;
+                coordinator.tick();
+            }
+        });
+        let mut connections = JoinSet::new();
+        tokio::pin!(shutdown);
+        let result = loop {
+            tokio::select! {
+                _ = &mut shutdown => break Ok(()),
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let broker = self.broker.clone();
+                        connections.spawn(async move { connection(broker, stream, peer).await });
+                    }
+                    Err(err) => {
+                        // Out of file descriptors and the like: keep serving the others.
+                        tracing::warn!(error = %err, "Kafka listener: accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        };
+        ticker.abort();
+        connections.shutdown().await;
+        result
+    }
+}
+
+async fn connection(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let local = match stream.local_addr() {
+        Ok(a) => a,
+        Err(_) => return,
+    };
+    let info = ConnInfo {
+        host: local.ip().to_string(),
+        port: i32::from(local.port()),
+        peer,
+    };
+    let (mut rd, mut wr) = stream.into_split();
+    loop {
+        let mut size = [0u8; 4];
+        match rd.read_exact(&mut size).await {
+            Ok(_) => {}
+            Err(_) => return, // closed by the client
+        }
+        let len = i32::from_be_bytes(size);
+        if len < 8 || len as usize > MAX_REQUEST_BYTES {
+            let hint = if size[0] == 0x16 && size[1] == 0x03 {
+                " (this looks like a TLS handshake: TLS is not supported in this build; use a plaintext listener)"
+            } else {
+                ""
+            };
+            tracing::warn!(
+                peer = %peer,
+                size = len,
+                "Kafka listener: malformed frame size, closing the connection{hint}"
+            );
+            return;
+        }
+        let mut frame = BytesMut::zeroed(len as usize);
+        if rd.read_exact(&mut frame).await.is_err() {
+            return;
+        }
+        let decoded = match decode_request(frame.freeze()) {
+            Ok(d) => d,
+            Err(err) => {
+                tracing::warn!(peer = %peer, error = %err, "Kafka listener: malformed request, closing the connection");
+                return;
+            }
+        };
+        let response: Option<Bytes> = match &decoded.body {
+            Body::UnknownApi => {
+                tracing::warn!(
+                    peer = %peer,
+                    api_key = decoded.api_key,
+                    "Kafka listener: unknown API key, closing the connection"
+                );
+                return;
+            }
+            Body::UnsupportedVersion(key) => match broker.unsupported(&decoded, *key) {
+                Some(bytes) => Some(bytes),
+                None => {
+                    tracing::warn!(
+                        peer = %peer,
+                        api = ?key,
+                        version = decoded.api_version,
+                        "Kafka listener: API or version not supported by Headwater (not offered in ApiVersions), closing the connection"
+                    );
+                    return;
+                }
+            },
+            Body::Request(_) => match broker.handle(decoded, &info).await {
+                Ok(r) => r,
+                Err(err) => {
+                    tracing::warn!(peer = %peer, error = %err, "Kafka listener: cannot encode a response, closing the connection");
+                    return;
+                }
+            },
+        };
+        if let Some(bytes) = response {
+            if wr.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+    }
+}
