@@ -1272,10 +1272,7 @@ fn flush_dirty_partitions(inner: &Inner) -> Result<(), LogError> {
         })
     };
     if let Some(e) = errors.into_iter().next() {
-        return Err(LogError::Io {
-            path: inner.dir.clone(),
-            source: e,
-        });
+        return Err(LogError::from_io(&inner.dir, e));
     }
     for (slot, end, _) in work {
         slot.high_watermark.fetch_max(end, Ordering::AcqRel);
