@@ -1530,9 +1530,9 @@ impl Broker {
                     r.configs = list
                         .into_iter()
                         .filter(|(k, _, _)| {
-                            res.configuration_keys
-                                .as_ref()
-                                .is_none_or(|keys| keys.iter().any(|w| **w == **k))
+                            res.configuration_keys.as_ref().is_none_or(|keys| {
+                                keys.is_empty() || keys.iter().any(|w| **w == **k)
+                            })
                         })
                         .map(|(k, v, read_only)| {
                             let mut c = DescribeConfigsResourceResult::default();
