@@ -2,9 +2,10 @@
 //! (`key.converter`, `value.converter`, `key.converter.<setting>`, ...) over the worker's
 //! defaults (Kafka Connect's: `JsonConverter` with schemas for both). Converter classes come
 //! from `headwater_format::converters` (JsonConverter, StringConverter, ByteArrayConverter).
+//! Also the text form of a record for `errors.log.include.messages` ([`describe_record`]).
 
 use headwater_api::config::ConfigValidation;
-use headwater_api::{Headers, Properties, Value};
+use headwater_api::{Headers, Properties, SourceRecord, Value};
 use headwater_format::converters::{create_converter, find_converter, Converter};
 use headwater_format::{JsonConverter, JsonConverterConfig};
 
@@ -92,5 +93,95 @@ impl Converters {
                 (h.key.clone(), bytes)
             })
             .collect()
+    }
+}
+
+/// The record as `errors.log.include.messages=true` logs it, in the shape of Kafka Connect's
+/// `SourceRecord.toString()`: topic, partition, source partition and offset, key and value
+/// (structs as `Struct{field=value,...}`).
+pub fn describe_record(record: &SourceRecord) -> String {
+    format!(
+        "SourceRecord{{topic={}, kafkaPartition={}, sourcePartition={}, sourceOffset={}, key={}, value={}}}",
+        record.topic,
+        record
+            .kafka_partition
+            .map_or_else(|| "null".to_owned(), |p| p.to_string()),
+        serde_json::to_string(&record.source_partition).unwrap_or_default(),
+        serde_json::to_string(&record.source_offset).unwrap_or_default(),
+        show_value(&record.key),
+        show_value(&record.value)
+    )
+}
+
+/// A value as Kafka Connect's `toString()` shows it.
+fn show_value(value: &Value) -> String {
+    match value {
+        Value::Null => "null".into(),
+        Value::Boolean(v) => v.to_string(),
+        Value::Int8(v) => v.to_string(),
+        Value::Int16(v) => v.to_string(),
+        Value::Int32(v) => v.to_string(),
+        Value::Int64(v) => v.to_string(),
+        Value::Float32(v) => v.to_string(),
+        Value::Float64(v) => v.to_string(),
+        Value::String(s) => s.clone(),
+        Value::Bytes(b) => format!("[{} bytes]", b.len()),
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(show_value).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Map(entries) => format!(
+            "{{{}}}",
+            entries
+                .iter()
+                .map(|(k, v)| format!("{}={}", show_value(k), show_value(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Value::Struct(s) => {
+            let fields: Vec<String> = s
+                .schema()
+                .fields()
+                .iter()
+                .zip(s.values())
+                .filter(|(_, v)| !v.is_null())
+                .map(|(f, v)| format!("{}={}", f.name(), show_value(v)))
+                .collect();
+            format!("Struct{{{}}}", fields.join(","))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headwater_api::{OffsetMap, OffsetValue, Schema, SchemaBuilder, Struct};
+
+    #[test]
+    fn records_are_described_like_kafka_connect() {
+        let schema = SchemaBuilder::struct_()
+            .field("id", Schema::int64())
+            .field("name", SchemaBuilder::string().optional().build_ref())
+            .field("tags", SchemaBuilder::array(Schema::string()).build_ref())
+            .build_ref();
+        let value = Struct::new(schema.clone())
+            .unwrap()
+            .with("id", 7i64)
+            .with("tags", Value::Array(vec!["a".into(), "b".into()]));
+        let mut offset = OffsetMap::new();
+        offset.insert("seq".into(), OffsetValue::Int(7));
+        let record = SourceRecord::new(
+            OffsetMap::new(),
+            offset,
+            "t",
+            None,
+            Value::Int32(7),
+            Some(schema),
+            Value::Struct(value),
+        );
+        assert_eq!(
+            describe_record(&record),
+            "SourceRecord{topic=t, kafkaPartition=null, sourcePartition={}, sourceOffset={\"seq\":7}, key=7, value=Struct{id=7,tags=[a, b]}}"
+        );
     }
 }

@@ -290,8 +290,8 @@ fn process(
     );
     pending.since.get_or_insert_with(Instant::now);
     metrics::observe_source_lag(&setup.shared.source_lag_ms, &record);
-    let described =
-        (setup.errors_log && setup.errors_log_include_messages).then(|| describe_record(&record));
+    let described = (setup.errors_log && setup.errors_log_include_messages)
+        .then(|| crate::convert::describe_record(&record));
     let skip_or_fail =
         |stage: &str, e: ConnectError| tolerate(setup, stage, e, described.as_deref());
     let transformed = match setup.chain.apply(record) {
@@ -368,20 +368,6 @@ fn process(
         }
     }
     Ok(())
-}
-
-/// The record as `errors.log.include.messages=true` logs it (Kafka Connect logs the record's
-/// `toString()`: topic, partition, source partition/offset, key and value).
-fn describe_record(record: &SourceRecord) -> String {
-    format!(
-        "SourceRecord{{topic={}, kafkaPartition={:?}, sourcePartition={}, sourceOffset={}, key={:?}, value={:?}}}",
-        record.topic,
-        record.kafka_partition,
-        serde_json::to_string(&record.source_partition).unwrap_or_default(),
-        serde_json::to_string(&record.source_offset).unwrap_or_default(),
-        record.key,
-        record.value
-    )
 }
 
 fn tolerate(

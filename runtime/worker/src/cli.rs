@@ -309,6 +309,14 @@ fn summarize(err: &clap::Error, args: &[OsString]) -> String {
         .unwrap_or(first)
         .trim()
         .to_owned();
+    // "the following required arguments were not provided:" lists them on the next lines.
+    let mut lines = lines.peekable();
+    if message.ends_with(':') {
+        while let Some(arg) = lines.next_if(|l| l.starts_with('<') || l.starts_with("--")) {
+            message.push(' ');
+            message.push_str(arg);
+        }
+    }
 
     let cli = Cli::command();
     let subcommand = args

@@ -1,12 +1,13 @@
 //! Test support shared by the worker's integration tests: spawning the `headwater` binary on a
-//! free port and a minimal HTTP/1.1 client for its REST API.
+//! free port (keeping its log lines), a minimal HTTP/1.1 client for its REST API, and running
+//! the binary's client subcommands.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -14,10 +15,21 @@ use serde_json::Value;
 pub struct Worker {
     pub addr: SocketAddr,
     child: Child,
+    logs: Arc<Mutex<Vec<String>>>,
 }
 
 impl Worker {
     pub fn start(data_dir: &Path, files: &[&Path]) -> Worker {
+        Self::start_with(data_dir, files, &[], &[])
+    }
+
+    /// Starts a worker with extra flags and environment variables.
+    pub fn start_with(
+        data_dir: &Path,
+        files: &[&Path],
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Worker {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_headwater"));
         cmd.arg("worker")
             .arg("--data-dir")
@@ -26,22 +38,27 @@ impl Worker {
             .arg("127.0.0.1:0")
             .arg("--kafka-listen")
             .arg("127.0.0.1:0")
+            .args(args)
             .args(files)
             .env_remove("RUST_LOG")
             .env_remove("HEADWATER_CONFIG")
+            .env_remove("HEADWATER_REST_AUTH_TOKEN")
+            .env_remove("HEADWATER_REST_AUTH_USERS")
             .env("HEADWATER_LOG_LEVEL", "info")
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn headwater");
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = mpsc::channel::<String>();
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let kept = logs.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    // Keep draining so the worker never blocks on a full pipe.
-                    continue;
-                }
+                kept.lock().unwrap().push(line.clone());
+                // After start-up nobody listens; keep draining so the worker never blocks.
+                let _ = tx.send(line);
             }
         });
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -58,7 +75,7 @@ impl Worker {
                 .find_map(|w| w.strip_prefix("rest=http://"))
             {
                 let addr = rest.parse().expect("address");
-                return Worker { child, addr };
+                return Worker { child, addr, logs };
             }
             seen.push(line);
         }
@@ -69,6 +86,16 @@ impl Worker {
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
         let status = self.child.wait().expect("wait");
         assert_eq!(status.code(), Some(0), "clean shutdown");
+    }
+
+    /// Every line the worker wrote to stderr so far.
+    pub fn logs(&self) -> Vec<String> {
+        self.logs.lock().unwrap().clone()
+    }
+
+    /// The base URL for client subcommands.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     pub fn sigkill(mut self) {
@@ -102,13 +129,35 @@ pub fn http(
     path: &str,
     body: Option<&str>,
 ) -> (u16, Vec<(String, String)>, Value) {
+    let (status, headers, body) = http_raw(addr, method, path, body, &[]);
+    let value = if body.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&body)
+            .unwrap_or_else(|e| panic!("{method} {path}: bad JSON body {body:?}: {e}"))
+    };
+    (status, headers, value)
+}
+
+/// One request with extra headers; the body as text.
+pub fn http_raw(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    extra_headers: &[(&str, &str)],
+) -> (u16, Vec<(String, String)>, String) {
     let mut stream = TcpStream::connect(addr).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
     let body = body.unwrap_or("");
+    let extra: String = extra_headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).expect("write");
@@ -137,13 +186,46 @@ pub fn http(
     } else {
         rest.to_owned()
     };
-    let value = if body.trim().is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&body)
-            .unwrap_or_else(|e| panic!("{method} {path}: bad JSON body {body:?}: {e}"))
-    };
-    (status, headers, value)
+    (status, headers, body)
+}
+
+/// The outcome of running the binary: exit code, stdout, stderr.
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// Stdout lines parsed as JSON.
+    pub fn json_lines(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+            .collect()
+    }
+}
+
+/// Runs `headwater ARGS` (a client subcommand) with `envs`, stdout piped (not a terminal).
+pub fn headwater(args: &[&str], envs: &[(&str, &str)]) -> Run {
+    let output = client_command(args, envs).output().expect("run headwater");
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// The command `headwater ARGS` without inherited client settings.
+pub fn client_command(args: &[&str], envs: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_headwater"));
+    cmd.args(args)
+        .env_remove("HEADWATER_URL")
+        .env_remove("HEADWATER_TOKEN")
+        .env_remove("HEADWATER_USER")
+        .envs(envs.iter().copied())
+        .stdin(Stdio::null());
+    cmd
 }
 
 fn dechunk(mut rest: &str) -> String {
