@@ -1,0 +1,564 @@
+//! The connector's configuration: the keys and defaults of Debezium's MySQL and MariaDB
+//! connectors (`io.debezium.connector.mysql.MySqlConnector`,
+//! `io.debezium.connector.mariadb.MariaDbConnector`; see docs/connectors/mysql.md), validated
+//! per field with [`ConfigDef`] plus cross-field checks, parsed into [`MySqlConfig`].
+//!
+//! Invariants: [`validate`] reports every problem (never stops at the first one) and never
+//! fails; [`MySqlConfig::parse`] succeeds only for a configuration [`validate`] accepts. Values
+//! naming features this build does not have are rejected with a message that says so, never
+//! silently ignored. The `schema.history.internal.*` keys are accepted and unused: this
+//! connector needs no history topic (see [`crate::schema`]).
+
+use std::time::Duration;
+
+use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, ConfigValue, Importance, Validator};
+use headwater_api::{ConfigValidation, Properties};
+
+use crate::filters::{Filters, PatternList, Selector};
+use crate::types::{BigintMode, BinaryMode, DecimalMode, MappingConfig, TimePrecisionMode};
+
+/// Which Debezium connector class the configuration is for; decides `source.connector`, the
+/// source schema name and the SSL-mode vocabulary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    MySql,
+    MariaDb,
+}
+
+impl Flavor {
+    /// `source.connector`.
+    pub fn connector_name(self) -> &'static str {
+        match self {
+            Flavor::MySql => "mysql",
+            Flavor::MariaDb => "mariadb",
+        }
+    }
+    /// The source block's schema name.
+    pub fn source_schema_name(self) -> &'static str {
+        match self {
+            Flavor::MySql => "io.debezium.connector.mysql.Source",
+            Flavor::MariaDb => "io.debezium.connector.mariadb.Source",
+        }
+    }
+    /// The schema-change key's schema name.
+    pub fn schema_change_key_name(self) -> &'static str {
+        match self {
+            Flavor::MySql => "io.debezium.connector.mysql.SchemaChangeKey",
+            Flavor::MariaDb => "io.debezium.connector.mariadb.SchemaChangeKey",
+        }
+    }
+    /// From `connector.class` (aliases `mariadb`/`MariaDbConnector` select MariaDB).
+    pub fn from_props(props: &Properties) -> Flavor {
+        match props.get("connector.class") {
+            Some(c) if c.to_ascii_lowercase().contains("mariadb") => Flavor::MariaDb,
+            _ => Flavor::MySql,
+        }
+    }
+}
+
+/// `snapshot.mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotMode {
+    Initial,
+    Always,
+    InitialOnly,
+    NoData,
+    WhenNeeded,
+    Recovery,
+}
+
+/// `snapshot.locking.mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockingMode {
+    /// No global lock where the server gives a consistent binlog position inside a consistent
+    /// snapshot (MariaDB); on MySQL a global read lock held only until the position is read.
+    Minimal,
+    /// Global read lock for the whole snapshot.
+    Extended,
+    /// No lock at all.
+    None,
+}
+
+/// Operations that can be skipped (`skipped.operations`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SkippedOps {
+    pub create: bool,
+    pub update: bool,
+    pub delete: bool,
+    pub truncate: bool,
+}
+
+/// A parsed, validated configuration.
+#[derive(Clone, Debug)]
+pub struct MySqlConfig {
+    pub flavor: Flavor,
+    pub hostname: String,
+    pub port: u16,
+    pub user: String,
+    pub password: Option<String>,
+    pub server_id: u32,
+    pub connect_timeout: Duration,
+    pub initial_statements: Vec<String>,
+    pub topic_prefix: String,
+    pub filters: Filters,
+    pub snapshot_mode: SnapshotMode,
+    pub locking_mode: LockingMode,
+    pub include_schema_changes: bool,
+    pub mapping: MappingConfig,
+    pub tombstones_on_delete: bool,
+    pub skipped: SkippedOps,
+    pub message_key_columns: Vec<(PatternList, Vec<String>)>,
+    pub gtid_sources: Selector,
+    pub max_batch_size: usize,
+    pub max_queue_size: usize,
+    pub poll_interval: Duration,
+    pub keep_alive: bool,
+    pub keep_alive_interval: Duration,
+}
+
+const SNAPSHOT_MODES: &[&str] = &[
+    "initial",
+    "always",
+    "initial_only",
+    "no_data",
+    "when_needed",
+    "recovery",
+    "schema_only",
+    "schema_only_recovery",
+    "never",
+    "configuration_based",
+    "custom",
+];
+
+fn regex_list_validator() -> Validator {
+    Validator::custom(|v| match v {
+        ConfigValue::String(s) => PatternList::parse(s).map(|_| ()),
+        _ => Ok(()),
+    })
+}
+
+fn key(name: &str, t: ConfigType) -> ConfigKey {
+    ConfigKey::new(name, t)
+}
+
+fn not_supported_when_true(what: &'static str) -> Validator {
+    Validator::custom(move |v| match v {
+        ConfigValue::Boolean(true) => Err(format!("{what} is not supported yet")),
+        _ => Ok(()),
+    })
+}
+
+/// The connector's configuration keys (shared by the MySQL and MariaDB classes; the SSL mode
+/// accepts both vocabularies).
+pub fn config_def() -> ConfigDef {
+    use ConfigType::*;
+    ConfigDef::new()
+        .define(key("database.hostname", String).importance(Importance::High).validator(Validator::NonEmptyString).group("Connection", 1)
+            .doc("Resolvable hostname or IP address of the MySQL/MariaDB server."))
+        .define(key("database.port", Int).default_str("3306").validator(Validator::between(1.0, 65535.0)).group("Connection", 2)
+            .doc("Port of the server."))
+        .define(key("database.user", String).importance(Importance::High).validator(Validator::NonEmptyString).group("Connection", 3)
+            .doc("User; needs SELECT, RELOAD (MySQL snapshot lock), REPLICATION SLAVE and REPLICATION CLIENT."))
+        .define(key("database.password", Password).default_null().group("Connection", 4)
+            .doc("Password of the user."))
+        .define(key("database.server.id", Long).importance(Importance::High).validator(Validator::between(1.0, 4294967295.0)).group("Connection", 5)
+            .doc("Numeric id of this binlog client; unique among all replicas and binlog clients of the server."))
+        .define(key("database.server.id.offset", Long).default_str("10000").doc("Offset added to database.server.id by Debezium's signalling snapshot connections (unused here)."))
+        .define(key("database.ssl.mode", String).default_null()
+            .validator(Validator::custom(|v| {
+                let s = v.to_config_string().to_ascii_lowercase();
+                match s.as_str() {
+                    "disabled" | "disable" | "preferred" => Ok(()),
+                    "required" | "verify_ca" | "verify_identity" | "trust" | "verify-ca" | "verify-full" =>
+                        Err(format!("database.ssl.mode={s} needs TLS, which Headwater's MySQL connector does not support yet; use disabled (MariaDB: disable) or preferred")),
+                    _ => Err("String must be one of: disabled, preferred, required, verify_ca, verify_identity (MariaDB: disable, trust, verify-ca, verify-full)".into()),
+                }
+            }))
+            .doc("TLS mode; MySQL default preferred, MariaDB default disable. Only modes without TLS are supported."))
+        .define(key("database.initial.statements", String).default_null().doc("Semicolon-separated SQL statements run on each new connection."))
+        .define(key("connect.timeout.ms", Long).default_str("30000").validator(Validator::at_least(1.0)).doc("Timeout for establishing a connection."))
+        .define(key("connect.keep.alive", Boolean).default_str("true").doc("Reconnect the binlog reader when its connection drops."))
+        .define(key("connect.keep.alive.interval.ms", Long).default_str("60000").validator(Validator::at_least(1.0)).doc("Interval of the keep-alive check."))
+        .define(key("topic.prefix", String).importance(Importance::High)
+            .validator(Validator::custom(|v| {
+                let s = v.to_config_string();
+                if s.is_empty() {
+                    Err("String must be non-empty".into())
+                } else if !s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
+                    Err("Topic prefix may only contain ASCII letters, digits, '.', '_' and '-'".into())
+                } else {
+                    Ok(())
+                }
+            }))
+            .doc("Prefix of every topic name, the schema-change topic and the offsets' source partition."))
+        .define(key("database.include.list", String).default_null().validator(regex_list_validator()).doc("Databases to capture (regexes)."))
+        .define(key("database.exclude.list", String).default_null().validator(regex_list_validator()).doc("Databases not to capture (regexes)."))
+        .define(key("table.include.list", String).default_null().validator(regex_list_validator()).doc("Tables to capture, as db.table regexes."))
+        .define(key("table.exclude.list", String).default_null().validator(regex_list_validator()).doc("Tables not to capture, as db.table regexes."))
+        .define(key("column.include.list", String).default_null().validator(regex_list_validator()).doc("Columns to include, as db.table.column regexes."))
+        .define(key("column.exclude.list", String).default_null().validator(regex_list_validator()).doc("Columns to exclude, as db.table.column regexes."))
+        .define(key("table.ignore.builtin", Boolean).default_str("true").doc("Ignore the system databases (mysql, sys, information_schema, performance_schema)."))
+        .define(key("snapshot.mode", String).default_str("initial")
+            .validator(Validator::custom(|v| {
+                let s = v.to_config_string().to_ascii_lowercase();
+                match s.as_str() {
+                    "configuration_based" | "custom" => Err(format!("snapshot mode {s} is not supported yet; use initial, always, initial_only, no_data, when_needed or recovery")),
+                    _ if SNAPSHOT_MODES.contains(&s.as_str()) => Ok(()),
+                    _ => Err(format!("String must be one of (case insensitive): {}", SNAPSHOT_MODES[..6].join(", "))),
+                }
+            }))
+            .doc("initial, always, initial_only, no_data, when_needed, recovery (schema_only, never = no_data and schema_only_recovery = recovery are deprecated aliases)."))
+        .define(key("snapshot.locking.mode", String).default_str("minimal")
+            .validator(Validator::custom(|v| {
+                let s = v.to_config_string().to_ascii_lowercase();
+                match s.as_str() {
+                    "minimal" | "extended" | "none" => Ok(()),
+                    "minimal_percona" | "minimal_percona_no_table_locks" | "minimal_at_least_once" | "custom" =>
+                        Err(format!("snapshot.locking.mode={s} is not supported yet; use minimal, extended or none")),
+                    _ => Err("String must be one of (case insensitive): minimal, extended, none, minimal_percona, minimal_percona_no_table_locks, custom".into()),
+                }
+            }))
+            .doc("minimal (MariaDB: no global lock at all, the binlog position comes from the consistent snapshot), extended, none."))
+        .define(key("snapshot.fetch.size", Int).default_null().validator(Validator::at_least(1.0)).doc("Rows per fetch (results are streamed)."))
+        .define(key("include.schema.changes", Boolean).default_str("true").doc("Emit schema-change events (DDL) on the topic.prefix topic."))
+        .define(key("include.query", Boolean).default_str("false").validator(not_supported_when_true("include.query (source.query needs ANNOTATE_ROWS / ROWS_QUERY events)")).doc("Original SQL in source.query (not supported yet)."))
+        .define(key("decimal.handling.mode", String).default_str("precise").validator(Validator::one_of_case_insensitive(&["precise", "double", "string"])).doc("How DECIMAL values are represented."))
+        .define(key("time.precision.mode", String).default_str("adaptive_time_microseconds")
+            .validator(Validator::custom(|v| {
+                let s = v.to_config_string().to_ascii_lowercase();
+                match s.as_str() {
+                    "adaptive_time_microseconds" | "connect" => Ok(()),
+                    "adaptive" | "isostring" | "microseconds" | "nanoseconds" => Err(format!("time.precision.mode {s} is not supported yet; use adaptive_time_microseconds or connect")),
+                    _ => Err("String must be one of (case insensitive): adaptive_time_microseconds, connect".into()),
+                }
+            }))
+            .doc("How temporal values are represented."))
+        .define(key("bigint.unsigned.handling.mode", String).default_str("long").validator(Validator::one_of_case_insensitive(&["long", "precise"])).doc("BIGINT UNSIGNED as int64 (wrapping) or Decimal."))
+        .define(key("binary.handling.mode", String).default_str("bytes").validator(Validator::one_of_case_insensitive(&["bytes", "base64", "base64-url-safe", "hex"])).doc("How binary values are represented."))
+        .define(key("enable.time.adjuster", Boolean).default_str("true").doc("Two-digit years are adjusted (the server stores four-digit years; kept for compatibility)."))
+        .define(key("gtid.source.includes", String).default_null().validator(regex_list_validator()).doc("GTID sources (server UUIDs / MariaDB domain-server) whose transactions are captured."))
+        .define(key("gtid.source.excludes", String).default_null().validator(regex_list_validator()).doc("GTID sources whose transactions are skipped."))
+        .define(key("gtid.source.filter.dml.events", Boolean).default_str("true").doc("Apply the GTID source filter to DML events."))
+        .define(key("tombstones.on.delete", Boolean).default_str("true").doc("Emit a tombstone after each delete."))
+        .define(key("skipped.operations", String).default_str("t")
+            .validator(Validator::custom(|v| parse_skipped(&v.to_config_string()).map(|_| ())))
+            .doc("Operations not emitted: comma list of c, u, d, t, or none."))
+        .define(key("message.key.columns", String).default_null()
+            .validator(Validator::custom(|v| parse_message_key_columns(&v.to_config_string()).map(|_| ())))
+            .doc("Custom keys: db.table:col1,col2;db.t2:id"))
+        .define(key("provide.transaction.metadata", Boolean).default_str("false").validator(not_supported_when_true("transaction metadata (BEGIN/END events and transaction blocks)")).doc("Transaction metadata events (not supported yet)."))
+        .define(key("heartbeat.interval.ms", Int).default_str("0")
+            .validator(Validator::custom(|v| match v {
+                ConfigValue::Int(n) if *n > 0 => Err("heartbeat records are not supported yet by the MySQL connector; set heartbeat.interval.ms=0".into()),
+                _ => Ok(()),
+            }))
+            .doc("Heartbeat interval (0 = off; heartbeats are not supported yet)."))
+        .define(key("event.deserialization.failure.handling.mode", String).default_str("fail")
+            .validator(Validator::custom(|v| {
+                let s = v.to_config_string().to_ascii_lowercase();
+                match s.as_str() {
+                    "fail" => Ok(()),
+                    "warn" | "skip" | "ignore" => Err(format!("event.deserialization.failure.handling.mode={s} would drop events; only fail is supported")),
+                    _ => Err("String must be one of (case insensitive): fail, warn, skip".into()),
+                }
+            }))
+            .doc("What to do with an undecodable event: fail (only)."))
+        .define(key("inconsistent.schema.handling.mode", String).default_str("fail").validator(Validator::one_of_case_insensitive(&["fail", "warn", "skip"])).doc("Kept for compatibility: table schemas come from each TABLE_MAP event, so they cannot be inconsistent."))
+        .define(key("max.batch.size", Int).default_str("2048").validator(Validator::at_least(1.0)).doc("Maximum records per poll."))
+        .define(key("max.queue.size", Int).default_str("8192").validator(Validator::at_least(1.0)).doc("Maximum binlog events buffered ahead of poll."))
+        .define(key("poll.interval.ms", Long).default_str("500").validator(Validator::at_least(0.0)).doc("How long poll waits for new changes."))
+        .define(key("schema.history.internal", String).default_null().doc("Accepted and unused: schemas come from TABLE_MAP metadata, no history topic is needed."))
+        .define(key("schema.history.internal.kafka.topic", String).default_null().doc("Accepted and unused (see schema.history.internal)."))
+        .define(key("schema.history.internal.kafka.bootstrap.servers", String).default_null().doc("Accepted and unused (see schema.history.internal)."))
+}
+
+fn parse_skipped(s: &str) -> Result<SkippedOps, String> {
+    let mut ops = SkippedOps::default();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        match item.to_ascii_lowercase().as_str() {
+            "c" => ops.create = true,
+            "u" => ops.update = true,
+            "d" => ops.delete = true,
+            "t" => ops.truncate = true,
+            "none" => {}
+            other => {
+                return Err(format!(
+                    "Invalid operation {other}: must be a comma list of c, u, d, t or none"
+                ))
+            }
+        }
+    }
+    Ok(ops)
+}
+
+fn parse_message_key_columns(s: &str) -> Result<Vec<(PatternList, Vec<String>)>, String> {
+    let mut out = Vec::new();
+    for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (table, cols) = part
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{part:?} must be <db.table>:<column>[,<column>...]"))?;
+        let cols: Vec<String> = cols
+            .split(',')
+            .map(|c| c.trim().to_owned())
+            .filter(|c| !c.is_empty())
+            .collect();
+        if cols.is_empty() {
+            return Err(format!("{part:?} names no key column"));
+        }
+        out.push((PatternList::parse(table.trim())?, cols));
+    }
+    Ok(out)
+}
+
+fn pair_check(v: &mut ConfigValidation, props: &Properties, include: &str, exclude: &str) {
+    let set = |k: &str| props.get(k).is_some_and(|v| !v.trim().is_empty());
+    if set(include) && set(exclude) {
+        v.add_error(exclude, format!("\"{include}\" is already specified"));
+    }
+}
+
+/// Validates a configuration: every key's own checks plus the cross-field rules.
+pub fn validate(props: &Properties) -> ConfigValidation {
+    let mut v = config_def().validate(props);
+    pair_check(
+        &mut v,
+        props,
+        "database.include.list",
+        "database.exclude.list",
+    );
+    pair_check(&mut v, props, "table.include.list", "table.exclude.list");
+    pair_check(&mut v, props, "column.include.list", "column.exclude.list");
+    pair_check(
+        &mut v,
+        props,
+        "gtid.source.includes",
+        "gtid.source.excludes",
+    );
+    let num = |k: &str, d: i64| {
+        props
+            .get(k)
+            .and_then(|s| s.trim().parse::<i64>().ok())
+            .unwrap_or(d)
+    };
+    if num("max.queue.size", 8192) <= num("max.batch.size", 2048) {
+        v.add_error(
+            "max.queue.size",
+            "Must be larger than the maximum batch size (max.batch.size)",
+        );
+    }
+    v
+}
+
+fn selector(p: &headwater_api::config::ParsedConfig, include: &str, exclude: &str) -> Selector {
+    let list = |k: &str| {
+        p.get_string(k)
+            .and_then(|s| PatternList::parse(s).ok())
+            .filter(|l| !l.is_empty())
+    };
+    match (list(include), list(exclude)) {
+        (Some(i), _) => Selector::Include(i),
+        (None, Some(e)) => Selector::Exclude(e),
+        (None, None) => Selector::All,
+    }
+}
+
+impl MySqlConfig {
+    /// Parses a configuration that [`validate`] accepts; otherwise returns the validation.
+    pub fn parse(props: &Properties) -> Result<MySqlConfig, ConfigValidation> {
+        let validation = validate(props);
+        if validation.error_count() > 0 {
+            return Err(validation);
+        }
+        let p = config_def().parse(props)?;
+        let s = |k: &str| p.get_string(k).unwrap_or_default().to_owned();
+        let lower = |k: &str| s(k).to_ascii_lowercase();
+        let long = |k: &str| p.get_long(k).unwrap_or(0);
+        let ms = |k: &str| Duration::from_millis(u64::try_from(long(k)).unwrap_or(0));
+        let snapshot_mode = match lower("snapshot.mode").as_str() {
+            "always" => SnapshotMode::Always,
+            "initial_only" => SnapshotMode::InitialOnly,
+            "no_data" => SnapshotMode::NoData,
+            "schema_only" | "never" => {
+                tracing::warn!("snapshot.mode={} is deprecated (removed in Debezium 3.3); treating it as no_data", lower("snapshot.mode"));
+                SnapshotMode::NoData
+            }
+            "recovery" | "schema_only_recovery" => SnapshotMode::Recovery,
+            "when_needed" => SnapshotMode::WhenNeeded,
+            _ => SnapshotMode::Initial,
+        };
+        let locking_mode = match lower("snapshot.locking.mode").as_str() {
+            "extended" => LockingMode::Extended,
+            "none" => LockingMode::None,
+            _ => LockingMode::Minimal,
+        };
+        let mapping = MappingConfig {
+            decimal: match lower("decimal.handling.mode").as_str() {
+                "double" => DecimalMode::Double,
+                "string" => DecimalMode::String,
+                _ => DecimalMode::Precise,
+            },
+            time_precision: match lower("time.precision.mode").as_str() {
+                "connect" => TimePrecisionMode::Connect,
+                _ => TimePrecisionMode::AdaptiveTimeMicroseconds,
+            },
+            bigint: match lower("bigint.unsigned.handling.mode").as_str() {
+                "precise" => BigintMode::Precise,
+                _ => BigintMode::Long,
+            },
+            binary: match lower("binary.handling.mode").as_str() {
+                "base64" => BinaryMode::Base64,
+                "base64-url-safe" => BinaryMode::Base64UrlSafe,
+                "hex" => BinaryMode::Hex,
+                _ => BinaryMode::Bytes,
+            },
+        };
+        let initial_statements = p
+            .get_string("database.initial.statements")
+            .map(|s| {
+                s.split(';')
+                    .map(str::trim)
+                    .filter(|x| !x.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(MySqlConfig {
+            flavor: Flavor::from_props(props),
+            hostname: s("database.hostname"),
+            port: u16::try_from(long("database.port")).unwrap_or(3306),
+            user: s("database.user"),
+            password: p.get_string("database.password").map(str::to_owned),
+            server_id: u32::try_from(long("database.server.id")).unwrap_or(1),
+            connect_timeout: ms("connect.timeout.ms"),
+            initial_statements,
+            topic_prefix: s("topic.prefix"),
+            filters: Filters {
+                databases: selector(&p, "database.include.list", "database.exclude.list"),
+                tables: selector(&p, "table.include.list", "table.exclude.list"),
+                columns: selector(&p, "column.include.list", "column.exclude.list"),
+                ignore_builtin: p.get_bool("table.ignore.builtin").unwrap_or(true),
+            },
+            snapshot_mode,
+            locking_mode,
+            include_schema_changes: p.get_bool("include.schema.changes").unwrap_or(true),
+            mapping,
+            tombstones_on_delete: p.get_bool("tombstones.on.delete").unwrap_or(true),
+            skipped: parse_skipped(&s("skipped.operations")).unwrap_or_default(),
+            message_key_columns: p
+                .get_string("message.key.columns")
+                .map(|s| parse_message_key_columns(s).unwrap_or_default())
+                .unwrap_or_default(),
+            gtid_sources: selector(&p, "gtid.source.includes", "gtid.source.excludes"),
+            max_batch_size: usize::try_from(long("max.batch.size")).unwrap_or(2048),
+            max_queue_size: usize::try_from(long("max.queue.size")).unwrap_or(8192),
+            poll_interval: ms("poll.interval.ms"),
+            keep_alive: p.get_bool("connect.keep.alive").unwrap_or(true),
+            keep_alive_interval: ms("connect.keep.alive.interval.ms"),
+        })
+    }
+
+    /// The key columns `message.key.columns` sets for a table, if any.
+    pub fn key_columns_for(&self, db: &str, table: &str) -> Option<&[String]> {
+        let name = format!("{db}.{table}");
+        self.message_key_columns
+            .iter()
+            .find(|(p, _)| p.matches(&name))
+            .map(|(_, c)| c.as_slice())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> Properties {
+        let mut p: Properties = [
+            (
+                "connector.class",
+                "io.debezium.connector.mysql.MySqlConnector",
+            ),
+            ("database.hostname", "127.0.0.1"),
+            ("database.user", "root"),
+            ("database.server.id", "5400"),
+            ("topic.prefix", "cdc"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        for (k, v) in pairs {
+            p.insert((*k).to_owned(), (*v).to_owned());
+        }
+        p
+    }
+
+    #[test]
+    fn defaults_match_debezium() {
+        let c = MySqlConfig::parse(&props(&[])).unwrap();
+        assert_eq!(c.port, 3306);
+        assert_eq!(c.server_id, 5400);
+        assert_eq!(c.flavor, Flavor::MySql);
+        assert_eq!(c.snapshot_mode, SnapshotMode::Initial);
+        assert_eq!(c.locking_mode, LockingMode::Minimal);
+        assert!(c.include_schema_changes && c.tombstones_on_delete && c.keep_alive);
+        assert!(c.skipped.truncate && !c.skipped.create);
+        assert_eq!(c.mapping, MappingConfig::default());
+        assert_eq!(c.max_batch_size, 2048);
+        assert_eq!(c.poll_interval, Duration::from_millis(500));
+        let m = MySqlConfig::parse(&props(&[(
+            "connector.class",
+            "io.debezium.connector.mariadb.MariaDbConnector",
+        )]))
+        .unwrap();
+        assert_eq!(m.flavor, Flavor::MariaDb);
+        assert_eq!(
+            m.flavor.source_schema_name(),
+            "io.debezium.connector.mariadb.Source"
+        );
+    }
+
+    #[test]
+    fn every_bad_field_is_reported() {
+        let mut p = props(&[
+            ("snapshot.mode", "custom"),
+            ("snapshot.locking.mode", "minimal_percona"),
+            ("decimal.handling.mode", "exact"),
+            ("database.ssl.mode", "required"),
+            ("provide.transaction.metadata", "true"),
+            ("table.include.list", "a.b"),
+            ("table.exclude.list", "a.c"),
+            ("skipped.operations", "x"),
+            ("heartbeat.interval.ms", "1000"),
+            ("event.deserialization.failure.handling.mode", "skip"),
+        ]);
+        p.remove("database.server.id");
+        let v = validate(&p);
+        let errs = v.errors_by_field();
+        for k in [
+            "database.server.id",
+            "snapshot.mode",
+            "snapshot.locking.mode",
+            "decimal.handling.mode",
+            "database.ssl.mode",
+            "provide.transaction.metadata",
+            "table.exclude.list",
+            "skipped.operations",
+            "heartbeat.interval.ms",
+            "event.deserialization.failure.handling.mode",
+        ] {
+            assert!(errs.contains_key(k), "{k}: {errs:?}");
+        }
+        assert!(MySqlConfig::parse(&p).is_err());
+        let c = MySqlConfig::parse(&props(&[
+            ("message.key.columns", "public.t:a,b"),
+            ("snapshot.mode", "schema_only_recovery"),
+            ("bigint.unsigned.handling.mode", "precise"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.key_columns_for("public", "t"),
+            Some(&["a".to_owned(), "b".to_owned()][..])
+        );
+        assert_eq!(c.snapshot_mode, SnapshotMode::Recovery);
+        assert_eq!(c.mapping.bigint, BigintMode::Precise);
+    }
+}
