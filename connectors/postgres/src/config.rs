@@ -79,6 +79,8 @@ pub struct PostgresConfig {
     pub publication_autocreate: PublicationAutocreate,
     pub snapshot_mode: SnapshotMode,
     pub snapshot_fetch_size: usize,
+    pub snapshot_max_threads: usize,
+    pub snapshot_chunk_rows: u64,
     pub mapping: MappingConfig,
     pub unavailable_placeholder: String,
     pub tombstones_on_delete: bool,
@@ -214,7 +216,8 @@ pub fn config_def() -> ConfigDef {
             }))
             .doc("initial, always, initial_only, no_data, when_needed (never and schema_only are deprecated aliases of no_data)."))
         .define(key("snapshot.fetch.size", Int).default_str("10240").validator(Validator::at_least(1.0)).doc("Rows read per poll during the snapshot."))
-        .define(key("snapshot.max.threads", Int).default_str("1").validator(Validator::at_least(1.0)).doc("Snapshot threads (this build reads tables one after another)."))
+        .define(key("snapshot.max.threads", Int).default_str("2").validator(Validator::at_least(1.0)).doc("Connections reading snapshot chunks in parallel, each in a transaction that imported the same snapshot (Debezium's default is 1)."))
+        .define(key("snapshot.chunk.rows", Long).default_str("100000").validator(Validator::at_least(1.0)).doc("Headwater: rows per snapshot chunk (a table is split by ranges of its integer primary key, else by ctid page ranges)."))
         .define(key("decimal.handling.mode", String).default_str("precise").validator(Validator::one_of_case_insensitive(&["precise", "double", "string"])).doc("How numeric values are represented."))
         .define(key("time.precision.mode", String).default_str("adaptive")
             .validator(Validator::custom(|v| {
@@ -463,6 +466,8 @@ impl PostgresConfig {
             },
             snapshot_mode,
             snapshot_fetch_size: long("snapshot.fetch.size").max(1) as usize,
+            snapshot_max_threads: long("snapshot.max.threads").max(1) as usize,
+            snapshot_chunk_rows: long("snapshot.chunk.rows").max(1) as u64,
             mapping,
             unavailable_placeholder: s("unavailable.value.placeholder"),
             tombstones_on_delete: p.get_bool("tombstones.on.delete").unwrap_or(true),

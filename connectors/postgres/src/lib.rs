@@ -25,6 +25,7 @@ pub mod filters;
 pub mod lsn;
 pub mod pgoutput;
 pub mod replication;
+pub mod snapshot;
 pub mod task;
 pub mod temporal;
 pub mod types;

@@ -25,8 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
-use futures_util::StreamExt;
+use bytes::Bytes;
 use headwater_api::plugin::{BoxFuture, SourceBatch, SourceTask, SourceTaskContext};
 use headwater_api::{
     ConnectError, OffsetMap, OffsetValue, Properties, Schema, SchemaBuilder, SchemaRef,
@@ -44,6 +43,7 @@ use crate::pgoutput::{self, Decoder, PgOutputMessage, Relation, TupleData, Tuple
 use crate::replication::{
     ConnectOptions, PgError, ReplicationClient, ReplicationMessage, SnapshotAction, StatusWriter,
 };
+use crate::snapshot::{self as snapshots, Chunk, ChunkMsg, Readers, SkipRegion};
 use crate::types::ColumnType;
 
 /// Header Debezium puts on the delete half of a primary-key change.
@@ -128,103 +128,34 @@ struct Stream {
     decoder: Decoder,
 }
 
-/// Parses `COPY ... (FORMAT binary)` output incrementally.
-#[derive(Default)]
-struct CopyParser {
-    buf: BytesMut,
-    header_done: bool,
-    finished: bool,
-}
-
-impl CopyParser {
-    const SIGNATURE: &'static [u8] = b"PGCOPY\n\xff\r\n\0";
-
-    fn push(&mut self, chunk: &[u8]) {
-        self.buf.extend_from_slice(chunk);
-    }
-
-    /// The next complete row (`None` when more input is needed or the trailer was read).
-    fn next_row(&mut self) -> Result<Option<Vec<Option<Bytes>>>, String> {
-        if self.finished {
-            return Ok(None);
-        }
-        if !self.header_done {
-            if self.buf.len() < 19 {
-                return Ok(None);
-            }
-            if &self.buf[..11] != Self::SIGNATURE {
-                return Err("not a binary COPY stream".into());
-            }
-            let ext = u32::from_be_bytes([self.buf[15], self.buf[16], self.buf[17], self.buf[18]])
-                as usize;
-            if self.buf.len() < 19 + ext {
-                return Ok(None);
-            }
-            self.buf.advance(19 + ext);
-            self.header_done = true;
-        }
-        if self.buf.len() < 2 {
-            return Ok(None);
-        }
-        let n = i16::from_be_bytes([self.buf[0], self.buf[1]]);
-        if n == -1 {
-            self.finished = true;
-            return Ok(None);
-        }
-        if n < 0 {
-            return Err(format!("bad field count {n}"));
-        }
-        // Find the tuple's end before taking it.
-        let mut pos = 2usize;
-        let mut spans = Vec::with_capacity(n as usize);
-        for _ in 0..n {
-            if self.buf.len() < pos + 4 {
-                return Ok(None);
-            }
-            let len = i32::from_be_bytes([
-                self.buf[pos],
-                self.buf[pos + 1],
-                self.buf[pos + 2],
-                self.buf[pos + 3],
-            ]);
-            pos += 4;
-            if len < 0 {
-                spans.push(None);
-            } else {
-                let len = len as usize;
-                if self.buf.len() < pos + len {
-                    return Ok(None);
-                }
-                spans.push(Some((pos, len)));
-                pos += len;
-            }
-        }
-        let tuple = self.buf.split_to(pos).freeze();
-        Ok(Some(
-            spans
-                .into_iter()
-                .map(|s| s.map(|(p, l)| tuple.slice(p..p + l)))
-                .collect(),
-        ))
-    }
-}
-
-/// A snapshot in progress.
+/// A snapshot in progress (see [`crate::snapshot`]).
 struct Snapshot {
-    tables: Vec<Arc<TableSchema>>,
-    next_table: usize,
-    current: Option<(
-        usize,
-        std::pin::Pin<Box<tokio_postgres::CopyOutStream>>,
-        CopyParser,
-        bool,
-    )>,
+    tables: Arc<Vec<Arc<TableSchema>>>,
+    chunks: Arc<Vec<Chunk>>,
+    readers: Readers,
+    /// The chunk being drained.
+    current: Option<(usize, mpsc::Receiver<ChunkMsg>)>,
+    /// Rows of the current batch not handed out yet, and their table.
+    rows: std::vec::IntoIter<Struct>,
+    row_table: usize,
     /// One record of look-ahead, to mark the last one of a table and of the snapshot.
     pending: Option<(usize, bool, Struct)>,
+    /// Per table: whether its first row was seen, rows handed out, rows estimated.
+    seen: Vec<bool>,
+    rows_done: Vec<u64>,
+    estimated: Vec<u64>,
+    /// Tables every row of which was handed out (`schema.table`), and as JSON.
+    done: Vec<String>,
+    done_json: String,
+    /// Regions re-read by resumed snapshots, as JSON (kept until streaming passes them).
+    skips: Vec<SkipRegion>,
+    skips_json: Option<String>,
+    /// Where streaming starts (the slot's position when this snapshot was first started).
     lsn: Lsn,
     tx_id: Option<i64>,
     ts_us: i64,
     then_stream: bool,
+    started: Instant,
 }
 
 /// An open source transaction.
@@ -275,6 +206,8 @@ struct Inner {
     last_handed_proc: Lsn,
     committed_proc: Lsn,
     next_heartbeat: Option<Instant>,
+    /// Regions re-read by a resumed snapshot whose older changes the stream skips.
+    skips: Vec<SkipRegion>,
 }
 
 /// The PostgreSQL source task.
@@ -392,6 +325,13 @@ fn offset_i64(o: &OffsetMap, k: &str) -> Option<i64> {
     }
 }
 
+fn offset_str<'a>(o: &'a OffsetMap, k: &str) -> Option<&'a str> {
+    match o.get(k)? {
+        OffsetValue::String(s) => Some(s),
+        _ => None,
+    }
+}
+
 fn offset_bool(o: &OffsetMap, k: &str) -> Option<bool> {
     match o.get(k)? {
         OffsetValue::Bool(b) => Some(*b),
@@ -485,6 +425,7 @@ impl Inner {
             last_handed_proc: Lsn::INVALID,
             committed_proc: Lsn::INVALID,
             next_heartbeat: None,
+            skips: Vec::new(),
             events,
             cfg,
         };
@@ -646,10 +587,17 @@ impl Inner {
             return Ok(());
         }
         if need_snapshot {
-            let (lsn, keep_repl) = if slot.is_none() {
+            // An unfinished snapshot of ours resumes at its next unfinished row when the slot
+            // (still at the position the snapshot started from) survived.
+            let resume = offset
+                .as_ref()
+                .filter(|o| !snapshot_completed(o) && o.contains_key("snapshot_done"))
+                .filter(|_| slot.is_some())
+                .and_then(|o| Some((o, offset_i64(o, "lsn")?)));
+            let (lsn, snap_name, repl, temp) = if slot.is_none() {
                 let mut repl = self.replication_client("").await?;
-                let created = self.create_slot(&mut repl, &slot_name, false).await?;
-                (created, Some(repl))
+                let (lsn, name) = self.create_slot(&mut repl, &slot_name, false).await?;
+                (lsn, name, repl, false)
             } else {
                 let tmp = format!(
                     "hw_snap_{}_{}",
@@ -657,12 +605,9 @@ impl Inner {
                     Lsn(crate::replication::pg_now_micros() as u64).0 % 1_000_000_000
                 );
                 let mut repl = self.replication_client("-snapshot").await?;
-                let lsn = self.create_slot(&mut repl, &tmp, true).await?;
-                repl.close().await;
-                (lsn, None)
+                let (lsn, name) = self.create_slot(&mut repl, &tmp, true).await?;
+                (lsn, name, repl, true)
             };
-            self.repl = keep_repl;
-            self.start_lsn = lsn;
             let tx_id: Option<i64> = self
                 .sql
                 .query_one(
@@ -672,23 +617,121 @@ impl Inner {
                 .await
                 .map_err(|e| sql_err("reading the snapshot transaction id", e))?
                 .get(0);
+            let mut done: Vec<String> = Vec::new();
+            let mut skips: Vec<SkipRegion> = Vec::new();
+            let mut resume_at: Option<(String, Option<i64>)> = None;
+            let mut stream_from = lsn;
+            if let Some((o, start)) = resume {
+                done = offset_str(o, "snapshot_done")
+                    .map(snapshots::decode_tables)
+                    .unwrap_or_default();
+                skips = offset_str(o, "snapshot_skip")
+                    .map(snapshots::decode_skips)
+                    .unwrap_or_default();
+                resume_at = offset_str(o, "snapshot_table")
+                    .map(|t| (t.to_owned(), offset_i64(o, "snapshot_after")));
+                stream_from = Lsn::from_i64(start);
+            }
             let tables = self.captured_tables().await?;
             let mut schemas = Vec::with_capacity(tables.len());
             for (s, t) in tables {
+                if done.iter().any(|d| *d == format!("{s}.{t}")) {
+                    continue;
+                }
                 if let Some(ts) = self.table_schema_from_catalog(&s, &t).await? {
-                    schemas.push(ts);
+                    if !ts.columns.is_empty() {
+                        schemas.push(ts);
+                    }
                 }
             }
-            tracing::info!(tables = schemas.len(), lsn = %lsn, "starting snapshot");
+            let mut chunks = Vec::new();
+            let mut estimated = Vec::with_capacity(schemas.len());
+            for (i, ts) in schemas.iter().enumerate() {
+                let name = ts.id.to_string();
+                let after = resume_at
+                    .as_ref()
+                    .filter(|(t, _)| *t == name)
+                    .and_then(|(_, a)| *a)
+                    .filter(|_| snapshots::int_key(ts).is_some());
+                if resume.is_some() {
+                    skips.push(SkipRegion {
+                        table: name,
+                        after,
+                        lsn,
+                    });
+                }
+                let (rows, pages) = snapshots::estimate_rows(&self.sql, ts).await?;
+                estimated.push(rows);
+                chunks.extend(
+                    snapshots::plan_table(
+                        &self.sql,
+                        i,
+                        ts,
+                        after,
+                        rows,
+                        pages,
+                        self.cfg.snapshot_chunk_rows,
+                    )
+                    .await?,
+                );
+            }
+            let threads = self.cfg.snapshot_max_threads.clamp(1, chunks.len().max(1));
+            let mut clients = Vec::with_capacity(threads);
+            for _ in 0..threads {
+                let (client, _conn) = connect_sql(&self.cfg).await?;
+                client
+                    .batch_execute(&format!(
+                        "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
+                        quote_literal(&snap_name)
+                    ))
+                    .await
+                    .map_err(|e| sql_err("importing the snapshot into a reader", e))?;
+                clients.push(client);
+            }
+            if temp {
+                repl.close().await;
+            } else {
+                self.repl = Some(repl);
+            }
+            self.start_lsn = stream_from;
+            match &resume_at {
+                Some((t, after)) => {
+                    tracing::info!(tables = schemas.len(), chunks = chunks.len(), threads, lsn = %stream_from, snapshot_lsn = %lsn, resume_table = %t, resume_after = ?after, done = done.len(), "resuming snapshot")
+                }
+                None => {
+                    tracing::info!(tables = schemas.len(), chunks = chunks.len(), threads, lsn = %lsn, "starting snapshot")
+                }
+            }
+            let tables = Arc::new(schemas);
+            let chunks = Arc::new(chunks);
+            let readers = Readers::start(
+                clients,
+                tables.clone(),
+                chunks.clone(),
+                self.cfg.mapping.clone(),
+                self.cfg.unavailable_placeholder.clone(),
+            );
+            let n = tables.len();
             self.phase = Phase::Snapshot(Box::new(Snapshot {
-                tables: schemas,
-                next_table: 0,
+                tables,
+                chunks,
+                readers,
                 current: None,
+                rows: Vec::new().into_iter(),
+                row_table: 0,
                 pending: None,
-                lsn,
+                seen: vec![false; n],
+                rows_done: vec![0; n],
+                estimated,
+                done_json: snapshots::encode_tables(&done),
+                done,
+                skips_json: (!skips.is_empty()).then(|| snapshots::encode_skips(&skips)),
+                skips,
+                lsn: stream_from,
                 tx_id,
                 ts_us: crate::event::now_micros_nanos().0,
                 then_stream: mode != SnapshotMode::InitialOnly,
+                started: Instant::now(),
             }));
         } else {
             let from_offset = offset
@@ -710,6 +753,11 @@ impl Inner {
                     .unwrap_or(Lsn::INVALID)
                     .max(s.confirmed_flush.unwrap_or(Lsn::INVALID)),
             };
+            self.skips = offset
+                .as_ref()
+                .and_then(|o| offset_str(o, "snapshot_skip"))
+                .map(snapshots::decode_skips)
+                .unwrap_or_default();
             self.phase = Phase::Streaming;
             self.start_streaming().await?;
         }
@@ -722,7 +770,7 @@ impl Inner {
         repl: &mut ReplicationClient,
         name: &str,
         temporary: bool,
-    ) -> Result<Lsn, ConnectError> {
+    ) -> Result<(Lsn, String), ConnectError> {
         tracing::info!(slot = %name, temporary, "creating replication slot (waits for open transactions in the cluster)");
         let created = repl
             .create_slot(name, temporary, SnapshotAction::Export)
@@ -738,7 +786,7 @@ impl Inner {
             ))
             .await
             .map_err(|e| sql_err("importing the slot's snapshot", e))?;
-        Ok(created.consistent_point)
+        Ok((created.consistent_point, snap))
     }
 
     async fn table_schema_from_catalog(
@@ -847,6 +895,8 @@ impl Inner {
                 }
             })?;
         tracing::info!(slot = %slot, start = %self.start_lsn, "streaming started");
+        let start = self.start_lsn;
+        self.skips.retain(|s| s.lsn > start);
         self.last_end = self.start_lsn;
         self.processed_pos = self.start_lsn;
         self.shared
@@ -968,7 +1018,7 @@ impl Inner {
         Ok(())
     }
 
-    fn snapshot_offset(s: &Snapshot, last: bool) -> OffsetMap {
+    fn snapshot_offset(s: &Snapshot, table_idx: usize, row: &Struct, last: bool) -> OffsetMap {
         let mut o = OffsetMap::new();
         o.insert("last_snapshot_record".into(), last.into());
         o.insert("lsn".into(), s.lsn.as_i64().into());
@@ -977,6 +1027,23 @@ impl Inner {
         o.insert("ts_usec".into(), s.ts_us.into());
         if let Some(x) = s.tx_id {
             o.insert("txId".into(), x.into());
+        }
+        // Progress: every row of the tables in `snapshot_done`, and of `snapshot_table` up to
+        // key `snapshot_after`, is handed out up to this record.
+        let ts = &s.tables[table_idx];
+        o.insert(
+            "snapshot_done".into(),
+            OffsetValue::String(s.done_json.clone()),
+        );
+        o.insert(
+            "snapshot_table".into(),
+            OffsetValue::String(ts.id.to_string()),
+        );
+        if let Some(k) = snapshots::int_key(ts).and_then(|ki| snapshots::key_value(row, ki)) {
+            o.insert("snapshot_after".into(), k.into());
+        }
+        if let Some(j) = &s.skips_json {
+            o.insert("snapshot_skip".into(), OffsetValue::String(j.clone()));
         }
         o
     }
@@ -1001,9 +1068,9 @@ impl Inner {
             },
         );
         let key = ts.key_of(&row);
+        let offset = Self::snapshot_offset(s, table_idx, &row, last);
         let value = self.events.envelope(ts, None, Some(row), source, "r");
-        self.events
-            .record(ts, Self::snapshot_offset(s, last), key, Some(value))
+        self.events.record(ts, offset, key, Some(value))
     }
 
     async fn poll_snapshot(&mut self) -> Result<SourceBatch, ConnectError> {
@@ -1028,11 +1095,17 @@ impl Inner {
             self.phase = Phase::Snapshot(snap);
             return Ok(SourceBatch::committed(out));
         }
-        tracing::info!("snapshot finished");
+        tracing::info!(
+            rows = snap.rows_done.iter().sum::<u64>(),
+            tables = snap.tables.len(),
+            elapsed_ms = snap.started.elapsed().as_millis() as u64,
+            "snapshot finished"
+        );
         self.sql
             .batch_execute("COMMIT")
             .await
             .map_err(|e| sql_err("ending the snapshot transaction", e))?;
+        self.skips = std::mem::take(&mut snap.skips);
         if snap.then_stream {
             self.phase = Phase::Streaming;
             self.start_lsn = snap.lsn;
@@ -1043,7 +1116,7 @@ impl Inner {
         Ok(SourceBatch::committed(out))
     }
 
-    /// Reads rows into `out`; true when the snapshot is complete (all records emitted).
+    /// Hands out rows into `out`; true when the snapshot is complete (all records emitted).
     async fn fill_snapshot(
         &mut self,
         snap: &mut Snapshot,
@@ -1054,111 +1127,63 @@ impl Inner {
             if out.len() >= limit {
                 return Ok(false);
             }
-            if snap.current.is_none() {
-                if snap.next_table >= snap.tables.len() {
-                    if let Some((ti, _, row)) = snap.pending.take() {
-                        let rec = self.snapshot_record(snap, ti, "last", row, true);
-                        out.push(rec);
-                    }
-                    return Ok(true);
+            if let Some(row) = snap.rows.next() {
+                let ti = snap.row_table;
+                let first_in_table = !std::mem::replace(&mut snap.seen[ti], true);
+                snap.rows_done[ti] += 1;
+                if let Some((pti, pfirst, prow)) = snap.pending.take() {
+                    // The pending row is the last of its table if this row starts a new one.
+                    let last_in_table = pti != ti;
+                    let marker = Self::marker(pti, pfirst, last_in_table);
+                    out.push(self.snapshot_record(snap, pti, marker, prow, false));
                 }
-                let ti = snap.next_table;
-                snap.next_table += 1;
-                let ts = snap.tables[ti].clone();
-                if ts.columns.is_empty() {
-                    continue;
-                }
-                let cols: Vec<String> = ts
-                    .columns
-                    .iter()
-                    .map(|c| quote_ident(&c.def.name))
-                    .collect();
-                let q = format!(
-                    "COPY (SELECT {} FROM ONLY {}.{}) TO STDOUT (FORMAT binary)",
-                    cols.join(", "),
-                    quote_ident(&ts.id.schema),
-                    quote_ident(&ts.id.table)
-                );
-                tracing::info!(table = %ts.id, "snapshotting table");
-                let stream = self
-                    .sql
-                    .copy_out(q.as_str())
-                    .await
-                    .map_err(|e| sql_err(&format!("COPY of {}", ts.id), e))?;
-                snap.current = Some((ti, Box::pin(stream), CopyParser::default(), true));
+                snap.pending = Some((ti, first_in_table, row));
+                continue;
             }
-            let Some((ti, stream, parser, first)) = snap.current.as_mut() else {
+            if snap.current.is_none() {
+                match snap.readers.receivers.pop_front() {
+                    Some(c) => snap.current = Some(c),
+                    None => {
+                        if let Some((ti, _, row)) = snap.pending.take() {
+                            let rec = self.snapshot_record(snap, ti, "last", row, true);
+                            out.push(rec);
+                        }
+                        return Ok(true);
+                    }
+                }
+            }
+            let Some((ci, rx)) = snap.current.as_mut() else {
                 continue;
             };
-            let ti = *ti;
-            let row = match parser.next_row() {
-                Ok(Some(fields)) => {
-                    let ts = &snap.tables[ti];
-                    if fields.len() != ts.columns.len() {
-                        return Err(ConnectError::fatal(format!(
-                            "COPY of {} returned {} columns, expected {}",
-                            ts.id,
-                            fields.len(),
-                            ts.columns.len()
-                        )));
-                    }
-                    Some(
-                        ts.row(&self.cfg.mapping, &self.cfg.unavailable_placeholder, |i| {
-                            match &fields[i] {
-                                Some(b) => RawColumn::Binary(b),
-                                None => RawColumn::Null,
-                            }
-                        })
-                        .map_err(|e| ConnectError::data(e.to_string()))?,
-                    )
+            let ci = *ci;
+            match rx.recv().await {
+                Some(ChunkMsg::Rows(rows)) => {
+                    snap.rows = rows.into_iter();
+                    snap.row_table = snap.chunks[ci].table;
                 }
-                Ok(None) if parser.finished => None,
-                Ok(None) => match stream.next().await {
-                    Some(Ok(chunk)) => {
-                        parser.push(&chunk);
-                        continue;
-                    }
-                    Some(Err(e)) => {
-                        return Err(sql_err(
-                            &format!("reading COPY of {}", snap.tables[ti].id),
-                            e,
-                        ))
-                    }
-                    None => {
-                        if !parser.finished {
-                            return Err(ConnectError::retriable(format!(
-                                "COPY of {} ended early",
-                                snap.tables[ti].id
-                            )));
-                        }
-                        None
-                    }
-                },
-                Err(e) => {
-                    return Err(ConnectError::fatal(format!(
-                        "COPY of {}: {e}",
-                        snap.tables[ti].id
-                    )))
-                }
-            };
-            match row {
-                Some(row) => {
-                    let first_in_table = std::mem::replace(first, false);
-                    if let Some((pti, pfirst, prow)) = snap.pending.take() {
-                        // The pending row is the last of its table if this row starts a new one.
-                        let last_in_table = pti != ti;
-                        let marker = Self::marker(pti, pfirst, last_in_table);
-                        out.push(self.snapshot_record(snap, pti, marker, prow, false));
-                    }
-                    snap.pending = Some((ti, first_in_table, row));
-                }
+                Some(ChunkMsg::Failed(e)) => return Err(e),
                 None => {
-                    // Table done: drain the stream to its end. Its pending row's marker is
-                    // decided by the next row (of another table) or the end of the snapshot.
-                    if let Some((_, mut stream, _, _)) = snap.current.take() {
-                        while let Some(r) = stream.next().await {
-                            r.map_err(|e| sql_err("finishing COPY", e))?;
-                        }
+                    return Err(ConnectError::retriable(
+                        "a snapshot reader ended unexpectedly",
+                    ))
+                }
+                Some(ChunkMsg::Done) => {
+                    snap.current = None;
+                    let chunk = &snap.chunks[ci];
+                    let ti = chunk.table;
+                    let table = snap.tables[ti].id.to_string();
+                    tracing::info!(
+                        table = %table,
+                        chunk = chunk.index + 1,
+                        chunks = chunk.of,
+                        rows_done = snap.rows_done[ti],
+                        rows_estimated = snap.estimated[ti],
+                        "snapshot chunk done"
+                    );
+                    if chunk.index + 1 == chunk.of {
+                        tracing::info!(table = %table, rows = snap.rows_done[ti], "snapshot of table done");
+                        snap.done.push(table);
+                        snap.done_json = snapshots::encode_tables(&snap.done);
                     }
                 }
             }
@@ -1257,7 +1282,30 @@ impl Inner {
             o.insert("txId".into(), i64::from(t.xid).into());
             o.insert("ts_usec".into(), t.ts_us.into());
         }
+        if !self.skips.is_empty() {
+            o.insert(
+                "snapshot_skip".into(),
+                OffsetValue::String(snapshots::encode_skips(&self.skips)),
+            );
+        }
         o
+    }
+
+    /// Whether a change of `row` (in the open transaction) is already in a resumed
+    /// snapshot's re-read region.
+    fn in_snapshot(&self, ts: &TableSchema, row: Option<&Struct>) -> bool {
+        if self.skips.is_empty() {
+            return false;
+        }
+        let Some(t) = &self.txn else {
+            return false;
+        };
+        let key =
+            snapshots::int_key(ts).and_then(|ki| row.and_then(|r| snapshots::key_value(r, ki)));
+        let name = ts.id.to_string();
+        self.skips
+            .iter()
+            .any(|s| s.covers(&name, key, t.commit_lsn))
     }
 
     fn stream_source(&self, id: &TableId, lsn: Lsn) -> Struct {
@@ -1335,6 +1383,9 @@ impl Inner {
                 self.txn = None;
                 self.last_end = end_lsn;
                 self.processed_pos = end_lsn;
+                if !self.skips.is_empty() {
+                    self.skips.retain(|s| s.lsn > end_lsn);
+                }
                 if produced == 0 && out.is_empty() && self.committed_proc >= self.last_handed_proc {
                     self.shared.durable.fetch_max(end_lsn.0, Ordering::SeqCst);
                 }
@@ -1353,6 +1404,9 @@ impl Inner {
                     return Ok(());
                 }
                 let after = self.row_of(&ts, &map, &new, None)?;
+                if self.in_snapshot(&ts, Some(&after)) {
+                    return Ok(());
+                }
                 let key = ts.key_of(&after);
                 let source = self.stream_source(&ts.id, wal_start);
                 let value = self.events.envelope(&ts, None, Some(after), source, "c");
@@ -1384,6 +1438,10 @@ impl Inner {
                     self.row_of(&ts, &map, &new, before.as_ref().filter(|_| old.is_some()))?;
                 let new_key = ts.key_of(&after);
                 let old_key = before.as_ref().and_then(|b| ts.key_of(b));
+                let (skip_old, skip_new) = (
+                    self.in_snapshot(&ts, before.as_ref()),
+                    self.in_snapshot(&ts, Some(&after)),
+                );
                 if old_key.is_some() && old_key != new_key {
                     // Primary key change: delete (+ tombstone) under the old key, create under the new.
                     let offset = self.stream_offset(wal_start);
@@ -1409,11 +1467,17 @@ impl Inner {
                         cre.headers
                             .add(OLDKEY_HEADER, ts.key_schema.clone(), ok.clone());
                     }
-                    self.push_record(del, out);
-                    if let Some(t) = tomb {
-                        self.push_record(t, out);
+                    if !skip_old {
+                        self.push_record(del, out);
+                        if let Some(t) = tomb {
+                            self.push_record(t, out);
+                        }
                     }
-                    self.push_record(cre, out);
+                    if !skip_new {
+                        self.push_record(cre, out);
+                    }
+                } else if skip_new {
+                    return Ok(());
                 } else {
                     let source = self.stream_source(&ts.id, wal_start);
                     let value = self.events.envelope(&ts, before, Some(after), source, "u");
@@ -1444,6 +1508,9 @@ impl Inner {
                     Some(t) => Some(self.row_of(&ts, &map, t, None)?),
                     None => None,
                 };
+                if self.in_snapshot(&ts, before.as_ref()) {
+                    return Ok(());
+                }
                 let k = before.as_ref().and_then(|b| ts.key_of(b));
                 let offset = self.stream_offset(wal_start);
                 let source = self.stream_source(&ts.id, wal_start);
