@@ -1,0 +1,134 @@
+//! Idle-slot test through the `headwater` binary: while no captured table changes, but other
+//! tables of the same database and another database keep writing WAL, the slot's
+//! `confirmed_flush_lsn` keeps advancing past that activity (so the server can recycle WAL),
+//! and nothing is emitted; a later captured change still arrives and is confirmed.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{http, wait_until, Worker};
+use headwater_tests::PostgresServer;
+use serde_json::Value;
+
+fn parse_lsn(s: &str) -> u64 {
+    let (hi, lo) = s.split_once('/').expect("an LSN");
+    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+}
+
+fn topic_len(w: &Worker, topic: &str) -> usize {
+    let (status, _, body) = http(
+        w.addr,
+        "GET",
+        &format!("/topics/{topic}/partitions/0/records?offset=0&max=1000"),
+        None,
+    );
+    if status != 200 {
+        return 0;
+    }
+    body["records"].as_array().map_or(0, Vec::len)
+}
+
+#[test]
+fn confirmed_flush_advances_without_captured_changes() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = PostgresServer::start().expect("PostgreSQL");
+    rt.block_on(server.create_database("idle")).unwrap();
+    rt.block_on(server.create_database("elsewhere")).unwrap();
+    let db = rt.block_on(server.connect("idle")).unwrap();
+    let other_db = rt.block_on(server.connect("elsewhere")).unwrap();
+    rt.block_on(db.batch_execute(
+        "CREATE TABLE captured (id int PRIMARY KEY, note text);
+         CREATE TABLE noise (id serial PRIMARY KEY, note text);",
+    ))
+    .unwrap();
+    rt.block_on(other_db.batch_execute("CREATE TABLE noise (id serial PRIMARY KEY, note text);"))
+        .unwrap();
+
+    let tmp = tempfile::tempdir().unwrap();
+    let config = serde_json::json!({"name": "idle", "config": {
+        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+        "database.hostname": "127.0.0.1", "database.port": server.port().to_string(),
+        "database.user": "postgres", "database.dbname": "idle", "topic.prefix": "idle",
+        "table.include.list": "public.captured", "slot.name": "idle_slot",
+        "publication.name": "idle_pub", "status.update.interval.ms": "500"}});
+    let file = tmp.path().join("idle.json");
+    std::fs::write(&file, config.to_string()).unwrap();
+    let w = Worker::start(&tmp.path().join("data"), &[&file]);
+    let confirmed = || -> u64 {
+        rt.block_on(db.query_one(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'idle_slot'",
+            &[],
+        ))
+        .map(|r| r.get::<_, Option<String>>(0).map_or(0, |s| parse_lsn(&s)))
+        .unwrap_or(0)
+    };
+    // The WAL position after a session's last write (it is flushed: commits wait for that).
+    let current = |elsewhere: bool| -> u64 {
+        let c = if elsewhere { &other_db } else { &db };
+        parse_lsn(
+            &rt.block_on(c.query_one("SELECT pg_current_wal_lsn()::text", &[]))
+                .unwrap()
+                .get::<_, String>(0),
+        )
+    };
+    wait_until("the slot", Duration::from_secs(30), || confirmed() > 0);
+    let (_, _, status) = http(w.addr, "GET", "/connectors/idle/status", None);
+    assert_eq!(status["tasks"][0]["state"], "RUNNING", "{status}");
+
+    let start = confirmed();
+    let mut last = start;
+    for round in 0..3 {
+        // Filtered-out changes in the captured database, then WAL of another database only.
+        rt.block_on(db.batch_execute(
+            "INSERT INTO noise (note) SELECT 'noise' FROM generate_series(1, 200);",
+        ))
+        .unwrap();
+        let target = current(false);
+        wait_until(
+            &format!("round {round}: the slot past filtered-out changes"),
+            Duration::from_secs(30),
+            || confirmed() >= target,
+        );
+        rt.block_on(other_db.batch_execute(
+            "INSERT INTO noise (note) SELECT 'elsewhere' FROM generate_series(1, 200);",
+        ))
+        .unwrap();
+        let target = current(true);
+        wait_until(
+            &format!("round {round}: the slot past another database's WAL"),
+            Duration::from_secs(30),
+            || confirmed() >= target,
+        );
+        let now = confirmed();
+        assert!(now > last, "round {round}: confirmed_flush_lsn advanced");
+        last = now;
+    }
+    assert_eq!(topic_len(&w, "idle.public.noise"), 0, "nothing emitted");
+
+    // A captured change still arrives, and the slot is confirmed past it.
+    rt.block_on(db.batch_execute("INSERT INTO captured VALUES (1, 'kept')"))
+        .unwrap();
+    let target = current(false);
+    wait_until("the captured insert", Duration::from_secs(30), || {
+        topic_len(&w, "idle.public.captured") == 1
+    });
+    wait_until(
+        "the slot past the captured change",
+        Duration::from_secs(30),
+        || confirmed() >= target,
+    );
+    let (_, _, body) = http(
+        w.addr,
+        "GET",
+        "/topics/idle.public.captured/partitions/0/records?offset=0&max=1",
+        None,
+    );
+    let value: &Value = &body["records"][0]["value"]["payload"];
+    assert_eq!(value["op"], "c");
+    assert_eq!(value["after"]["note"], "kept");
+    w.sigterm();
+}
