@@ -72,7 +72,7 @@ use kafka_protocol::protocol::{Encodable, StrBytes};
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use crate::codec::{encode_response, Decoded, Request, SUPPORTED};
+use crate::codec::{encode_fetch_response, encode_response, Decoded, Request, SUPPORTED};
 use crate::groups::{CommitCheck, Coordinator, JoinRequest};
 use crate::offsets::{Committed, OffsetStore, OFFSETS_TOPIC};
 use crate::server::{ServerConfig, TopicOwner};
@@ -191,16 +191,22 @@ impl Broker {
         None
     }
 
-    /// Handles one decoded request; `None` for requests without a response (acks=0).
-    pub async fn handle(&self, d: Decoded, conn: &ConnInfo) -> anyhow::Result<Option<Bytes>> {
+    /// Handles one decoded request: the response frame in pieces (written back to back), or
+    /// `None` for requests without a response (acks=0).
+    pub async fn handle(&self, d: Decoded, conn: &ConnInfo) -> anyhow::Result<Option<Vec<Bytes>>> {
         let crate::codec::Body::Request(request) = d.body else {
             anyhow::bail!("not a request");
         };
         let v = d.api_version;
         let c = d.correlation_id;
         let client_id = d.client_id.unwrap_or_default();
-        fn enc<R: Encodable>(k: ApiKey, v: i16, c: i32, r: &R) -> anyhow::Result<Option<Bytes>> {
-            encode_response(k, v, c, r).map(Some)
+        fn enc<R: Encodable>(
+            k: ApiKey,
+            v: i16,
+            c: i32,
+            r: &R,
+        ) -> anyhow::Result<Option<Vec<Bytes>>> {
+            encode_response(k, v, c, r).map(|b| Some(vec![b]))
         }
         match *request {
             Request::ApiVersions(_) => enc(ApiKey::ApiVersions, v, c, &self.api_versions()),
@@ -209,7 +215,7 @@ impl Broker {
                 Some(resp) => enc(ApiKey::Produce, v, c, &resp),
                 None => Ok(None),
             },
-            Request::Fetch(r) => enc(ApiKey::Fetch, v, c, &self.fetch(r, v).await),
+            Request::Fetch(r) => encode_fetch_response(v, c, self.fetch(r, v).await).map(Some),
             Request::ListOffsets(r) => enc(ApiKey::ListOffsets, v, c, &self.list_offsets(r, v)),
             Request::FindCoordinator(r) => enc(
                 ApiKey::FindCoordinator,

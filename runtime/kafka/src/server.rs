@@ -168,7 +168,7 @@ async fn connection(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr) {
                 return;
             }
         };
-        let response: Option<Bytes> = match &decoded.body {
+        let response: Option<Vec<Bytes>> = match &decoded.body {
             Body::UnknownApi => {
                 tracing::warn!(
                     peer = %peer,
@@ -178,7 +178,7 @@ async fn connection(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr) {
                 return;
             }
             Body::UnsupportedVersion(key) => match broker.unsupported(&decoded, *key) {
-                Some(bytes) => Some(bytes),
+                Some(bytes) => Some(vec![bytes]),
                 None => {
                     tracing::warn!(
                         peer = %peer,
@@ -197,10 +197,43 @@ async fn connection(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr) {
                 }
             },
         };
-        if let Some(bytes) = response {
-            if wr.write_all(&bytes).await.is_err() {
+        if let Some(parts) = response {
+            if write_all_parts(&mut wr, parts).await.is_err() {
                 return;
             }
         }
     }
+}
+
+/// Writes the pieces of a response back to back with vectored writes (a Fetch response's
+/// record sets are pieces of their own, written from the bytes the log read).
+async fn write_all_parts(
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    mut parts: Vec<Bytes>,
+) -> std::io::Result<()> {
+    use bytes::Buf;
+    parts.retain(|p| !p.is_empty());
+    let mut first = 0;
+    while first < parts.len() {
+        let slices: Vec<std::io::IoSlice<'_>> = parts[first..]
+            .iter()
+            .take(64)
+            .map(|p| std::io::IoSlice::new(p))
+            .collect();
+        let mut written = wr.write_vectored(&slices).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while written > 0 {
+            let len = parts[first].len();
+            if written >= len {
+                written -= len;
+                first += 1;
+            } else {
+                parts[first].advance(written);
+                written = 0;
+            }
+        }
+    }
+    Ok(())
 }
