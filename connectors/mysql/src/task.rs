@@ -125,6 +125,9 @@ struct Snapshot {
     emitted: u64,
 }
 
+/// The before and after images of one row (either may be absent).
+type RowImages = (Option<Vec<MyValue>>, Option<Vec<MyValue>>);
+
 /// One decoded binlog event, as the stream reader sends it.
 #[derive(Debug)]
 enum BinMsg {
@@ -144,7 +147,7 @@ enum BinMsg {
     Rows {
         table_id: u64,
         kind: RowKind,
-        rows: Vec<(Option<Vec<MyValue>>, Option<Vec<MyValue>>)>,
+        rows: Vec<RowImages>,
         hdr: Hdr,
     },
     Query {
@@ -263,7 +266,7 @@ async fn connect(cfg: &MySqlConfig, opts: &OptsBuilder) -> Result<Conn, ConnectE
 
 async fn variable(conn: &mut Conn, name: &str) -> Result<Option<String>, ConnectError> {
     let row: Option<(String, String)> = conn
-        .exec_first("SHOW GLOBAL VARIABLES LIKE ?", (name,))
+        .query_first(format!("SHOW GLOBAL VARIABLES LIKE '{name}'"))
         .await
         .map_err(|e| my_err(&format!("reading {name}"), e))?;
     Ok(row.map(|r| r.1))
@@ -832,7 +835,7 @@ impl Inner {
                                 None
                             }
                             EventData::RotateEvent(r) => {
-                                current_file = binlog::rotate_file_name(&r.name(), !seen_fde, checksums_on);
+                                current_file = binlog::rotate_file_name(r.name_raw(), !seen_fde, checksums_on);
                                 Some(BinMsg::Rotate { file: current_file.clone() })
                             }
                             EventData::GtidEvent(g) => Some(BinMsg::MySqlGtid {
@@ -892,10 +895,7 @@ impl Inner {
         let mut out = Vec::new();
         let deadline = Instant::now() + self.cfg.poll_interval.max(Duration::from_millis(10));
         let mut closed = false;
-        loop {
-            let Some(stream) = self.stream.as_mut() else {
-                break;
-            };
+        while let Some(stream) = self.stream.as_mut() {
             let msg = if out.is_empty() && !closed {
                 match tokio::time::timeout_at(deadline.into(), stream.rx.recv()).await {
                     Ok(m) => m,

@@ -377,6 +377,11 @@ pub fn convert(
     Ok(match &spec.ty {
         TinyInt => Value::Int16(int_of(v)? as i16),
         SmallInt if !spec.unsigned => Value::Int16(int_of(v)? as i16),
+        MediumInt if !spec.unsigned => {
+            // mysql_common does not sign-extend 24-bit binlog values.
+            let i = int_of(v)?;
+            Value::Int32(if i > 8_388_607 { i - 16_777_216 } else { i } as i32)
+        }
         SmallInt | MediumInt => Value::Int32(int_of(v)? as i32),
         Int if spec.unsigned => Value::Int64(int_of(v)? as i64),
         Int => Value::Int32(int_of(v)? as i32),
