@@ -20,6 +20,16 @@ pub fn registry() -> Plugins {
             || Box::new(headwater_connector_postgres::PostgresConnector),
         )
         .register_source(
+            headwater_connector_mysql::connector::MYSQL_CLASS,
+            &["mysql"],
+            || Box::new(headwater_connector_mysql::MySqlConnector),
+        )
+        .register_source(
+            headwater_connector_mysql::connector::MARIADB_CLASS,
+            &["mariadb"],
+            || Box::new(headwater_connector_mysql::MySqlConnector),
+        )
+        .register_source(
             headwater_connector_datagen::CLASS,
             &["datagen", "Datagen"],
             || Box::new(headwater_connector_datagen::DatagenConnector),
