@@ -55,6 +55,13 @@ async fn collect(
     got
 }
 
+/// A DDL statement, the insert after it and the expected `after` fields.
+type Step = (
+    &'static str,
+    &'static str,
+    Vec<(&'static str, SchemaType, Value)>,
+);
+
 fn after_fields(r: &SourceRecord) -> Vec<(String, SchemaType, Value)> {
     let v = r.value.as_struct().unwrap();
     let after = v.get("after").unwrap().as_struct().unwrap();
@@ -98,7 +105,7 @@ async fn table_shapes_follow_ddl_across_restarts() {
             ("b".into(), String, Value::String("x".into()))
         ]
     );
-    let steps: [(&str, &str, Vec<(&str, SchemaType, Value)>); 4] = [
+    let steps: [Step; 4] = [
         (
             "ALTER TABLE t ADD COLUMN c DATE",
             "INSERT INTO t VALUES (2, 20, 'y', '1970-01-02')",
