@@ -760,3 +760,71 @@ fn list_offsets_earliest_latest_and_by_timestamp() {
     assert_eq!(ask(9999), (0, -1));
     server.stop();
 }
+
+#[test]
+fn a_member_whose_session_expires_is_removed_and_the_group_rebalances() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(dir.path(), None);
+    let join = |member: &str| {
+        let mut r = JoinGroupRequest::default();
+        r.group_id = GroupId(StrBytes::from_static_str("expiring"));
+        r.session_timeout_ms = 6_000; // Kafka's minimum
+        r.rebalance_timeout_ms = 6_000;
+        r.member_id = StrBytes::from_string(member.to_owned());
+        r.protocol_type = StrBytes::from_static_str("consumer");
+        let mut p = join_group_request::JoinGroupRequestProtocol::default();
+        p.name = StrBytes::from_static_str("cooperative-sticky");
+        p.metadata = Bytes::from_static(b"m");
+        r.protocols = vec![p];
+        r
+    };
+    let addr = server.addr;
+    let joined: Vec<(RawClient, JoinGroupResponse)> = (0..2)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut c = RawClient::connect(addr);
+                let resp: JoinGroupResponse = c.call(ApiKey::JoinGroup, 7, &join(""));
+                (c, resp)
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    let generation = joined[0].1.generation_id;
+    assert!(joined
+        .iter()
+        .all(|(_, j)| j.error_code == 0 && j.generation_id == generation));
+    assert_eq!(
+        joined[0].1.protocol_name.as_deref(),
+        Some("cooperative-sticky")
+    );
+    let mut it = joined.into_iter();
+    let (mut alive, alive_join) = it.next().unwrap();
+    let (_silent, _) = it.next().unwrap();
+    let member = alive_join.member_id.clone();
+    // Only one member heartbeats; the other's session runs out after 6 s.
+    let started = Instant::now();
+    let code = loop {
+        let mut r = HeartbeatRequest::default();
+        r.group_id = GroupId(StrBytes::from_static_str("expiring"));
+        r.generation_id = generation;
+        r.member_id = member.clone();
+        let resp: HeartbeatResponse = alive.call(ApiKey::Heartbeat, 4, &r);
+        if resp.error_code != 0 || started.elapsed() > Duration::from_secs(20) {
+            break resp.error_code;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let waited = started.elapsed();
+    assert_eq!(code, ResponseError::RebalanceInProgress.code());
+    assert!(
+        waited >= Duration::from_millis(5_500) && waited < Duration::from_secs(15),
+        "{waited:?}"
+    );
+    let rejoin: JoinGroupResponse = alive.call(ApiKey::JoinGroup, 7, &join(&member));
+    assert_eq!(rejoin.error_code, 0);
+    assert_eq!(rejoin.generation_id, generation + 1);
+    assert_eq!(rejoin.members.len(), 1, "the silent member is gone");
+    server.stop();
+}
