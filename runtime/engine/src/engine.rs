@@ -302,6 +302,13 @@ impl Engine {
         self.check_valid(name, &config)?;
         let mut connectors = self.inner.connectors.lock().await;
         let created = !connectors.contains_key(name);
+        if let Some(existing) = connectors.get(name) {
+            // The same configuration again (a connector file re-applied at start, an idempotent
+            // PUT): nothing changes, so the running tasks are left alone.
+            if existing.config == config {
+                return Ok((false, info_of(name, existing)));
+            }
+        }
         self.inner.topics.put_connector(name, &config).await?;
         if created {
             self.inner
