@@ -100,6 +100,7 @@
 //!     _ => panic!()
 //! }
 //! ```
+#![allow(unstable_name_collisions)] // Headwater: clippy -D warnings lints path dependencies; see VENDORED.md.
 #![deny(missing_docs)]
 // Display required features for items when rendering for docs.rs
 #![cfg_attr(docsrs, feature(doc_cfg))]
