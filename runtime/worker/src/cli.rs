@@ -218,8 +218,8 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "IP:PORT", env = "HEADWATER_REST_LISTEN")]
     pub rest_listen: Option<SocketAddr>,
 
-    /// Address for the Kafka protocol listener (validated, not bound by this
-    /// build yet) [default: 127.0.0.1:9092]
+    /// Address of the Kafka protocol listener that Kafka clients consume from
+    /// (port 0 picks a free port) [default: 127.0.0.1:9092]
     #[arg(long, value_name = "IP:PORT", env = "HEADWATER_KAFKA_LISTEN")]
     pub kafka_listen: Option<SocketAddr>,
 

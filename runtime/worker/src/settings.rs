@@ -135,7 +135,7 @@ pub struct Settings {
     pub data_dir: PathBuf,
     /// Address of the REST listener.
     pub rest_listen: SocketAddr,
-    /// Address reserved for the Kafka protocol listener (not bound yet).
+    /// Address of the Kafka protocol listener.
     pub kafka_listen: SocketAddr,
     /// Log line format.
     pub log_format: LogFormat,
