@@ -76,8 +76,11 @@ fn confirmed_flush_advances_without_captured_changes() {
         )
     };
     wait_until("the slot", Duration::from_secs(30), || confirmed() > 0);
-    let (_, _, status) = http(w.addr, "GET", "/connectors/idle/status", None);
-    assert_eq!(status["tasks"][0]["state"], "RUNNING", "{status}");
+    // The task creates the slot while it starts; it reports RUNNING once started.
+    wait_until("the task running", Duration::from_secs(30), || {
+        let (_, _, status) = http(w.addr, "GET", "/connectors/idle/status", None);
+        status["tasks"][0]["state"] == "RUNNING"
+    });
 
     let start = confirmed();
     let mut last = start;
