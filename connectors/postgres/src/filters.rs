@@ -4,78 +4,7 @@
 //!
 //! Invariant: a pattern only ever matches a whole name (it is compiled as `(?i)^(?:p)$`).
 
-use regex::Regex;
-
-/// Splits a list on unescaped commas, unescaping `\,`, trimming items and dropping empty ones.
-pub fn split_list(raw: &str) -> Vec<String> {
-    let mut items = Vec::new();
-    let mut cur = String::new();
-    let mut chars = raw.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\\' && chars.peek() == Some(&',') {
-            cur.push(',');
-            chars.next();
-        } else if c == ',' {
-            items.push(std::mem::take(&mut cur));
-        } else {
-            cur.push(c);
-        }
-    }
-    items.push(cur);
-    items
-        .into_iter()
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty())
-        .collect()
-}
-
-/// A compiled list of anchored, case-insensitive patterns.
-#[derive(Clone, Debug)]
-pub struct PatternList {
-    patterns: Vec<Regex>,
-}
-
-impl PatternList {
-    /// Compiles a raw list; the error names the pattern that does not compile.
-    pub fn parse(raw: &str) -> Result<PatternList, String> {
-        let mut patterns = Vec::new();
-        for p in split_list(raw) {
-            let re = Regex::new(&format!("(?i)^(?:{p})$"))
-                .map_err(|e| format!("invalid regular expression {p:?}: {e}"))?;
-            patterns.push(re);
-        }
-        Ok(PatternList { patterns })
-    }
-    /// The index of the first pattern matching `name`.
-    pub fn position(&self, name: &str) -> Option<usize> {
-        self.patterns.iter().position(|p| p.is_match(name))
-    }
-    pub fn matches(&self, name: &str) -> bool {
-        self.position(name).is_some()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.patterns.is_empty()
-    }
-}
-
-/// An include list, an exclude list, or neither.
-#[derive(Clone, Debug, Default)]
-pub enum Selector {
-    #[default]
-    All,
-    Include(PatternList),
-    Exclude(PatternList),
-}
-
-impl Selector {
-    pub fn accepts(&self, name: &str) -> bool {
-        match self {
-            Selector::All => true,
-            Selector::Include(p) => p.matches(name),
-            Selector::Exclude(p) => !p.matches(name),
-        }
-    }
-}
+pub use headwater_connector_common::name_filter::{split_list, PatternList, Selector};
 
 /// The connector's table and column filters.
 #[derive(Clone, Debug, Default)]
