@@ -69,6 +69,19 @@ struct Connector {
     active_topics: Arc<Mutex<BTreeSet<String>>>,
 }
 
+impl Connector {
+    /// A connector not started yet.
+    fn new(config: Properties, target: TargetState) -> Self {
+        Connector {
+            config,
+            target,
+            state: (State::Unassigned, None),
+            tasks: Vec::new(),
+            active_topics: Arc::new(Mutex::new(BTreeSet::new())),
+        }
+    }
+}
+
 struct Inner {
     log: Log,
     topics: InternalTopics,
@@ -178,13 +191,7 @@ impl Engine {
         };
         let mut connectors = engine.inner.connectors.lock().await;
         for (name, stored) in stored {
-            let mut c = Connector {
-                config: stored.config,
-                target: stored.target,
-                state: (State::Unassigned, None),
-                tasks: Vec::new(),
-                active_topics: Arc::new(Mutex::new(BTreeSet::new())),
-            };
+            let mut c = Connector::new(stored.config, stored.target);
             engine.start_connector(&name, &mut c);
             tracing::info!(connector = %name, target = c.target.name(), "restored connector");
             connectors.insert(name, c);
@@ -270,13 +277,7 @@ impl Engine {
         }
         self.inner.topics.put_connector(name, &config).await?;
         self.inner.topics.put_target_state(name, initial).await?;
-        let mut c = Connector {
-            config,
-            target: initial,
-            state: (State::Unassigned, None),
-            tasks: Vec::new(),
-            active_topics: Arc::new(Mutex::new(BTreeSet::new())),
-        };
+        let mut c = Connector::new(config, initial);
         self.start_connector(name, &mut c);
         let info = info_of(name, &c);
         connectors.insert(name.to_owned(), c);
@@ -315,13 +316,7 @@ impl Engine {
                 .topics
                 .put_target_state(name, TargetState::Started)
                 .await?;
-            let mut c = Connector {
-                config,
-                target: TargetState::Started,
-                state: (State::Unassigned, None),
-                tasks: Vec::new(),
-                active_topics: Arc::new(Mutex::new(BTreeSet::new())),
-            };
+            let mut c = Connector::new(config, TargetState::Started);
             self.start_connector(name, &mut c);
             let info = info_of(name, &c);
             connectors.insert(name.to_owned(), c);
