@@ -739,6 +739,7 @@ impl Inner {
         Ok(SourceBatch {
             records: out,
             boundary: Boundary::Open,
+            caught_up: false,
         })
     }
 
@@ -930,6 +931,7 @@ impl Inner {
         Ok(SourceBatch {
             records: out,
             boundary,
+            caught_up: false,
         })
     }
 

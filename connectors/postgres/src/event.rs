@@ -369,12 +369,22 @@ impl EventBuilder {
 
     pub fn source(&self, table: &TableId, info: &SourceInfo) -> Struct {
         let mut s = Struct::new(self.source_schema.clone()).expect("source schema is a struct");
-        let seq = format!(
-            "[{},{}]",
-            info.last_commit_lsn
-                .map_or("null".to_owned(), |l| format!("\"{l}\"")),
-            info.lsn.map_or("null".to_owned(), |l| format!("\"{l}\""))
-        );
+        fn lsn_text(seq: &mut String, lsn: Option<i64>) {
+            match lsn {
+                Some(l) => {
+                    seq.push('"');
+                    seq.push_str(itoa::Buffer::new().format(l));
+                    seq.push('"');
+                }
+                None => seq.push_str("null"),
+            }
+        }
+        let mut seq = String::with_capacity(48);
+        seq.push('[');
+        lsn_text(&mut seq, info.last_commit_lsn);
+        seq.push(',');
+        lsn_text(&mut seq, info.lsn);
+        seq.push(']');
         let vals: [Value; 16] = [
             Value::String(crate::CONNECTOR_VERSION.into()),
             Value::String("postgresql".into()),

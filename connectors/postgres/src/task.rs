@@ -147,6 +147,8 @@ struct Snapshot {
     /// Tables every row of which was handed out (`schema.table`), and as JSON.
     done: Vec<String>,
     done_json: String,
+    /// Per table, the `source` block of its records marked `snapshot: true` (built once).
+    source_blocks: Vec<Option<Struct>>,
     /// Regions re-read by resumed snapshots, as JSON (kept until streaming passes them).
     skips: Vec<SkipRegion>,
     skips_json: Option<String>,
@@ -156,6 +158,17 @@ struct Snapshot {
     ts_us: i64,
     then_stream: bool,
     started: Instant,
+}
+
+/// What the offset after a snapshot record says (computed for the last record of a batch).
+struct SnapshotTail {
+    table: usize,
+    /// The record's integer key, when its table is read in key order.
+    key: Option<i64>,
+    /// Whether it is the last record of the snapshot.
+    last: bool,
+    /// How many tables (of `Snapshot::done`) were completely handed out before it.
+    tables_done: usize,
 }
 
 /// An open source transaction.
@@ -725,6 +738,7 @@ impl Inner {
                 estimated,
                 done_json: snapshots::encode_tables(&done),
                 done,
+                source_blocks: vec![None; n],
                 skips_json: (!skips.is_empty()).then(|| snapshots::encode_skips(&skips)),
                 skips,
                 lsn: stream_from,
@@ -1018,28 +1032,30 @@ impl Inner {
         Ok(())
     }
 
-    fn snapshot_offset(s: &Snapshot, table_idx: usize, row: &Struct, last: bool) -> OffsetMap {
+    /// The offset after a snapshot record (see [`SnapshotTail`]).
+    fn snapshot_offset(s: &Snapshot, tail: &SnapshotTail) -> OffsetMap {
         let mut o = OffsetMap::new();
-        o.insert("last_snapshot_record".into(), last.into());
+        o.insert("last_snapshot_record".into(), tail.last.into());
         o.insert("lsn".into(), s.lsn.as_i64().into());
         o.insert("snapshot".into(), "INITIAL".into());
-        o.insert("snapshot_completed".into(), last.into());
+        o.insert("snapshot_completed".into(), tail.last.into());
         o.insert("ts_usec".into(), s.ts_us.into());
         if let Some(x) = s.tx_id {
             o.insert("txId".into(), x.into());
         }
         // Progress: every row of the tables in `snapshot_done`, and of `snapshot_table` up to
         // key `snapshot_after`, is handed out up to this record.
-        let ts = &s.tables[table_idx];
-        o.insert(
-            "snapshot_done".into(),
-            OffsetValue::String(s.done_json.clone()),
-        );
+        let done = if tail.tables_done == s.done.len() {
+            s.done_json.clone()
+        } else {
+            snapshots::encode_tables(&s.done[..tail.tables_done])
+        };
+        o.insert("snapshot_done".into(), OffsetValue::String(done));
         o.insert(
             "snapshot_table".into(),
-            OffsetValue::String(ts.id.to_string()),
+            OffsetValue::String(s.tables[tail.table].id.to_string()),
         );
-        if let Some(k) = snapshots::int_key(ts).and_then(|ki| snapshots::key_value(row, ki)) {
+        if let Some(k) = tail.key {
             o.insert("snapshot_after".into(), k.into());
         }
         if let Some(j) = &s.skips_json {
@@ -1048,29 +1064,51 @@ impl Inner {
         o
     }
 
+    /// A snapshot record without its offset: only the last record of a batch carries one
+    /// (set by [`Inner::fill_snapshot`]), as the engine keeps only that one. Returns what that
+    /// offset needs to know about this record.
     fn snapshot_record(
         &self,
-        s: &Snapshot,
+        s: &mut Snapshot,
         table_idx: usize,
         marker: &'static str,
         row: Struct,
         last: bool,
-    ) -> SourceRecord {
+    ) -> (SourceRecord, SnapshotTail) {
         let ts = &s.tables[table_idx];
-        let source = self.events.source(
-            &ts.id,
-            &SourceInfo {
-                ts_us: s.ts_us,
-                snapshot: Some(marker),
-                last_commit_lsn: None,
-                lsn: Some(s.lsn.as_i64()),
-                tx_id: s.tx_id,
-            },
-        );
+        let tail = SnapshotTail {
+            table: table_idx,
+            key: snapshots::int_key(ts).and_then(|ki| snapshots::key_value(&row, ki)),
+            last,
+            tables_done: s.done.len(),
+        };
+        // Every row of a table shares its source block but for the first/last markers.
+        let source = match (marker, &s.source_blocks[table_idx]) {
+            ("true", Some(block)) => block.clone(),
+            _ => {
+                let block = self.events.source(
+                    &ts.id,
+                    &SourceInfo {
+                        ts_us: s.ts_us,
+                        snapshot: Some(marker),
+                        last_commit_lsn: None,
+                        lsn: Some(s.lsn.as_i64()),
+                        tx_id: s.tx_id,
+                    },
+                );
+                if marker == "true" {
+                    s.source_blocks[table_idx] = Some(block.clone());
+                }
+                block
+            }
+        };
+        let ts = &s.tables[table_idx];
         let key = ts.key_of(&row);
-        let offset = Self::snapshot_offset(s, table_idx, &row, last);
         let value = self.events.envelope(ts, None, Some(row), source, "r");
-        self.events.record(ts, offset, key, Some(value))
+        (
+            self.events.record(ts, OffsetMap::new(), key, Some(value)),
+            tail,
+        )
     }
 
     async fn poll_snapshot(&mut self) -> Result<SourceBatch, ConnectError> {
@@ -1117,11 +1155,29 @@ impl Inner {
     }
 
     /// Hands out rows into `out`; true when the snapshot is complete (all records emitted).
+    /// The last record handed out carries the offset that covers all of them.
     async fn fill_snapshot(
         &mut self,
         snap: &mut Snapshot,
         out: &mut Vec<SourceRecord>,
         limit: usize,
+    ) -> Result<bool, ConnectError> {
+        let mut tail = None;
+        let finished = self
+            .fill_snapshot_records(snap, out, limit, &mut tail)
+            .await?;
+        if let (Some(last), Some(tail)) = (out.last_mut(), tail) {
+            last.source_offset = Self::snapshot_offset(snap, &tail);
+        }
+        Ok(finished)
+    }
+
+    async fn fill_snapshot_records(
+        &mut self,
+        snap: &mut Snapshot,
+        out: &mut Vec<SourceRecord>,
+        limit: usize,
+        tail: &mut Option<SnapshotTail>,
     ) -> Result<bool, ConnectError> {
         loop {
             if out.len() >= limit {
@@ -1135,7 +1191,9 @@ impl Inner {
                     // The pending row is the last of its table if this row starts a new one.
                     let last_in_table = pti != ti;
                     let marker = Self::marker(pti, pfirst, last_in_table);
-                    out.push(self.snapshot_record(snap, pti, marker, prow, false));
+                    let (rec, t) = self.snapshot_record(snap, pti, marker, prow, false);
+                    out.push(rec);
+                    *tail = Some(t);
                 }
                 snap.pending = Some((ti, first_in_table, row));
                 continue;
@@ -1145,8 +1203,9 @@ impl Inner {
                     Some(c) => snap.current = Some(c),
                     None => {
                         if let Some((ti, _, row)) = snap.pending.take() {
-                            let rec = self.snapshot_record(snap, ti, "last", row, true);
+                            let (rec, t) = self.snapshot_record(snap, ti, "last", row, true);
                             out.push(rec);
+                            *tail = Some(t);
                         }
                         return Ok(true);
                     }
@@ -1207,8 +1266,10 @@ impl Inner {
     async fn poll_stream(&mut self) -> Result<SourceBatch, ConnectError> {
         let deadline = tokio::time::Instant::now() + self.cfg.poll_interval;
         let mut out: Vec<SourceRecord> = Vec::new();
+        let mut caught_up = true;
         loop {
             if out.len() >= self.cfg.max_batch_size {
+                caught_up = false;
                 break;
             }
             let Some(stream) = self.stream.as_mut() else {
@@ -1261,6 +1322,7 @@ impl Inner {
         Ok(SourceBatch {
             records: out,
             boundary,
+            caught_up,
         })
     }
 

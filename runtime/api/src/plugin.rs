@@ -81,10 +81,21 @@ pub enum Boundary {
 }
 
 /// What one [`SourceTask::poll`] returns.
+///
+/// Offsets: the engine stores, per source partition, the offset of the last record of the
+/// batch that carries a non-empty one (it commits only between batches). A record may
+/// therefore carry an empty `source_offset` when a later record of the same partition in the
+/// same batch carries the offset that covers it; sources use this to avoid building an offset
+/// per record.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SourceBatch {
     pub records: Vec<SourceRecord>,
     pub boundary: Boundary,
+    /// The source handed out everything it had ready: at a commit boundary the engine commits
+    /// at once instead of lingering to batch more (low latency when the source is idle or
+    /// slower than the engine; while a commit is in flight changes queue up in the source, so
+    /// batching comes back by itself under load).
+    pub caught_up: bool,
 }
 
 impl SourceBatch {
@@ -93,6 +104,7 @@ impl SourceBatch {
         SourceBatch {
             records,
             boundary: Boundary::Commit,
+            caught_up: false,
         }
     }
     /// Nothing new (keeps the current boundary state: committed).

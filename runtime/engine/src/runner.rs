@@ -8,7 +8,11 @@
 //! - `SourceTask::commit` is called only after that log transaction is durable;
 //! - memory is bounded by bytes: per-partition batches are flushed into the (still open) log
 //!   transaction at ~1 MiB, and a long source transaction spills to the log, not to RAM;
-//! - records dropped by transforms still advance the offset (as Kafka Connect does).
+//! - records dropped by transforms still advance the offset (as Kafka Connect does);
+//! - per source partition, the offset stored is the last non-empty one of the batch (a record
+//!   with an empty offset is covered by a later one of the same batch);
+//! - staging a record allocates nothing in the steady state: converters write into reused
+//!   buffers and finished batches' buffers are recycled ([`Scratch`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -33,7 +37,8 @@ use crate::stores::{offset_key, offsets_batch, InternalTopics, OffsetsByConnecto
 const BATCH_BYTES: usize = 1024 * 1024;
 /// Commit at a boundary once this much is pending...
 const COMMIT_BYTES: usize = 8 * 1024 * 1024;
-/// ...or once the oldest pending record waited this long.
+/// ...or once the oldest pending record waited this long (or at once when the source is caught
+/// up, see [`headwater_api::SourceBatch::caught_up`]).
 const LINGER: Duration = Duration::from_millis(5);
 
 /// What a task is told to do.
@@ -164,14 +169,50 @@ pub async fn supervise(setup: TaskSetup) {
     }
 }
 
+/// Record buffers kept for reuse by later batch builders (each about [`BATCH_BYTES`]).
+const FREE_RECORD_BUFFERS: usize = 4;
+
 /// The open log transaction of a task and what it holds.
 struct Pending {
     txn: Option<Transaction>,
-    builders: HashMap<(String, u32), BatchBuilder>,
+    /// Batch builders by topic, then partition.
+    builders: HashMap<String, HashMap<u32, BatchBuilder>>,
+    /// Source partition (as JSON) -> (partition, latest offset).
     offsets: BTreeMap<String, (OffsetMap, OffsetMap)>,
     bytes: usize,
     records: usize,
     since: Option<Instant>,
+    scratch: Scratch,
+}
+
+/// Buffers and look-ups reused from record to record, so that staging a record allocates
+/// nothing in the steady state.
+#[derive(Default)]
+struct Scratch {
+    key: Vec<u8>,
+    value: Vec<u8>,
+    /// A finished batch on its way into the log.
+    batch: Vec<u8>,
+    /// Emptied record buffers of appended builders.
+    free_records: Vec<Vec<u8>>,
+    /// The last source partition seen and its JSON form (the `offsets` key).
+    last_source_partition: Option<(OffsetMap, String)>,
+    /// The last destination topic: its name, partition count and compression. Forgotten at
+    /// every commit, so topic changes are picked up.
+    last_topic: Option<(String, u32, Compression)>,
+}
+
+impl Scratch {
+    fn records_buffer(&mut self) -> Vec<u8> {
+        self.free_records
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(BATCH_BYTES + BATCH_BYTES / 4))
+    }
+    fn recycle(&mut self, buffer: Vec<u8>) {
+        if self.free_records.len() < FREE_RECORD_BUFFERS {
+            self.free_records.push(buffer);
+        }
+    }
 }
 
 impl Pending {
@@ -214,6 +255,7 @@ async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<()
         bytes: 0,
         records: 0,
         since: None,
+        scratch: Scratch::default(),
     };
     let mut at_boundary = true;
     let result: Result<(), ConnectError> = async {
@@ -246,6 +288,7 @@ async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<()
             }
             let batch = task.poll().await?;
             at_boundary = batch.boundary == Boundary::Commit;
+            let batch_caught_up = batch.caught_up;
             let polled = batch.records.len();
             setup
                 .shared
@@ -256,6 +299,7 @@ async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<()
             }
             let due = pending.bytes >= COMMIT_BYTES
                 || polled == 0
+                || batch_caught_up
                 || pending.since.is_some_and(|t| t.elapsed() >= LINGER);
             if at_boundary && !pending.is_empty() && due {
                 commit(setup, &log, &mut pending, task.as_mut()).await?;
@@ -278,20 +322,17 @@ fn process(
     log: &Log,
     partitioner: &Partitioner,
     pending: &mut Pending,
-    record: SourceRecord,
+    mut record: SourceRecord,
 ) -> Result<(), ConnectError> {
-    let pkey = serde_json::to_string(&record.source_partition).unwrap_or_default();
-    pending.offsets.insert(
-        pkey,
-        (
-            record.source_partition.clone(),
-            record.source_offset.clone(),
-        ),
-    );
-    pending.since.get_or_insert_with(Instant::now);
-    metrics::observe_source_lag(&setup.shared.source_lag_ms, &record);
     let described = (setup.errors_log && setup.errors_log_include_messages)
         .then(|| crate::convert::describe_record(&record));
+    // Transforms never change a record's source partition or offset (as in Kafka Connect),
+    // so they are taken out here: a record dropped by a transform still advances the offset.
+    let source_partition = std::mem::take(&mut record.source_partition);
+    let source_offset = std::mem::take(&mut record.source_offset);
+    note_offset(pending, source_partition, source_offset);
+    pending.since.get_or_insert_with(Instant::now);
+    metrics::observe_source_lag(&setup.shared.source_lag_ms, &record);
     let skip_or_fail =
         |stage: &str, e: ConnectError| tolerate(setup, stage, e, described.as_deref());
     let transformed = match setup.chain.apply(record) {
@@ -299,25 +340,42 @@ fn process(
         Ok(None) => return Ok(()),
         Err(e) => return skip_or_fail("TRANSFORMATION", e),
     };
-    let key = match setup.converters.key.from_connect_data(
+    let scratch = &mut pending.scratch;
+    scratch.key.clear();
+    let has_key = match setup.converters.key.write_connect_data(
         &transformed.topic,
         transformed.key_schema.as_ref(),
         &transformed.key,
+        &mut scratch.key,
     ) {
         Ok(k) => k,
         Err(e) => return skip_or_fail("KEY_CONVERTER", e.into()),
     };
-    let value = match setup.converters.value.from_connect_data(
+    scratch.value.clear();
+    let has_value = match setup.converters.value.write_connect_data(
         &transformed.topic,
         transformed.value_schema.as_ref(),
         &transformed.value,
+        &mut scratch.value,
     ) {
         Ok(v) => v,
         Err(e) => return skip_or_fail("VALUE_CONVERTER", e.into()),
     };
     let headers = setup.converters.header_bytes(&transformed.headers);
     let topic = transformed.topic;
-    let partitions = ensure_topic(setup, log, &topic)?;
+    let (partitions, compression) = match &scratch.last_topic {
+        Some((name, partitions, compression)) if *name == topic => (*partitions, *compression),
+        _ => {
+            let partitions = ensure_topic(setup, log, &topic)?;
+            let compression = match log.topic_config(&topic).map(|c| c.compression) {
+                Some(TopicCompression::Codec(c)) => c,
+                _ => setup.default_compression,
+            };
+            scratch.last_topic = Some((topic.clone(), partitions, compression));
+            (partitions, compression)
+        }
+    };
+    let key = has_key.then_some(&scratch.key[..]);
     let partition = match transformed.kafka_partition {
         Some(p) if p >= 0 && (p as u32) < partitions => p as u32,
         Some(p) => {
@@ -328,7 +386,7 @@ fn process(
                 )),
             )
         }
-        None => partitioner.partition(key.as_deref(), partitions),
+        None => partitioner.partition(key, partitions),
     };
     let producer = match pending.txn.as_ref() {
         Some(t) => t.producer_fields(),
@@ -339,14 +397,13 @@ fn process(
             f
         }
     };
-    let compression = match log.topic_config(&topic).map(|c| c.compression) {
-        Some(TopicCompression::Codec(c)) => c,
-        _ => setup.default_compression,
+    let by_partition = match pending.builders.get_mut(&topic) {
+        Some(b) => b,
+        None => pending.builders.entry(topic.clone()).or_default(),
     };
-    let builder = pending
-        .builders
-        .entry((topic.clone(), partition))
-        .or_insert_with(|| BatchBuilder::new(compression, producer));
+    let builder = by_partition.entry(partition).or_insert_with(|| {
+        BatchBuilder::with_buffer(compression, producer, pending.scratch.records_buffer())
+    });
     let header_refs: Vec<RecordHeader<'_>> = headers
         .iter()
         .map(|(k, v)| RecordHeader {
@@ -358,16 +415,47 @@ fn process(
     let timestamp = transformed
         .timestamp
         .unwrap_or_else(headwater_log::log::now_ms);
-    builder.append(timestamp, key.as_deref(), value.as_deref(), &header_refs);
+    let scratch = &pending.scratch;
+    builder.append(
+        timestamp,
+        has_key.then_some(&scratch.key[..]),
+        has_value.then_some(&scratch.value[..]),
+        &header_refs,
+    );
     let size = builder.size_bytes();
     pending.bytes += size - before;
     pending.records += 1;
     if size >= BATCH_BYTES {
-        if let Some(b) = pending.builders.remove(&(topic.clone(), partition)) {
+        if let Some(b) = by_partition.remove(&partition) {
             append_to_txn(pending, &topic, partition, b)?;
         }
     }
     Ok(())
+}
+
+/// Remembers `offset` as the newest of `partition` in the open transaction. An empty offset
+/// is covered by a later record's (see [`headwater_api::SourceBatch`]) and changes nothing.
+fn note_offset(pending: &mut Pending, partition: OffsetMap, offset: OffsetMap) {
+    if offset.is_empty() {
+        return;
+    }
+    let scratch = &mut pending.scratch;
+    let key = match &scratch.last_source_partition {
+        Some((last, key)) if *last == partition => key,
+        _ => {
+            let key = serde_json::to_string(&partition).unwrap_or_default();
+            &scratch
+                .last_source_partition
+                .insert((partition.clone(), key))
+                .1
+        }
+    };
+    match pending.offsets.get_mut(key) {
+        Some(slot) => slot.1 = offset,
+        None => {
+            pending.offsets.insert(key.clone(), (partition, offset));
+        }
+    }
 }
 
 fn tolerate(
@@ -425,16 +513,20 @@ fn append_to_txn(
         .txn
         .as_mut()
         .ok_or_else(|| ConnectError::fatal("internal: batch without a transaction"))?;
-    txn.append_builder(topic, partition, builder)
+    let (_, records) = txn
+        .append_builder_reusing(topic, partition, builder, &mut pending.scratch.batch)
         .map_err(log_error)?;
+    pending.scratch.recycle(records);
     Ok(())
 }
 
 /// Moves staged batches into the open log transaction (it stays open).
 fn spill(_log: &Log, pending: &mut Pending) -> Result<(), ConnectError> {
-    let builders: Vec<((String, u32), BatchBuilder)> = pending.builders.drain().collect();
-    for ((topic, partition), b) in builders {
-        append_to_txn(pending, &topic, partition, b)?;
+    let builders: Vec<(String, HashMap<u32, BatchBuilder>)> = pending.builders.drain().collect();
+    for (topic, by_partition) in builders {
+        for (partition, b) in by_partition {
+            append_to_txn(pending, &topic, partition, b)?;
+        }
     }
     pending.bytes = 0;
     Ok(())
@@ -484,6 +576,7 @@ async fn commit(
     pending.records = 0;
     pending.bytes = 0;
     pending.since = None;
+    pending.scratch.last_topic = None;
     setup
         .shared
         .records_written

@@ -28,6 +28,23 @@ pub trait Converter: Send + Sync {
         schema: Option<&SchemaRef>,
         value: &Value,
     ) -> Result<Option<Vec<u8>>, DataError>;
+    /// [`Converter::from_connect_data`] appending to a caller's buffer, which the engine reuses
+    /// from record to record: returns `false` (and appends nothing) for a Kafka null.
+    fn write_connect_data(
+        &self,
+        topic: &str,
+        schema: Option<&SchemaRef>,
+        value: &Value,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, DataError> {
+        match self.from_connect_data(topic, schema, value)? {
+            Some(bytes) => {
+                out.extend_from_slice(&bytes);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
     /// Deserialises bytes (`None` = Kafka null).
     fn to_connect_data(
         &self,
@@ -44,6 +61,15 @@ impl Converter for JsonConverter {
         value: &Value,
     ) -> Result<Option<Vec<u8>>, DataError> {
         JsonConverter::from_connect_data(self, topic, schema, value)
+    }
+    fn write_connect_data(
+        &self,
+        _topic: &str,
+        schema: Option<&SchemaRef>,
+        value: &Value,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, DataError> {
+        JsonConverter::write_connect_data(self, schema, value, out)
     }
     fn to_connect_data(
         &self,

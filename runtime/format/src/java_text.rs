@@ -15,31 +15,52 @@ pub fn write_json_string(out: &mut Vec<u8>, text: &str) {
     out.push(b'"');
     let bytes = text.as_bytes();
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let escape: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            0x08 => b"\\b",
-            0x09 => b"\\t",
-            0x0a => b"\\n",
-            0x0c => b"\\f",
-            0x0d => b"\\r",
-            0x00..=0x1f => {
-                out.extend_from_slice(&bytes[start..i]);
+    while let Some(i) = find_escape(bytes, start) {
+        let b = bytes[i];
+        out.extend_from_slice(&bytes[start..i]);
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            0x08 => out.extend_from_slice(b"\\b"),
+            0x09 => out.extend_from_slice(b"\\t"),
+            0x0a => out.extend_from_slice(b"\\n"),
+            0x0c => out.extend_from_slice(b"\\f"),
+            0x0d => out.extend_from_slice(b"\\r"),
+            _ => {
                 out.extend_from_slice(b"\\u00");
                 out.push(HEX[usize::from(b >> 4)]);
                 out.push(HEX[usize::from(b & 0x0f)]);
-                start = i + 1;
-                continue;
             }
-            _ => continue,
-        };
-        out.extend_from_slice(&bytes[start..i]);
-        out.extend_from_slice(escape);
+        }
         start = i + 1;
     }
     out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
+}
+
+/// The index of the first byte at or after `from` that JSON needs escaped (`"`, `\\` or a
+/// control character), testing eight bytes at a time.
+fn find_escape(bytes: &[u8], from: usize) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let needs = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
+    let mut i = from;
+    while i + 8 <= bytes.len() {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&bytes[i..i + 8]);
+        let w = u64::from_le_bytes(word);
+        // A byte of `x` is zero exactly where the high bit of `(x - ONES) & !x & HIGHS` is set
+        // (no false positives below the first zero byte, which is all that is used here).
+        let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+        let control = w.wrapping_sub(ONES * 0x20) & !w & HIGHS;
+        let hits =
+            control | zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\')));
+        if hits != 0 {
+            return Some(i + (hits.trailing_zeros() / 8) as usize);
+        }
+        i += 8;
+    }
+    (i..bytes.len()).find(|&j| needs(bytes[j]))
 }
 
 /// Appends a `double` as Jackson writes it: `Double.toString` text, and the non-finite values as
@@ -173,6 +194,46 @@ pub fn write_java_big_decimal(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The byte-at-a-time escaping the word-at-a-time scan must agree with.
+    fn escape_reference(text: &str) -> Vec<u8> {
+        let mut out = vec![b'"'];
+        for &b in text.as_bytes() {
+            match b {
+                b'"' => out.extend_from_slice(b"\\\""),
+                b'\\' => out.extend_from_slice(b"\\\\"),
+                0x08 => out.extend_from_slice(b"\\b"),
+                0x09 => out.extend_from_slice(b"\\t"),
+                0x0a => out.extend_from_slice(b"\\n"),
+                0x0c => out.extend_from_slice(b"\\f"),
+                0x0d => out.extend_from_slice(b"\\r"),
+                0x00..=0x1f => out.extend_from_slice(format!("\\u{b:04X}").as_bytes()),
+                _ => out.push(b),
+            }
+        }
+        out.push(b'"');
+        out
+    }
+
+    #[test]
+    fn string_escaping_matches_the_reference_at_every_position() {
+        let pieces = [
+            "a", "\"", "\\", "\n", "\u{1}", "\u{1f}", " ", "~", "é", "€", "\u{7f}", "!",
+        ];
+        let mut seed = 12345u32;
+        for len in 0..40 {
+            for _ in 0..50 {
+                let mut text = String::new();
+                for _ in 0..len {
+                    seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                    text.push_str(pieces[(seed >> 16) as usize % pieces.len()]);
+                }
+                let mut out = Vec::new();
+                write_json_string(&mut out, &text);
+                assert_eq!(out, escape_reference(&text), "{text:?}");
+            }
+        }
+    }
 
     fn d(v: f64) -> String {
         let mut out = Vec::new();

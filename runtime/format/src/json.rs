@@ -339,10 +339,10 @@ impl JsonConverter {
                     }
                 }
             }
-            (SchemaType::Int8, Value::Int8(v)) => out.extend_from_slice(v.to_string().as_bytes()),
-            (SchemaType::Int16, Value::Int16(v)) => out.extend_from_slice(v.to_string().as_bytes()),
-            (SchemaType::Int32, Value::Int32(v)) => out.extend_from_slice(v.to_string().as_bytes()),
-            (SchemaType::Int64, Value::Int64(v)) => out.extend_from_slice(v.to_string().as_bytes()),
+            (SchemaType::Int8, Value::Int8(v)) => write_int(out, *v),
+            (SchemaType::Int16, Value::Int16(v)) => write_int(out, *v),
+            (SchemaType::Int32, Value::Int32(v)) => write_int(out, *v),
+            (SchemaType::Int64, Value::Int64(v)) => write_int(out, *v),
             (SchemaType::Float32, Value::Float32(v)) => write_java_float(out, *v),
             (SchemaType::Float64, Value::Float64(v)) => write_java_double(out, *v),
             (SchemaType::Boolean, Value::Boolean(v)) => {
@@ -423,10 +423,10 @@ impl JsonConverter {
         match value {
             Value::Null => out.extend_from_slice(b"null"),
             Value::Boolean(v) => out.extend_from_slice(if *v { b"true" } else { b"false" }),
-            Value::Int8(v) => out.extend_from_slice(v.to_string().as_bytes()),
-            Value::Int16(v) => out.extend_from_slice(v.to_string().as_bytes()),
-            Value::Int32(v) => out.extend_from_slice(v.to_string().as_bytes()),
-            Value::Int64(v) => out.extend_from_slice(v.to_string().as_bytes()),
+            Value::Int8(v) => write_int(out, *v),
+            Value::Int16(v) => write_int(out, *v),
+            Value::Int32(v) => write_int(out, *v),
+            Value::Int64(v) => write_int(out, *v),
             Value::Float32(v) => write_java_float(out, *v),
             Value::Float64(v) => write_java_double(out, *v),
             Value::String(s) => write_json_string(out, s),
@@ -699,6 +699,11 @@ fn envelope_error() -> DataError {
     DataError::new(
         "JsonConverter with schemas.enable requires \"schema\" and \"payload\" fields and may not contain additional fields. If you are trying to deserialize plain JSON data, set schemas.enable=false in your converter configuration.",
     )
+}
+
+/// Appends an integer's decimal text (as Java prints it) without allocating.
+fn write_int(out: &mut Vec<u8>, v: impl itoa::Integer) {
+    out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
 
 fn write_base64(out: &mut Vec<u8>, bytes: &[u8]) {

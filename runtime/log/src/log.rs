@@ -260,9 +260,19 @@ impl Transaction {
         &mut self,
         topic: &str,
         partition: u32,
-        batch: Vec<u8>,
+        mut batch: Vec<u8>,
     ) -> Result<AppendResult, LogError> {
-        let header = crate::batch::BatchHeader::parse(&batch)?;
+        self.append_slice(topic, partition, &mut batch)
+    }
+
+    /// [`Transaction::append`] of a batch in a caller's buffer (its base offset is set in place).
+    pub fn append_slice(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        batch: &mut [u8],
+    ) -> Result<AppendResult, LogError> {
+        let header = crate::batch::BatchHeader::parse(batch)?;
         if !header.is_transactional()
             || header.is_control()
             || header.producer_id != self.producer_id
@@ -272,7 +282,7 @@ impl Transaction {
                 self.producer_id
             ))));
         }
-        let result = self.log.append(topic, partition, batch)?;
+        let result = self.log.append_slice(topic, partition, batch)?;
         if !self
             .touched
             .iter()
@@ -291,6 +301,20 @@ impl Transaction {
         builder: BatchBuilder,
     ) -> Result<AppendResult, LogError> {
         self.append(topic, partition, builder.build()?)
+    }
+
+    /// Builds `builder` into `scratch` and appends it, handing back the builder's emptied
+    /// records buffer: with both buffers reused, staging a batch allocates nothing.
+    pub fn append_builder_reusing(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        builder: BatchBuilder,
+        scratch: &mut Vec<u8>,
+    ) -> Result<(AppendResult, Vec<u8>), LogError> {
+        let records = builder.build_into(scratch)?;
+        let result = self.append_slice(topic, partition, scratch)?;
+        Ok((result, records))
     }
 
     /// The partitions written so far.
@@ -819,8 +843,18 @@ impl Log {
         partition: u32,
         mut batch: Vec<u8>,
     ) -> Result<AppendResult, LogError> {
+        self.append_slice(topic, partition, &mut batch)
+    }
+
+    /// [`Log::append`] of a batch in a caller's buffer (its base offset is set in place).
+    pub fn append_slice(
+        &self,
+        topic: &str,
+        partition: u32,
+        batch: &mut [u8],
+    ) -> Result<AppendResult, LogError> {
         self.check_writable()?;
-        crate::batch::verify(&batch)?;
+        crate::batch::verify(batch)?;
         let t = self.topic(topic)?;
         let slot =
             t.partitions
@@ -832,7 +866,7 @@ impl Log {
         let now = self.inner.options.clock.now_ms();
         let mut state = lock(&slot.state);
         let header = state
-            .append(&mut batch, &t.config, now)
+            .append(batch, &t.config, now)
             .map_err(|source| LogError::from_io(state.dir(), source))?;
         drop(state);
         slot.dirty.store(true, Ordering::Release);

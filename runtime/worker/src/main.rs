@@ -30,6 +30,12 @@ use crate::cli::{Command, Parsed, WorkerArgs};
 use crate::failure::Failure;
 use crate::settings::Settings;
 
+/// mimalloc instead of the system allocator: the per-record path allocates small values at a
+/// high rate, and glibc's malloc returned and re-faulted large batch buffers (see
+/// docs/decisions.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     match real_main() {
         Ok(()) => ExitCode::SUCCESS,
