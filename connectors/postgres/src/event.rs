@@ -367,8 +367,13 @@ impl EventBuilder {
         }
     }
 
-    pub fn source(&self, table: &TableId, info: &SourceInfo) -> Struct {
-        let mut s = Struct::new(self.source_schema.clone()).expect("source schema is a struct");
+    /// Index of `sequence` in the source block.
+    pub const SOURCE_SEQUENCE: usize = 6;
+    /// Index of `lsn` in the source block.
+    pub const SOURCE_LSN: usize = 12;
+
+    /// The `sequence` text: `["<last commit lsn>","<lsn>"]` with `null` for a missing one.
+    pub fn sequence(last_commit_lsn: Option<i64>, lsn: Option<i64>) -> String {
         fn lsn_text(seq: &mut String, lsn: Option<i64>) {
             match lsn {
                 Some(l) => {
@@ -381,10 +386,29 @@ impl EventBuilder {
         }
         let mut seq = String::with_capacity(48);
         seq.push('[');
-        lsn_text(&mut seq, info.last_commit_lsn);
+        lsn_text(&mut seq, last_commit_lsn);
         seq.push(',');
-        lsn_text(&mut seq, info.lsn);
+        lsn_text(&mut seq, lsn);
         seq.push(']');
+        seq
+    }
+
+    /// A copy of `block` (a source block of the same table and transaction) for the event at
+    /// `lsn`: only `sequence` and `lsn` differ between events of one transaction.
+    pub fn source_for_lsn(block: &Struct, last_commit_lsn: Option<i64>, lsn: i64) -> Struct {
+        let mut s = block.clone();
+        // Both values match their fields by construction.
+        let _ = s.put_at(
+            Self::SOURCE_SEQUENCE,
+            Value::String(Self::sequence(last_commit_lsn, Some(lsn))),
+        );
+        let _ = s.put_at(Self::SOURCE_LSN, Value::Int64(lsn));
+        s
+    }
+
+    pub fn source(&self, table: &TableId, info: &SourceInfo) -> Struct {
+        let mut s = Struct::new(self.source_schema.clone()).expect("source schema is a struct");
+        let seq = Self::sequence(info.last_commit_lsn, info.lsn);
         let vals: [Value; 16] = [
             Value::String(crate::CONNECTOR_VERSION.into()),
             Value::String("postgresql".into()),

@@ -221,6 +221,9 @@ struct Inner {
     next_heartbeat: Option<Instant>,
     /// Regions re-read by a resumed snapshot whose older changes the stream skips.
     skips: Vec<SkipRegion>,
+    /// The source block of the last event: ((its transaction's begin LSN, xid, commit time),
+    /// table, block). Events of one transaction and table differ only in `sequence` and `lsn`.
+    source_cache: Option<((Lsn, u32, i64), TableId, Struct)>,
 }
 
 /// The PostgreSQL source task.
@@ -439,6 +442,7 @@ impl Inner {
             committed_proc: Lsn::INVALID,
             next_heartbeat: None,
             skips: Vec::new(),
+            source_cache: None,
             events,
             cfg,
         };
@@ -1370,12 +1374,23 @@ impl Inner {
             .any(|s| s.covers(&name, key, t.commit_lsn))
     }
 
-    fn stream_source(&self, id: &TableId, lsn: Lsn) -> Struct {
+    fn stream_source(&mut self, id: &TableId, lsn: Lsn) -> Struct {
         let (ts_us, tx, begin) = match &self.txn {
-            Some(t) => (t.ts_us, Some(i64::from(t.xid)), Some(t.begin_lsn.as_i64())),
+            Some(t) => {
+                if let Some((key, table, block)) = &self.source_cache {
+                    if *key == (t.begin_lsn, t.xid, t.ts_us) && table == id {
+                        return EventBuilder::source_for_lsn(
+                            block,
+                            Some(t.begin_lsn.as_i64()),
+                            lsn.as_i64(),
+                        );
+                    }
+                }
+                (t.ts_us, Some(i64::from(t.xid)), Some(t.begin_lsn.as_i64()))
+            }
             None => (crate::event::now_micros_nanos().0, None, None),
         };
-        self.events.source(
+        let block = self.events.source(
             id,
             &SourceInfo {
                 ts_us,
@@ -1384,7 +1399,11 @@ impl Inner {
                 lsn: Some(lsn.as_i64()),
                 tx_id: tx,
             },
-        )
+        );
+        if let Some(t) = &self.txn {
+            self.source_cache = Some(((t.begin_lsn, t.xid, t.ts_us), id.clone(), block.clone()));
+        }
+        block
     }
 
     fn raw<'a>(tuple: &'a TupleData, idx: usize) -> RawColumn<'a> {
@@ -1643,8 +1662,8 @@ impl Inner {
         Ok(())
     }
 
-    fn message_record(&self, lsn: Lsn, prefix: &str, content: &[u8]) -> SourceRecord {
-        let (key_schema, block_schema, value_schema) = &self.message_schemas;
+    fn message_record(&mut self, lsn: Lsn, prefix: &str, content: &[u8]) -> SourceRecord {
+        let (key_schema, block_schema, value_schema) = self.message_schemas.clone();
         let mut key = Struct::new(key_schema.clone()).expect("struct schema");
         let _ = key.put_at(0, Value::String(prefix.to_owned()));
         let mut block = Struct::new(block_schema.clone()).expect("struct schema");

@@ -39,6 +39,22 @@ pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// Appends `value` as at least `width` (at most 19) decimal digits, zero-padded (`{:0width$}`).
+fn push_digits(out: &mut String, value: u64, width: usize) {
+    if width >= 20 || value >= 10u64.pow(width as u32) {
+        out.push_str(itoa::Buffer::new().format(value));
+        return;
+    }
+    let mut buf = [b'0'; 20];
+    let mut v = value;
+    for slot in buf[..width].iter_mut().rev() {
+        *slot = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+    // Only ASCII digits were written.
+    out.push_str(std::str::from_utf8(&buf[..width]).unwrap_or_default());
+}
+
 /// Writes a year as `java.time` does in ISO dates: 4 digits, `+` above 9999, `-` below 0.
 fn push_year(out: &mut String, year: i64) {
     use std::fmt::Write;
@@ -47,40 +63,41 @@ fn push_year(out: &mut String, year: i64) {
     } else if year < 0 {
         let _ = write!(out, "-{:04}", -year);
     } else {
-        let _ = write!(out, "{year:04}");
+        push_digits(out, year as u64, 4);
     }
 }
 
 /// Writes `HH:MM:SS` and then the fraction of `micros_of_day` (0..86_400_000_000 inclusive of
 /// 24:00) either with exactly `width` digits (`Some`) or trimmed of trailing zeros (`None`).
 fn push_time(out: &mut String, micros_of_day: i64, width: Option<usize>) {
-    use std::fmt::Write;
     let secs = micros_of_day.div_euclid(1_000_000);
-    let frac = micros_of_day.rem_euclid(1_000_000);
-    let _ = write!(
-        out,
-        "{:02}:{:02}:{:02}",
-        secs / 3600,
-        (secs / 60) % 60,
-        secs % 60
-    );
+    let frac = micros_of_day.rem_euclid(1_000_000) as u64;
+    push_digits(out, (secs / 3600) as u64, 2);
+    out.push(':');
+    push_digits(out, ((secs / 60) % 60) as u64, 2);
+    out.push(':');
+    push_digits(out, (secs % 60) as u64, 2);
     match width {
         Some(0) => {}
         Some(w) => {
-            let digits = format!("{frac:06}");
             out.push('.');
             if w <= 6 {
-                out.push_str(&digits[..w]);
+                push_digits(out, frac / 10u64.pow(6 - w as u32), w);
             } else {
-                out.push_str(&digits);
+                push_digits(out, frac, 6);
                 out.extend(std::iter::repeat_n('0', w - 6));
             }
         }
         None => {
             if frac != 0 {
-                let digits = format!("{frac:06}");
+                let mut digits = frac;
+                let mut width = 6;
+                while digits.is_multiple_of(10) {
+                    digits /= 10;
+                    width -= 1;
+                }
                 out.push('.');
-                out.push_str(digits.trim_end_matches('0'));
+                push_digits(out, digits, width);
             }
         }
     }
@@ -94,8 +111,11 @@ pub fn zoned_timestamp(unix_micros: i64, width: Option<usize>) -> String {
     let (y, m, d) = civil_from_days(days);
     let mut out = String::with_capacity(32);
     push_year(&mut out, y);
-    use std::fmt::Write;
-    let _ = write!(out, "-{m:02}-{d:02}T");
+    out.push('-');
+    push_digits(&mut out, u64::from(m), 2);
+    out.push('-');
+    push_digits(&mut out, u64::from(d), 2);
+    out.push('T');
     push_time(&mut out, tod, width);
     out.push('Z');
     out
@@ -178,6 +198,25 @@ pub fn interval_iso(months: i32, days: i32, micros: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn digits_are_padded_like_format() {
+        for (v, w) in [
+            (0u64, 2usize),
+            (7, 2),
+            (59, 2),
+            (24, 2),
+            (123, 2),
+            (5, 6),
+            (123_456, 6),
+            (42, 4),
+            (99_999, 4),
+        ] {
+            let mut out = String::new();
+            push_digits(&mut out, v, w);
+            assert_eq!(out, format!("{v:0w$}"));
+        }
+    }
 
     #[test]
     fn calendar_roundtrip() {

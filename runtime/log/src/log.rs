@@ -1291,19 +1291,24 @@ fn flush_dirty_partitions(inner: &Inner) -> Result<(), LogError> {
         return Ok(());
     }
     let files: Vec<&Arc<File>> = work.iter().flat_map(|(_, _, f)| f.iter()).collect();
-    let errors: Vec<io::Error> = if files.len() == 1 {
-        files[0].sync_data().err().into_iter().collect()
-    } else {
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = files
+    // The files are synced in parallel: all but the first on scoped threads, the first on
+    // this thread (a commit touching a topic partition and the offsets partition spawns one).
+    let errors: Vec<io::Error> = match files.split_first() {
+        None => Vec::new(),
+        Some((first, [])) => first.sync_data().err().into_iter().collect(),
+        Some((first, rest)) => std::thread::scope(|scope| {
+            let handles: Vec<_> = rest
                 .iter()
                 .map(|f| scope.spawn(move || f.sync_data()))
                 .collect();
-            handles
-                .into_iter()
-                .filter_map(|h| h.join().ok().and_then(Result::err))
-                .collect()
-        })
+            let mut errors: Vec<io::Error> = first.sync_data().err().into_iter().collect();
+            errors.extend(
+                handles
+                    .into_iter()
+                    .filter_map(|h| h.join().ok().and_then(Result::err)),
+            );
+            errors
+        }),
     };
     if let Some(e) = errors.into_iter().next() {
         return Err(LogError::from_io(&inner.dir, e));
