@@ -22,6 +22,7 @@
 //! Binaries are looked up on `PATH` and in the usual Debian locations; a missing binary is a
 //! [`HarnessError::BinaryNotFound`] whose message says which package to install.
 
+pub mod bench;
 pub mod harness;
 
 pub use harness::{HarnessError, MariaDbServer, PostgresServer};

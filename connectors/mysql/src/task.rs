@@ -896,16 +896,24 @@ impl Inner {
         let mut out = Vec::new();
         let deadline = Instant::now() + self.cfg.poll_interval.max(Duration::from_millis(10));
         let mut closed = false;
+        // Whether the loop ends because the reader had nothing more ready (not a size limit).
+        let mut caught_up = false;
         while let Some(stream) = self.stream.as_mut() {
             let msg = if out.is_empty() && !closed {
                 match tokio::time::timeout_at(deadline.into(), stream.rx.recv()).await {
                     Ok(m) => m,
-                    Err(_) => break,
+                    Err(_) => {
+                        caught_up = true;
+                        break;
+                    }
                 }
             } else {
                 match stream.rx.try_recv() {
                     Ok(m) => Some(m),
-                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        caught_up = true;
+                        break;
+                    }
                     Err(mpsc::error::TryRecvError::Disconnected) => None,
                 }
             };
@@ -931,7 +939,7 @@ impl Inner {
         Ok(SourceBatch {
             records: out,
             boundary,
-            caught_up: false,
+            caught_up,
         })
     }
 

@@ -26,14 +26,13 @@
 //! [--threads N] [--dir DIR]`; the binary defaults to `$CARGO_TARGET_DIR/release/headwater`
 //! (or `target/release/headwater` in the workspace).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use headwater_tests::bench::{
+    committed_offset, cpu_us, default_bin, peak_rss_mb, percentile, OffsetPoller, Worker,
+};
 use headwater_tests::PostgresServer;
 use serde_json::{json, Value};
 
@@ -53,12 +52,8 @@ fn usage() -> ! {
 }
 
 fn parse_args() -> Args {
-    let default_bin = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
-        .join("release/headwater");
     let mut a = Args {
-        bin: default_bin,
+        bin: default_bin(),
         rows: 1_000_000,
         stream_events: 500_000,
         rate: 200,
@@ -87,141 +82,14 @@ fn parse_args() -> Args {
     a
 }
 
-/// One HTTP/1.1 GET, returning the JSON body (Null on any failure).
-fn get(addr: SocketAddr, path: &str) -> Value {
-    let Ok(mut s) = TcpStream::connect(addr) else {
-        return Value::Null;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    if s.write_all(req.as_bytes()).is_err() {
-        return Value::Null;
-    }
-    let mut buf = Vec::new();
-    let _ = s.read_to_end(&mut buf);
-    let text = String::from_utf8_lossy(&buf);
-    let Some((head, body)) = text.split_once("\r\n\r\n") else {
-        return Value::Null;
-    };
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        let mut out = String::new();
-        let mut rest = body;
-        while let Some((size, after)) = rest.split_once("\r\n") {
-            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-            if n == 0 || after.len() < n {
-                break;
-            }
-            out.push_str(&after[..n]);
-            rest = &after[(n + 2).min(after.len())..];
-        }
-        out
-    } else {
-        body.to_owned()
-    };
-    serde_json::from_str(&body).unwrap_or(Value::Null)
-}
-
-/// The connector's committed offset.
-fn offset(addr: SocketAddr) -> Option<Value> {
-    get(addr, "/connectors/bench/offsets")["offsets"]
-        .as_array()?
-        .first()
-        .map(|o| o["offset"].clone())
-}
-
 fn parse_lsn(s: &str) -> u64 {
     let (hi, lo) = s.split_once('/').expect("an LSN");
     (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
 }
 
-/// User + system CPU time of a process, in microseconds.
-fn cpu_us(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
-        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-    // SAFETY: sysconf has no memory effects.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    ticks * 1_000_000 / hz
-}
-
-fn peak_rss_mb(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
-}
-
-struct Worker {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Worker {
-    fn start(bin: &Path, data: &Path, connector: &Path) -> Worker {
-        let mut child = Command::new(bin)
-            .arg("worker")
-            .arg("--data-dir")
-            .arg(data)
-            .args([
-                "--rest-listen",
-                "127.0.0.1:0",
-                "--kafka-listen",
-                "127.0.0.1:0",
-            ])
-            .arg(connector)
-            .env_remove("RUST_LOG")
-            .env_remove("HEADWATER_CONFIG")
-            .env("HEADWATER_LOG_LEVEL", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("WARN") || line.contains("ERROR") || line.contains("snapshot") {
-                    eprintln!("worker: {line}");
-                }
-                if let Some(a) = line
-                    .split_whitespace()
-                    .find_map(|w| w.strip_prefix("rest=http://"))
-                {
-                    let _ = tx.send(a.to_owned());
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the worker did not start")
-            .parse()
-            .unwrap();
-        Worker { child, addr }
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        // SAFETY: signalling a child we spawned and have not reaped.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let _ = self.child.wait();
-    }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
+/// The connector's committed offset.
+fn offset(addr: SocketAddr) -> Option<Value> {
+    committed_offset(addr, "bench")
 }
 
 fn main() {
@@ -278,7 +146,7 @@ fn main() {
     // 1. Snapshot.
     let started = Instant::now();
     let w = Worker::start(&args.bin, &work.path().join("data"), &file);
-    let pid = w.child.id();
+    let pid = w.pid();
     loop {
         if offset(w.addr).is_some_and(|o| o["snapshot_completed"] == Value::Bool(true)) {
             break;
@@ -360,25 +228,7 @@ fn main() {
     );
 
     // 3. Latency: a poller records when each committed offset position became visible.
-    let seen: Arc<Mutex<Vec<(Instant, u64)>>> = Arc::new(Mutex::new(Vec::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let polls = Arc::new(AtomicU64::new(0));
-    let poller = {
-        let (seen, stop, polls, addr) = (seen.clone(), stop.clone(), polls.clone(), w.addr);
-        std::thread::spawn(move || {
-            let mut last = 0;
-            while !stop.load(Ordering::SeqCst) {
-                if let Some(l) = offset(addr).and_then(|o| o["lsn_proc"].as_u64()) {
-                    if l != last {
-                        last = l;
-                        seen.lock().unwrap().push((Instant::now(), l));
-                    }
-                }
-                polls.fetch_add(1, Ordering::Relaxed);
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        })
-    };
+    let poller = OffsetPoller::start(w.addr, "bench", |o| o["lsn_proc"].as_u64());
     let n = args.rate * args.seconds;
     let period = Duration::from_secs_f64(1.0 / args.rate as f64);
     let mut commits: Vec<(Instant, u64)> = Vec::with_capacity(n as usize);
@@ -395,33 +245,15 @@ fn main() {
         ));
         commits.push((Instant::now(), lo));
     }
-    let last_lo = commits.last().map_or(0, |c| c.1);
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(60) {
-        if seen.lock().unwrap().last().is_some_and(|s| s.1 > last_lo) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    stop.store(true, Ordering::SeqCst);
-    poller.join().unwrap();
-    let seen = seen.lock().unwrap();
-    let mut lat: Vec<f64> = commits
-        .iter()
-        .filter_map(|(at, lo)| {
-            let i = seen.partition_point(|s| s.1 <= *lo);
-            seen.get(i)
-                .map(|(t, _)| t.saturating_duration_since(*at).as_secs_f64() * 1000.0)
-        })
-        .collect();
-    lat.sort_by(f64::total_cmp);
+    poller.wait_past(commits.last().map_or(0, |c| c.1), Duration::from_secs(60));
+    let (lat, polls) = poller.finish(&commits);
     let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
     eprintln!(
         "latency: {} commits at {}/s, p50 {p50:.2} ms, p99 {p99:.2} ms, max {:.2} ms ({} offset polls)",
         lat.len(),
         args.rate,
         lat.last().copied().unwrap_or(0.0),
-        polls.load(Ordering::Relaxed)
+        polls
     );
     let rss = peak_rss_mb(pid);
     eprintln!("peak RSS {rss:.1} MB");

@@ -1,0 +1,247 @@
+//! What the benchmark programs (`pg-bench`, `mysql-bench`) share: running the real `headwater`
+//! binary with one connector file, reading the connector's committed offset over REST, a
+//! process's CPU time and peak RSS from `/proc`, and the commit-to-durable latency probe.
+//!
+//! Invariants: the worker is observed only from outside (REST, `/proc`), as a user would; an
+//! offset seen over REST is durable (the engine publishes offsets only after the log
+//! transaction holding their records is committed), so "offset covers position P" means
+//! "every change up to P is durable in the log".
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// `$CARGO_TARGET_DIR/release/headwater`, else the workspace's `target/release/headwater`.
+pub fn default_bin() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
+        .join("release/headwater")
+}
+
+/// One HTTP/1.1 GET, returning the JSON body (Null on any failure).
+pub fn get(addr: SocketAddr, path: &str) -> Value {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return Value::Null;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if s.write_all(req.as_bytes()).is_err() {
+        return Value::Null;
+    }
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+        return Value::Null;
+    };
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut out = String::new();
+        let mut rest = body;
+        while let Some((size, after)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 || after.len() < n {
+                break;
+            }
+            out.push_str(&after[..n]);
+            rest = &after[(n + 2).min(after.len())..];
+        }
+        out
+    } else {
+        body.to_owned()
+    };
+    serde_json::from_str(&body).unwrap_or(Value::Null)
+}
+
+/// The committed offset of `connector`'s first source partition.
+pub fn committed_offset(addr: SocketAddr, connector: &str) -> Option<Value> {
+    get(addr, &format!("/connectors/{connector}/offsets"))["offsets"]
+        .as_array()?
+        .first()
+        .map(|o| o["offset"].clone())
+}
+
+/// User + system CPU time of a process, in microseconds.
+pub fn cpu_us(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no memory effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    ticks * 1_000_000 / hz
+}
+
+/// A process's peak resident set (`VmHWM`) in MB.
+pub fn peak_rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// The value at quantile `p` (0..=1) of sorted figures (0 when there are none).
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// A `headwater worker` process with one connector file, on free ports, in `data`.
+pub struct Worker {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Worker {
+    /// Starts the worker and waits for its REST address; its warnings, errors and snapshot
+    /// progress lines are echoed to stderr with a `worker:` prefix.
+    pub fn start(bin: &Path, data: &Path, connector: &Path) -> Worker {
+        let mut child = Command::new(bin)
+            .arg("worker")
+            .arg("--data-dir")
+            .arg(data)
+            .args([
+                "--rest-listen",
+                "127.0.0.1:0",
+                "--kafka-listen",
+                "127.0.0.1:0",
+            ])
+            .arg(connector)
+            .env_remove("RUST_LOG")
+            .env_remove("HEADWATER_CONFIG")
+            .env("HEADWATER_LOG_LEVEL", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("WARN") || line.contains("ERROR") || line.contains("snapshot") {
+                    eprintln!("worker: {line}");
+                }
+                if let Some(a) = line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("rest=http://"))
+                {
+                    let _ = tx.send(a.to_owned());
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the worker did not start")
+            .parse()
+            .expect("a REST address");
+        Worker { child, addr }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // SAFETY: signalling a child we spawned and have not reaped.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls a connector's committed offset every millisecond and records when the position it
+/// covers (as `position` reads it from the offset) changed.
+pub struct OffsetPoller {
+    seen: Arc<Mutex<Vec<(Instant, u64)>>>,
+    stop: Arc<AtomicBool>,
+    polls: Arc<AtomicU64>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl OffsetPoller {
+    pub fn start(
+        addr: SocketAddr,
+        connector: &str,
+        position: impl Fn(&Value) -> Option<u64> + Send + 'static,
+    ) -> OffsetPoller {
+        let seen: Arc<Mutex<Vec<(Instant, u64)>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let polls = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (seen, stop, polls) = (seen.clone(), stop.clone(), polls.clone());
+            let connector = connector.to_owned();
+            std::thread::spawn(move || {
+                let mut last = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    if let Some(p) = committed_offset(addr, &connector).and_then(|o| position(&o)) {
+                        if p != last {
+                            last = p;
+                            seen.lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .push((Instant::now(), p));
+                        }
+                    }
+                    polls.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+        };
+        OffsetPoller {
+            seen,
+            stop,
+            polls,
+            thread: Some(thread),
+        }
+    }
+
+    /// Waits (up to `limit`) until a position above `position` was seen.
+    pub fn wait_past(&self, position: u64, limit: Duration) {
+        let t = Instant::now();
+        while t.elapsed() < limit {
+            let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+            if seen.last().is_some_and(|s| s.1 > position) {
+                return;
+            }
+            drop(seen);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Stops polling; returns, sorted, each commit's latency in ms (from its instant to the
+    /// first poll that saw a position above its own) and the number of polls made.
+    pub fn finish(mut self, commits: &[(Instant, u64)]) -> (Vec<f64>, u64) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut lat: Vec<f64> = commits
+            .iter()
+            .filter_map(|(at, pos)| {
+                let i = seen.partition_point(|s| s.1 <= *pos);
+                seen.get(i)
+                    .map(|(t, _)| t.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+            })
+            .collect();
+        lat.sort_by(f64::total_cmp);
+        (lat, self.polls.load(Ordering::Relaxed))
+    }
+}
