@@ -88,6 +88,9 @@ pub struct SkippedOps {
     pub truncate: bool,
 }
 
+/// The byte bound of the binlog queue when `max.queue.size.in.bytes` is 0.
+pub const DEFAULT_QUEUE_BYTES: usize = 8 * 1024 * 1024;
+
 /// A parsed, validated configuration.
 #[derive(Clone, Debug)]
 pub struct MySqlConfig {
@@ -111,6 +114,9 @@ pub struct MySqlConfig {
     pub gtid_sources: Selector,
     pub max_batch_size: usize,
     pub max_queue_size: usize,
+    /// Bytes of binlog events buffered ahead of poll (`max.queue.size.in.bytes`; 0 means
+    /// [`DEFAULT_QUEUE_BYTES`]).
+    pub max_queue_size_bytes: usize,
     pub poll_interval: Duration,
     pub keep_alive: bool,
     pub keep_alive_interval: Duration,
@@ -266,6 +272,7 @@ pub fn config_def() -> ConfigDef {
         .define(key("inconsistent.schema.handling.mode", String).default_str("fail").validator(Validator::one_of_case_insensitive(&["fail", "warn", "skip"])).doc("Kept for compatibility: table schemas come from each TABLE_MAP event, so they cannot be inconsistent."))
         .define(key("max.batch.size", Int).default_str("2048").validator(Validator::at_least(1.0)).doc("Maximum records per poll."))
         .define(key("max.queue.size", Int).default_str("8192").validator(Validator::at_least(1.0)).doc("Maximum binlog events buffered ahead of poll."))
+        .define(key("max.queue.size.in.bytes", Long).default_str("0").validator(Validator::at_least(0.0)).doc("Maximum bytes of binlog events buffered ahead of poll; 0 (the default) means 8 MiB (Debezium treats 0 as unbounded, which lets a burst of large row events fill the heap)."))
         .define(key("poll.interval.ms", Long).default_str("500").validator(Validator::at_least(0.0)).doc("How long poll waits for new changes."))
         .define(key("schema.history.internal", String).default_null().doc("Accepted and unused: schemas come from TABLE_MAP metadata, no history topic is needed."))
         .define(key("schema.history.internal.kafka.topic", String).default_null().doc("Accepted and unused (see schema.history.internal)."))
@@ -451,6 +458,10 @@ impl MySqlConfig {
             gtid_sources: selector(&p, "gtid.source.includes", "gtid.source.excludes"),
             max_batch_size: usize::try_from(long("max.batch.size")).unwrap_or(2048),
             max_queue_size: usize::try_from(long("max.queue.size")).unwrap_or(8192),
+            max_queue_size_bytes: match usize::try_from(long("max.queue.size.in.bytes")) {
+                Ok(0) | Err(_) => DEFAULT_QUEUE_BYTES,
+                Ok(n) => n.min(u32::MAX as usize),
+            },
             poll_interval: ms("poll.interval.ms"),
             keep_alive: p.get_bool("connect.keep.alive").unwrap_or(true),
             keep_alive_interval: ms("connect.keep.alive.interval.ms"),
@@ -503,6 +514,10 @@ mod tests {
         assert!(c.skipped.truncate && !c.skipped.create);
         assert_eq!(c.mapping, MappingConfig::default());
         assert_eq!(c.max_batch_size, 2048);
+        assert_eq!(
+            c.max_queue_size_bytes, DEFAULT_QUEUE_BYTES,
+            "0 means the built-in byte bound"
+        );
         assert_eq!(c.poll_interval, Duration::from_millis(500));
         let m = MySqlConfig::parse(&props(&[(
             "connector.class",

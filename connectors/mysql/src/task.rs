@@ -36,7 +36,7 @@ use mysql_async::binlog::events::{EventData, RowsEventData};
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStreamRequest, Conn, OptsBuilder, Value as MyValue};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
 use crate::binlog::{self, mariadb_event, MariaGtid, MariaGtidPos, MySqlGtidSet};
@@ -177,8 +177,10 @@ struct Hdr {
     ts: u32,
 }
 
+/// The binlog reader's queue: each message holds permits of the queue's byte budget (its
+/// event's size) until it has been handled, so the queue is bounded by bytes as well as count.
 struct Stream {
-    rx: mpsc::Receiver<BinMsg>,
+    rx: mpsc::Receiver<(BinMsg, OwnedSemaphorePermit)>,
     reader: JoinHandle<()>,
 }
 
@@ -795,6 +797,8 @@ impl Inner {
             .map_err(|e| my_err("requesting the binlog stream", e))?;
         tracing::info!(file = %self.pos.file, pos = self.pos.pos, gtids = %self.pos.gtids, gtid_positioning = use_gtid, "streaming the binlog");
         let (tx, rx) = mpsc::channel(self.cfg.max_queue_size.max(16));
+        let queue_bytes = self.cfg.max_queue_size_bytes.clamp(1, u32::MAX as usize);
+        let budget = Arc::new(Semaphore::new(queue_bytes));
         let checksums_on = self.checksums_on;
         let mut current_file = self.pos.file.clone();
         let reader = tokio::spawn(async move {
@@ -803,13 +807,15 @@ impl Inner {
                 let ev = match ev {
                     Ok(ev) => ev,
                     Err(e) => {
-                        let _ = tx
-                            .send(BinMsg::Failed(my_err("reading the binlog", e)))
-                            .await;
+                        let failed = BinMsg::Failed(my_err("reading the binlog", e));
+                        if let Ok(p) = budget.clone().acquire_owned().await {
+                            let _ = tx.send((failed, p)).await;
+                        }
                         return;
                     }
                 };
                 let h = ev.header();
+                let cost = (h.event_size() as usize).clamp(1, queue_bytes) as u32;
                 let hdr = Hdr {
                     start: u64::from(h.log_pos()).saturating_sub(u64::from(h.event_size())),
                     next: u64::from(h.log_pos()),
@@ -865,16 +871,20 @@ impl Inner {
                 };
                 if let Some(m) = msg {
                     let fail = matches!(m, BinMsg::Failed(_));
-                    if tx.send(m).await.is_err() || fail {
+                    let Ok(permit) = budget.clone().acquire_many_owned(cost).await else {
+                        return;
+                    };
+                    if tx.send((m, permit)).await.is_err() || fail {
                         return;
                     }
                 }
             }
-            let _ = tx
-                .send(BinMsg::Failed(ConnectError::retriable(
-                    "the server closed the binlog stream",
-                )))
-                .await;
+            let closed = BinMsg::Failed(ConnectError::retriable(
+                "the server closed the binlog stream",
+            ));
+            if let Ok(p) = budget.acquire_owned().await {
+                let _ = tx.send((closed, p)).await;
+            }
         });
         self.stream = Some(Stream { rx, reader });
         self.phase = Phase::Stream;
@@ -917,11 +927,12 @@ impl Inner {
                     Err(mpsc::error::TryRecvError::Disconnected) => None,
                 }
             };
-            let Some(msg) = msg else {
+            let Some((msg, _queued_bytes)) = msg else {
                 return Err(ConnectError::retriable(
                     "the binlog reader stopped unexpectedly",
                 ));
             };
+            // `_queued_bytes` goes back to the reader's budget once the message is handled.
             if self.handle(msg, &mut out).await? {
                 closed = true;
                 if out.len() >= self.cfg.max_batch_size {
