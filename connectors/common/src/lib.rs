@@ -2,5 +2,7 @@
 //!
 //! - [`name_filter`]: Debezium's include/exclude lists (comma-separated, anchored,
 //!   case-insensitive regular expressions over qualified names).
+//! - [`text`]: allocation-free number text for timestamps and times.
 
 pub mod name_filter;
+pub mod text;

@@ -108,7 +108,8 @@ fn offset_bool(o: &OffsetMap, k: &str) -> Option<bool> {
 
 /// What the snapshot reader sends.
 enum SnapMsg {
-    Row(usize, Vec<MyValue>),
+    /// A row of table `usize`, decoded by the reader into its row struct.
+    Row(usize, Struct),
     TableEnd,
     Finished,
     Failed(ConnectError),
@@ -120,9 +121,11 @@ struct Snapshot {
     tables: Vec<Arc<TableSchema>>,
     start: Position,
     ts_sec: i64,
-    pending: Option<(usize, Vec<MyValue>, bool)>,
+    pending: Option<(usize, Struct, bool)>,
     table_ended: bool,
     emitted: u64,
+    /// Per table, the `source` block of its records marked `snapshot: true` (built once).
+    source_blocks: Vec<Option<Struct>>,
 }
 
 /// The before and after images of one row (either may be absent).
@@ -548,6 +551,8 @@ impl Inner {
             })
             .collect();
         let extended = self.cfg.locking_mode == LockingMode::Extended && global_lock;
+        let reader_tables = tables.clone();
+        let mapping = self.cfg.mapping;
         let reader = tokio::spawn(async move {
             let mut failed = None;
             for (i, sql) in queries.iter().enumerate() {
@@ -572,7 +577,15 @@ impl Inner {
                 while let Some(row) = stream.next().await {
                     match row {
                         Ok(r) => {
-                            if tx.send(SnapMsg::Row(i, r.unwrap())).await.is_err() {
+                            // Rows are decoded here, on the reader's task, in parallel with
+                            // the task turning earlier rows into records.
+                            let msg = match reader_tables[i].row(&mapping, Origin::Text, r.unwrap())
+                            {
+                                Ok(st) => SnapMsg::Row(i, st),
+                                Err(e) => SnapMsg::Failed(ConnectError::data(e.to_string())),
+                            };
+                            let fail = matches!(msg, SnapMsg::Failed(_));
+                            if tx.send(msg).await.is_err() || fail {
                                 return;
                             }
                         }
@@ -607,6 +620,7 @@ impl Inner {
             .unwrap_or_default()
             .as_secs() as i64;
         tracing::info!(file = %start.file, pos = start.pos, gtids = %start.gtids, tables = tables.len(), "snapshot started");
+        let n_tables = tables.len();
         self.phase = Phase::Snapshot(Box::new(Snapshot {
             rx,
             reader,
@@ -616,6 +630,7 @@ impl Inner {
             pending: None,
             table_ended: false,
             emitted: 0,
+            source_blocks: vec![None; n_tables],
         }));
         Ok(())
     }
@@ -635,36 +650,42 @@ impl Inner {
         o
     }
 
+    /// A snapshot record without its offset: the last record of each batch gets the offset
+    /// that covers the batch (see `poll_snapshot`), as the engine keeps only that one.
     fn snapshot_record(
         &self,
-        s: &Snapshot,
+        s: &mut Snapshot,
         idx: usize,
-        vals: Vec<MyValue>,
+        row: Struct,
         marker: &'static str,
-        last: bool,
-    ) -> Result<SourceRecord, ConnectError> {
+    ) -> SourceRecord {
+        let source = match (marker, &s.source_blocks[idx]) {
+            ("true", Some(block)) => block.clone(),
+            _ => {
+                let ts = &s.tables[idx];
+                let block = self.events.source(
+                    &ts.id.db,
+                    Some(&ts.id.table),
+                    &SourceInfo {
+                        ts_sec: s.ts_sec,
+                        snapshot: Some(marker),
+                        server_id: 0,
+                        gtid: None,
+                        file: s.start.file.clone(),
+                        pos: s.start.pos as i64,
+                        row: 0,
+                    },
+                );
+                if marker == "true" {
+                    s.source_blocks[idx] = Some(block.clone());
+                }
+                block
+            }
+        };
         let ts = &s.tables[idx];
-        let row = ts
-            .row(&self.cfg.mapping, Origin::Text, vals)
-            .map_err(|e| ConnectError::data(e.to_string()))?;
-        let source = self.events.source(
-            &ts.id.db,
-            Some(&ts.id.table),
-            &SourceInfo {
-                ts_sec: s.ts_sec,
-                snapshot: Some(marker),
-                server_id: 0,
-                gtid: None,
-                file: s.start.file.clone(),
-                pos: s.start.pos as i64,
-                row: 0,
-            },
-        );
         let key = ts.key_of(&row);
         let value = self.events.envelope(ts, None, Some(row), source, "r");
-        Ok(self
-            .events
-            .record(ts, self.snapshot_offset(s, last), key, Some(value)))
+        self.events.record(ts, OffsetMap::new(), key, Some(value))
     }
 
     async fn poll_snapshot(&mut self) -> Result<SourceBatch, ConnectError> {
@@ -692,7 +713,7 @@ impl Inner {
                         let last_in_table = s.table_ended || pi != i;
                         let marker =
                             self.marker(s.emitted == 0, false, first_in_table, last_in_table);
-                        out.push(self.snapshot_record(&s, pi, pv, marker, false)?);
+                        out.push(self.snapshot_record(&mut s, pi, pv, marker));
                         s.emitted += 1;
                     }
                     let first_in_table = s.table_ended
@@ -708,7 +729,9 @@ impl Inner {
                     match s.pending.take() {
                         Some((pi, pv, first_in_table)) => {
                             let marker = self.marker(s.emitted == 0, true, first_in_table, true);
-                            out.push(self.snapshot_record(&s, pi, pv, marker, true)?);
+                            let mut rec = self.snapshot_record(&mut s, pi, pv, marker);
+                            rec.source_offset = self.snapshot_offset(&s, true);
+                            out.push(rec);
                         }
                         None => {
                             // Nothing to snapshot: no record can carry the offset, so streaming
@@ -736,6 +759,9 @@ impl Inner {
             if out.len() >= self.cfg.max_batch_size {
                 break;
             }
+        }
+        if let Some(last) = out.last_mut() {
+            last.source_offset = self.snapshot_offset(&s, false);
         }
         self.phase = Phase::Snapshot(s);
         Ok(SourceBatch {

@@ -258,32 +258,39 @@ fn parse_time_text(s: &str) -> Option<i64> {
     let h: i64 = it.next()?.parse().ok()?;
     let mi: i64 = it.next()?.parse().ok()?;
     let se: i64 = it.next()?.parse().ok()?;
-    let mut us: i64 = 0;
-    if !frac.is_empty() {
-        let digits: String = frac.chars().take(6).collect();
-        us = format!("{digits:0<6}").parse().ok()?;
-    }
+    let us = headwater_connector_common::text::micros_of_fraction(frac)?;
     let v = ((h * 60 + mi) * 60 + se) * 1_000_000 + us;
     Some(if neg { -v } else { v })
 }
 
 /// ISO-8601 UTC text of an instant with `fsp` fraction digits (Debezium's ZonedTimestamp).
 pub fn zoned_timestamp(epoch_micros: i64, fsp: u32) -> String {
+    use headwater_connector_common::text::push_digits;
     let days = epoch_micros.div_euclid(86_400_000_000);
     let rem = epoch_micros.rem_euclid(86_400_000_000);
     let (y, m, d) = civil_from_days(days);
     let secs = rem / 1_000_000;
     let us = rem % 1_000_000;
-    let mut s = format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    );
+    let mut s = String::with_capacity(32);
+    let two = |s: &mut String, v: i64, sep: char| {
+        push_digits(s, v as u64, 2);
+        s.push(sep);
+    };
+    if (0..=9999).contains(&y) {
+        push_digits(&mut s, y as u64, 4);
+    } else {
+        s.push_str(&format!("{y:04}"));
+    }
+    s.push('-');
+    two(&mut s, i64::from(m), '-');
+    two(&mut s, i64::from(d), 'T');
+    two(&mut s, secs / 3600, ':');
+    two(&mut s, secs / 60 % 60, ':');
+    push_digits(&mut s, (secs % 60) as u64, 2);
     if fsp > 0 {
-        let frac = format!("{us:06}");
+        let w = fsp.min(6);
         s.push('.');
-        s.push_str(&frac[..fsp.min(6) as usize]);
+        push_digits(&mut s, (us / 10i64.pow(6 - w)) as u64, w as usize);
     }
     s.push('Z');
     s

@@ -39,21 +39,7 @@ pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// Appends `value` as at least `width` (at most 19) decimal digits, zero-padded (`{:0width$}`).
-fn push_digits(out: &mut String, value: u64, width: usize) {
-    if width >= 20 || value >= 10u64.pow(width as u32) {
-        out.push_str(itoa::Buffer::new().format(value));
-        return;
-    }
-    let mut buf = [b'0'; 20];
-    let mut v = value;
-    for slot in buf[..width].iter_mut().rev() {
-        *slot = b'0' + (v % 10) as u8;
-        v /= 10;
-    }
-    // Only ASCII digits were written.
-    out.push_str(std::str::from_utf8(&buf[..width]).unwrap_or_default());
-}
+use headwater_connector_common::text::push_digits;
 
 /// Writes a year as `java.time` does in ISO dates: 4 digits, `+` above 9999, `-` below 0.
 fn push_year(out: &mut String, year: i64) {
@@ -198,25 +184,6 @@ pub fn interval_iso(months: i32, days: i32, micros: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn digits_are_padded_like_format() {
-        for (v, w) in [
-            (0u64, 2usize),
-            (7, 2),
-            (59, 2),
-            (24, 2),
-            (123, 2),
-            (5, 6),
-            (123_456, 6),
-            (42, 4),
-            (99_999, 4),
-        ] {
-            let mut out = String::new();
-            push_digits(&mut out, v, w);
-            assert_eq!(out, format!("{v:0w$}"));
-        }
-    }
 
     #[test]
     fn calendar_roundtrip() {
