@@ -314,6 +314,18 @@ impl EventBuilder {
     }
 
     /// The source block of an event on `table` (`None` for database-level DDL).
+    /// Index of `row` in the source block.
+    pub const SOURCE_ROW: usize = 14;
+
+    /// A copy of `block` (the source block of another row of the same rows event) for row
+    /// `row` of the event.
+    pub fn source_for_row(block: &Struct, row: i32) -> Struct {
+        let mut s = block.clone();
+        // An int32 matches the `row` field by construction.
+        let _ = s.put_at(Self::SOURCE_ROW, Value::Int32(row));
+        s
+    }
+
     pub fn source(&self, db: &str, table: Option<&str>, info: &SourceInfo) -> Struct {
         let mut s = Struct::new(self.source_schema.clone()).expect("source schema is a struct");
         let ms = info.ts_sec.saturating_mul(1000);

@@ -1153,9 +1153,11 @@ impl Inner {
                 } else {
                     None
                 };
+                // One source block per rows event: its rows differ only in `row`. Row records
+                // carry no offset: the engine commits only at transaction ends, where the held
+                // last record gets the boundary offset that covers them all.
+                let mut block: Option<Struct> = None;
                 for (ri, (before, after)) in rows.into_iter().enumerate() {
-                    let txn = self.txn.as_ref().expect("transaction open");
-                    let offset = self.mid_offset(txn, ri as i64, i64::from(hdr.ts), hdr.server_id);
                     let info = SourceInfo {
                         ts_sec: i64::from(hdr.ts),
                         snapshot: None,
@@ -1174,7 +1176,15 @@ impl Inner {
                     };
                     let before = conv(before)?;
                     let after = conv(after)?;
-                    self.emit_row(&ts, kind, before, after, offset, &info, out);
+                    let source = match &block {
+                        Some(b) => EventBuilder::source_for_row(b, ri as i32),
+                        None => {
+                            let b = self.events.source(&ts.id.db, Some(&ts.id.table), &info);
+                            block = Some(b.clone());
+                            b
+                        }
+                    };
+                    self.emit_row(&ts, kind, before, after, OffsetMap::new(), source, out);
                 }
                 Ok(false)
             }
@@ -1229,18 +1239,17 @@ impl Inner {
         before: Option<Struct>,
         after: Option<Struct>,
         offset: OffsetMap,
-        info: &SourceInfo,
+        source_block: Struct,
         out: &mut Vec<SourceRecord>,
     ) {
         let skipped = self.cfg.skipped;
-        let source = || self.events.source(&ts.id.db, Some(&ts.id.table), info);
         match kind {
             RowKind::Insert => {
                 if skipped.create {
                     return;
                 }
                 let key = after.as_ref().and_then(|a| ts.key_of(a));
-                let v = self.events.envelope(ts, None, after, source(), "c");
+                let v = self.events.envelope(ts, None, after, source_block, "c");
                 let rec = self.events.record(ts, offset, key, Some(v));
                 self.push(rec, out);
             }
@@ -1252,7 +1261,9 @@ impl Inner {
                 let new_key = after.as_ref().and_then(|a| ts.key_of(a));
                 if old_key != new_key && ts.key_schema.is_some() {
                     // Primary-key change: delete (+ tombstone) of the old key, create of the new.
-                    let v = self.events.envelope(ts, before, None, source(), "d");
+                    let v = self
+                        .events
+                        .envelope(ts, before, None, source_block.clone(), "d");
                     let mut del = self
                         .events
                         .record(ts, offset.clone(), old_key.clone(), Some(v));
@@ -1267,7 +1278,7 @@ impl Inner {
                         t.headers = del.headers.clone();
                         t
                     });
-                    let v = self.events.envelope(ts, None, after, source(), "c");
+                    let v = self.events.envelope(ts, None, after, source_block, "c");
                     let mut cre = self.events.record(ts, offset, new_key, Some(v));
                     if let Some(ok) = &old_key {
                         cre.headers
@@ -1279,7 +1290,7 @@ impl Inner {
                     }
                     self.push(cre, out);
                 } else {
-                    let v = self.events.envelope(ts, before, after, source(), "u");
+                    let v = self.events.envelope(ts, before, after, source_block, "u");
                     let rec = self.events.record(ts, offset, new_key, Some(v));
                     self.push(rec, out);
                 }
@@ -1289,7 +1300,7 @@ impl Inner {
                     return;
                 }
                 let key = before.as_ref().and_then(|b| ts.key_of(b));
-                let v = self.events.envelope(ts, before, None, source(), "d");
+                let v = self.events.envelope(ts, before, None, source_block, "d");
                 let rec = self.events.record(ts, offset.clone(), key.clone(), Some(v));
                 self.push(rec, out);
                 if self.cfg.tombstones_on_delete {

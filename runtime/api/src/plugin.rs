@@ -82,11 +82,11 @@ pub enum Boundary {
 
 /// What one [`SourceTask::poll`] returns.
 ///
-/// Offsets: the engine stores, per source partition, the offset of the last record of the
-/// batch that carries a non-empty one (it commits only between batches). A record may
-/// therefore carry an empty `source_offset` when a later record of the same partition in the
-/// same batch carries the offset that covers it; sources use this to avoid building an offset
-/// per record.
+/// Offsets: the engine stores, per source partition, the newest non-empty offset it has seen
+/// when it commits, and it commits only between batches that end on [`Boundary::Commit`]. A
+/// record may therefore carry an empty `source_offset` when a later record of the same
+/// partition, in the same batch or in a later one before the next commit boundary, carries the
+/// offset that covers it; sources use this to avoid building an offset per record.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SourceBatch {
     pub records: Vec<SourceRecord>,
