@@ -245,3 +245,140 @@ impl OffsetPoller {
         (lat, self.polls.load(Ordering::Relaxed))
     }
 }
+
+/// The command line of the benchmark programs.
+pub struct BenchArgs {
+    pub bin: PathBuf,
+    pub rows: u64,
+    pub stream_events: u64,
+    pub rate: u64,
+    pub seconds: u64,
+    /// `--threads` (only where the program takes it).
+    pub threads: u64,
+    pub dir: Option<PathBuf>,
+}
+
+impl BenchArgs {
+    /// Parses the process's arguments for `program`; `--threads` is accepted when `threads`.
+    /// A bad argument prints the usage line and exits with code 2.
+    pub fn parse(program: &str, threads: bool) -> BenchArgs {
+        let usage = || -> ! {
+            let t = if threads { " [--threads N]" } else { "" };
+            eprintln!("usage: {program} [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N]{t} [--dir DIR]");
+            std::process::exit(2)
+        };
+        let mut a = BenchArgs {
+            bin: default_bin(),
+            rows: 1_000_000,
+            stream_events: 500_000,
+            rate: 200,
+            seconds: 20,
+            threads: 2,
+            dir: None,
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(arg) = it.next() {
+            let mut num = || -> u64 {
+                it.next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| usage())
+            };
+            match arg.as_str() {
+                "--rows" => a.rows = num(),
+                "--stream-events" => a.stream_events = num(),
+                "--rate" => a.rate = num().max(1),
+                "--seconds" => a.seconds = num(),
+                "--threads" if threads => a.threads = num().max(1),
+                "--bin" => a.bin = PathBuf::from(it.next().unwrap_or_else(|| usage())),
+                "--dir" => a.dir = Some(PathBuf::from(it.next().unwrap_or_else(|| usage()))),
+                _ => usage(),
+            }
+        }
+        assert!(
+            a.bin.exists(),
+            "{} does not exist: build it with `cargo build --release -p headwater` or pass --bin",
+            a.bin.display()
+        );
+        a
+    }
+
+    /// A fresh work directory (removed when dropped) under `--dir`, else the current one.
+    pub fn work_dir(&self, prefix: &str) -> tempfile::TempDir {
+        let base = self
+            .dir
+            .clone()
+            .unwrap_or_else(|| std::env::current_dir().expect("a current directory"));
+        std::fs::create_dir_all(&base).expect("the work directory's parent");
+        tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir_in(&base)
+            .expect("a work directory")
+    }
+}
+
+/// Runs `commit(i)` for `i in 0..rate*seconds`, paced at `rate` per second; each returns the
+/// instant its commit returned and the position that covers it (see [`OffsetPoller::finish`]).
+pub fn paced_commits(
+    rate: u64,
+    seconds: u64,
+    mut commit: impl FnMut(u64) -> (Instant, u64),
+) -> Vec<(Instant, u64)> {
+    let n = rate * seconds;
+    let period = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
+    let mut commits = Vec::with_capacity(n as usize);
+    let begin = Instant::now();
+    for i in 0..n {
+        let due = begin + period * i as u32;
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        commits.push(commit(i));
+    }
+    commits
+}
+
+/// A benchmark's figures, printed as the summary's last lines and the final JSON line.
+pub struct Figures {
+    pub rows: u64,
+    pub stream_events: u64,
+    pub snapshot_rows_s: f64,
+    pub stream_events_s: f64,
+    pub snapshot_cpu_us_per_row: f64,
+    pub stream_cpu_us_per_event: f64,
+    /// Sorted latencies in ms.
+    pub latencies: Vec<f64>,
+    pub rate: u64,
+    pub polls: u64,
+    pub peak_rss_mb: f64,
+}
+
+impl Figures {
+    /// Prints the latency and RSS summary lines and the final JSON line (with `extra` fields).
+    pub fn print(&self, extra: serde_json::Value) {
+        let lat = &self.latencies;
+        let (p50, p99) = (percentile(lat, 0.5), percentile(lat, 0.99));
+        eprintln!(
+            "latency: {} commits at {}/s, p50 {p50:.2} ms, p99 {p99:.2} ms, max {:.2} ms ({} offset polls)",
+            lat.len(),
+            self.rate,
+            lat.last().copied().unwrap_or(0.0),
+            self.polls
+        );
+        eprintln!("peak RSS {:.1} MB", self.peak_rss_mb);
+        let round = |v: f64, digits: i32| (v * 10f64.powi(digits)).round() / 10f64.powi(digits);
+        let mut out = serde_json::json!({
+            "rows": self.rows, "stream_events": self.stream_events, "latency_commits": lat.len(),
+            "snapshot_rows_s": self.snapshot_rows_s.round(),
+            "stream_events_s": self.stream_events_s.round(),
+            "latency_p50_ms": round(p50, 2),
+            "latency_p99_ms": round(p99, 2),
+            "peak_rss_mb": round(self.peak_rss_mb, 1),
+            "snapshot_cpu_us_per_row": round(self.snapshot_cpu_us_per_row, 2),
+            "stream_cpu_us_per_event": round(self.stream_cpu_us_per_event, 2),
+        });
+        if let (Some(o), Value::Object(e)) = (out.as_object_mut(), extra) {
+            o.extend(e);
+        }
+        println!("{out}");
+    }
+}

@@ -24,5 +24,6 @@
 
 pub mod bench;
 pub mod harness;
+pub mod rng;
 
 pub use harness::{HarnessError, MariaDbServer, PostgresServer};

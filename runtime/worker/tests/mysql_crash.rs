@@ -23,27 +23,13 @@ use std::time::{Duration, Instant};
 
 use common::{http, wait_until, Worker};
 use headwater_log::{Isolation, Log, LogOptions};
+use headwater_tests::rng::Rng;
 use headwater_tests::MariaDbServer;
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
 
 const ROWS: u64 = 100_000;
 const TOPIC: &str = "crash.crash.items";
-
-/// A tiny deterministic PRNG (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Commits transactions of 1-4 statements (updates of random keys, inserts of new keys) until
 /// told to stop; `model` holds each key's committed `v`.
@@ -53,7 +39,7 @@ fn writer(server: &MariaDbServer, stop: &AtomicBool, model: &Mutex<HashMap<u64, 
         .build()
         .unwrap();
     let mut conn = rt.block_on(server.connect("crash")).unwrap();
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed);
     let mut next_id = ROWS + 1;
     while !stop.load(Ordering::SeqCst) {
         let mut changed: Vec<(u64, Option<u64>)> = Vec::new();
@@ -151,7 +137,7 @@ fn sigkill_during_snapshot_and_streaming_loses_and_repeats_nothing() {
         .unwrap()
         .as_nanos() as u64;
     eprintln!("seed {seed}");
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed);
     let server = Arc::new(MariaDbServer::start().expect("MariaDB"));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -198,7 +184,7 @@ fn sigkill_during_snapshot_and_streaming_loses_and_repeats_nothing() {
     let stop = Arc::new(AtomicBool::new(false));
     let writer_thread = {
         let (server, stop, model) = (server.clone(), stop.clone(), model.clone());
-        let seed = rng.next();
+        let seed = rng.next_u64();
         std::thread::spawn(move || writer(&server, &stop, &model, seed))
     };
     for round in 0..3 {

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use common::{http, wait_until};
 use headwater_log::{Isolation, Log, LogOptions};
+use headwater_tests::rng::Rng;
 use headwater_tests::PostgresServer;
 use serde_json::Value;
 
@@ -114,21 +115,6 @@ impl Drop for Worker {
     }
 }
 
-/// A tiny deterministic PRNG (xorshift64*), so a failure can be replayed with its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 fn parse_lsn(s: &str) -> u64 {
     let (hi, lo) = s.split_once('/').expect("an LSN");
     (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
@@ -151,7 +137,7 @@ fn writer(server: &PostgresServer, stop: &AtomicBool, model: &Mutex<Model>, seed
         .unwrap();
     rt.block_on(async move {
         let mut client = server.connect("crash").await.expect("writer connects");
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let mut live: Vec<i64> = (1..=ROWS).collect();
         let mut value: HashMap<i64, i64> = HashMap::new();
         let mut next_id = 10_000_000i64;
@@ -388,7 +374,7 @@ fn sigkill_during_snapshot_and_streaming_loses_and_repeats_nothing() {
                 | 1
         });
     eprintln!("crash test seed {seed} (CRASH_SEED={seed} replays the writer and kill times)");
-    let mut rng = Rng(seed ^ 0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng::new(seed ^ 0x9E37_79B9_7F4A_7C15);
     let model = Arc::new(Mutex::new(Model::default()));
     let stop = AtomicBool::new(false);
     let samples = std::thread::scope(|scope| {

@@ -22,58 +22,14 @@
 //! mysql-bench -- [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N]
 //! [--dir DIR]`.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use headwater_tests::bench::{
-    committed_offset, cpu_us, default_bin, peak_rss_mb, percentile, OffsetPoller, Worker,
+    committed_offset, cpu_us, paced_commits, peak_rss_mb, BenchArgs, Figures, OffsetPoller, Worker,
 };
 use headwater_tests::MariaDbServer;
 use mysql_async::prelude::Queryable;
 use serde_json::{json, Value};
-
-struct Args {
-    bin: PathBuf,
-    rows: u64,
-    stream_events: u64,
-    rate: u64,
-    seconds: u64,
-    dir: Option<PathBuf>,
-}
-
-fn usage() -> ! {
-    eprintln!("usage: mysql-bench [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N] [--dir DIR]");
-    std::process::exit(2)
-}
-
-fn parse_args() -> Args {
-    let mut a = Args {
-        bin: default_bin(),
-        rows: 1_000_000,
-        stream_events: 500_000,
-        rate: 200,
-        seconds: 20,
-        dir: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut num = || -> u64 {
-            it.next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| usage())
-        };
-        match arg.as_str() {
-            "--rows" => a.rows = num(),
-            "--stream-events" => a.stream_events = num(),
-            "--rate" => a.rate = num().max(1),
-            "--seconds" => a.seconds = num(),
-            "--bin" => a.bin = PathBuf::from(it.next().unwrap_or_else(|| usage())),
-            "--dir" => a.dir = Some(PathBuf::from(it.next().unwrap_or_else(|| usage()))),
-            _ => usage(),
-        }
-    }
-    a
-}
 
 /// A binlog position as one ordered number: file sequence number (the `.000123` suffix) in
 /// the high half, byte position in the low half.
@@ -104,21 +60,8 @@ fn insert_range(from: u64, to: u64, note_prefix: &str) -> String {
 }
 
 fn main() {
-    let args = parse_args();
-    assert!(
-        args.bin.exists(),
-        "{} does not exist: build it with `cargo build --release -p headwater` or pass --bin",
-        args.bin.display()
-    );
-    let base = args
-        .dir
-        .clone()
-        .unwrap_or_else(|| std::env::current_dir().unwrap());
-    std::fs::create_dir_all(&base).unwrap();
-    let work = tempfile::Builder::new()
-        .prefix("mysql-bench-")
-        .tempdir_in(&base)
-        .unwrap();
+    let args = BenchArgs::parse("mysql-bench", false);
+    let work = args.work_dir("mysql-bench-");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -231,16 +174,8 @@ fn main() {
     // 3. Latency: single-row autocommit inserts; each is covered once the committed offset
     // reaches the binlog position after it.
     let poller = OffsetPoller::start(w.addr, "bench", offset_position);
-    let n = args.rate * args.seconds;
-    let period = Duration::from_secs_f64(1.0 / args.rate as f64);
-    let mut commits: Vec<(Instant, u64)> = Vec::with_capacity(n as usize);
-    let begin = Instant::now();
     let lat_base = base_id + txns * 1000 + 10;
-    for i in 0..n {
-        let due = begin + period * i as u32;
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
+    let commits = paced_commits(args.rate, args.seconds, |i| {
         rt.block_on(db.query_drop(format!(
             "INSERT INTO orders VALUES ({}, 7, 12.34, 'new', now(), 'latency probe row')",
             lat_base + i
@@ -248,31 +183,22 @@ fn main() {
         .unwrap();
         let at = Instant::now();
         // Covered when the offset reaches the position after the commit: `> position - 1`.
-        commits.push((at, master_position(&mut db) - 1));
-    }
+        (at, master_position(&mut db) - 1)
+    });
     poller.wait_past(commits.last().map_or(0, |c| c.1), Duration::from_secs(60));
-    let (lat, polls) = poller.finish(&commits);
-    let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
-    eprintln!(
-        "latency: {} commits at {}/s, p50 {p50:.2} ms, p99 {p99:.2} ms, max {:.2} ms ({polls} offset polls)",
-        lat.len(),
-        args.rate,
-        lat.last().copied().unwrap_or(0.0),
-    );
-    let rss = peak_rss_mb(pid);
-    eprintln!("peak RSS {rss:.1} MB");
+    let (latencies, polls) = poller.finish(&commits);
+    let figures = Figures {
+        rows: args.rows,
+        stream_events: events,
+        snapshot_rows_s,
+        stream_events_s,
+        snapshot_cpu_us_per_row,
+        stream_cpu_us_per_event,
+        latencies,
+        rate: args.rate,
+        polls,
+        peak_rss_mb: peak_rss_mb(pid),
+    };
     drop(w);
-    println!(
-        "{}",
-        json!({
-            "rows": args.rows, "stream_events": events, "latency_commits": lat.len(),
-            "snapshot_rows_s": snapshot_rows_s.round(),
-            "stream_events_s": stream_events_s.round(),
-            "latency_p50_ms": (p50 * 100.0).round() / 100.0,
-            "latency_p99_ms": (p99 * 100.0).round() / 100.0,
-            "peak_rss_mb": (rss * 10.0).round() / 10.0,
-            "snapshot_cpu_us_per_row": (snapshot_cpu_us_per_row * 100.0).round() / 100.0,
-            "stream_cpu_us_per_event": (stream_cpu_us_per_event * 100.0).round() / 100.0,
-        })
-    );
+    figures.print(json!({}));
 }

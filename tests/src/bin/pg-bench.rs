@@ -27,60 +27,13 @@
 //! (or `target/release/headwater` in the workspace).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use headwater_tests::bench::{
-    committed_offset, cpu_us, default_bin, peak_rss_mb, percentile, OffsetPoller, Worker,
+    committed_offset, cpu_us, paced_commits, peak_rss_mb, BenchArgs, Figures, OffsetPoller, Worker,
 };
 use headwater_tests::PostgresServer;
 use serde_json::{json, Value};
-
-struct Args {
-    bin: PathBuf,
-    rows: u64,
-    stream_events: u64,
-    rate: u64,
-    seconds: u64,
-    threads: u64,
-    dir: Option<PathBuf>,
-}
-
-fn usage() -> ! {
-    eprintln!("usage: pg-bench [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N] [--threads N] [--dir DIR]");
-    std::process::exit(2)
-}
-
-fn parse_args() -> Args {
-    let mut a = Args {
-        bin: default_bin(),
-        rows: 1_000_000,
-        stream_events: 500_000,
-        rate: 200,
-        seconds: 20,
-        threads: 2,
-        dir: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut num = || -> u64 {
-            it.next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| usage())
-        };
-        match arg.as_str() {
-            "--rows" => a.rows = num(),
-            "--stream-events" => a.stream_events = num(),
-            "--rate" => a.rate = num().max(1),
-            "--seconds" => a.seconds = num(),
-            "--threads" => a.threads = num().max(1),
-            "--bin" => a.bin = PathBuf::from(it.next().unwrap_or_else(|| usage())),
-            "--dir" => a.dir = Some(PathBuf::from(it.next().unwrap_or_else(|| usage()))),
-            _ => usage(),
-        }
-    }
-    a
-}
 
 fn parse_lsn(s: &str) -> u64 {
     let (hi, lo) = s.split_once('/').expect("an LSN");
@@ -93,21 +46,8 @@ fn offset(addr: SocketAddr) -> Option<Value> {
 }
 
 fn main() {
-    let args = parse_args();
-    assert!(
-        args.bin.exists(),
-        "{} does not exist: build it with `cargo build --release -p headwater` or pass --bin",
-        args.bin.display()
-    );
-    let base = args
-        .dir
-        .clone()
-        .unwrap_or_else(|| std::env::current_dir().unwrap());
-    std::fs::create_dir_all(&base).unwrap();
-    let work = tempfile::Builder::new()
-        .prefix("pg-bench-")
-        .tempdir_in(&base)
-        .unwrap();
+    let args = BenchArgs::parse("pg-bench", true);
+    let work = args.work_dir("pg-bench-");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -229,47 +169,28 @@ fn main() {
 
     // 3. Latency: a poller records when each committed offset position became visible.
     let poller = OffsetPoller::start(w.addr, "bench", |o| o["lsn_proc"].as_u64());
-    let n = args.rate * args.seconds;
-    let period = Duration::from_secs_f64(1.0 / args.rate as f64);
-    let mut commits: Vec<(Instant, u64)> = Vec::with_capacity(n as usize);
-    let begin = Instant::now();
     let lat_base = base_id + txns * 1000 + 10;
-    for i in 0..n {
-        let due = begin + period * i as u32;
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
+    let commits = paced_commits(args.rate, args.seconds, |i| {
         let lo = insert_lsn(&format!(
             "INSERT INTO orders VALUES ({}, 7, 12.34, 'new', now(), 'latency probe row')",
             lat_base + i
         ));
-        commits.push((Instant::now(), lo));
-    }
+        (Instant::now(), lo)
+    });
     poller.wait_past(commits.last().map_or(0, |c| c.1), Duration::from_secs(60));
-    let (lat, polls) = poller.finish(&commits);
-    let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
-    eprintln!(
-        "latency: {} commits at {}/s, p50 {p50:.2} ms, p99 {p99:.2} ms, max {:.2} ms ({} offset polls)",
-        lat.len(),
-        args.rate,
-        lat.last().copied().unwrap_or(0.0),
-        polls
-    );
-    let rss = peak_rss_mb(pid);
-    eprintln!("peak RSS {rss:.1} MB");
+    let (latencies, polls) = poller.finish(&commits);
+    let figures = Figures {
+        rows: args.rows,
+        stream_events: events,
+        snapshot_rows_s,
+        stream_events_s,
+        snapshot_cpu_us_per_row,
+        stream_cpu_us_per_event,
+        latencies,
+        rate: args.rate,
+        polls,
+        peak_rss_mb: peak_rss_mb(pid),
+    };
     drop(w);
-    println!(
-        "{}",
-        json!({
-            "rows": args.rows, "stream_events": events, "latency_commits": lat.len(),
-            "snapshot_threads": args.threads,
-            "snapshot_rows_s": snapshot_rows_s.round(),
-            "stream_events_s": stream_events_s.round(),
-            "latency_p50_ms": (p50 * 100.0).round() / 100.0,
-            "latency_p99_ms": (p99 * 100.0).round() / 100.0,
-            "peak_rss_mb": (rss * 10.0).round() / 10.0,
-            "snapshot_cpu_us_per_row": (snapshot_cpu_us_per_row * 100.0).round() / 100.0,
-            "stream_cpu_us_per_event": (stream_cpu_us_per_event * 100.0).round() / 100.0,
-        })
-    );
+    figures.print(json!({"snapshot_threads": args.threads}));
 }
