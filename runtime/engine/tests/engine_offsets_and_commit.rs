@@ -1,0 +1,209 @@
+//! The runner's batch contract with a scripted source (no database): records with empty offsets
+//! are covered by the last record's offset, and a batch that says `caught_up` is committed
+//! before the next poll (no linger).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use headwater_api::config::ConfigDef;
+use headwater_api::plugin::BoxFuture;
+use headwater_api::{
+    ConnectError, OffsetMap, OffsetValue, Properties, Schema, SourceBatch, SourceConnector,
+    SourceRecord, SourceTask, SourceTaskContext, Value,
+};
+use headwater_engine::{Engine, EngineConfig, Plugins, TargetState};
+use headwater_log::{Log, LogOptions};
+
+const TOPIC: &str = "scripted.events";
+
+/// What the scripted task saw: offsets handed to `commit`, and for each poll whether a commit
+/// had already happened.
+#[derive(Default)]
+struct Seen {
+    commits: Vec<Vec<(OffsetMap, OffsetMap)>>,
+    commits_before_poll: Vec<usize>,
+}
+
+fn partition() -> OffsetMap {
+    [("script".to_owned(), OffsetValue::String("one".into()))]
+        .into_iter()
+        .collect()
+}
+
+fn record(value: &str, offset: Option<i64>) -> SourceRecord {
+    let offset = offset
+        .map(|n| {
+            [("n".to_owned(), OffsetValue::Int(n))]
+                .into_iter()
+                .collect()
+        })
+        .unwrap_or_default();
+    SourceRecord::new(
+        partition(),
+        offset,
+        TOPIC,
+        None,
+        Value::Null,
+        Some(Schema::string()),
+        Value::String(value.into()),
+    )
+}
+
+struct ScriptedTask {
+    seen: Arc<Mutex<Seen>>,
+    polls: usize,
+}
+
+impl SourceTask for ScriptedTask {
+    fn start(
+        &mut self,
+        _context: SourceTaskContext,
+        _props: Properties,
+    ) -> BoxFuture<'_, Result<(), ConnectError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn poll(&mut self) -> BoxFuture<'_, Result<SourceBatch, ConnectError>> {
+        Box::pin(async move {
+            let commits = self.seen.lock().unwrap().commits.len();
+            self.seen.lock().unwrap().commits_before_poll.push(commits);
+            self.polls += 1;
+            match self.polls {
+                // Three records; only the last carries the offset that covers them.
+                1 => {
+                    let mut batch = SourceBatch::committed(vec![
+                        record("a", None),
+                        record("b", None),
+                        record("c", Some(3)),
+                    ]);
+                    batch.caught_up = true;
+                    Ok(batch)
+                }
+                // A non-empty batch, so the runner cannot commit for an empty poll: only
+                // `caught_up` can have made it commit the first batch before this poll.
+                2 => {
+                    let mut batch = SourceBatch::committed(vec![record("d", Some(4))]);
+                    batch.caught_up = true;
+                    Ok(batch)
+                }
+                _ => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    Ok(SourceBatch::empty())
+                }
+            }
+        })
+    }
+
+    fn commit<'a>(
+        &'a mut self,
+        committed: &'a [(OffsetMap, OffsetMap)],
+    ) -> BoxFuture<'a, Result<(), ConnectError>> {
+        Box::pin(async move {
+            self.seen.lock().unwrap().commits.push(committed.to_vec());
+            Ok(())
+        })
+    }
+
+    fn stop(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+struct ScriptedConnector {
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl SourceConnector for ScriptedConnector {
+    fn version(&self) -> String {
+        "test".into()
+    }
+    fn config_def(&self) -> ConfigDef {
+        ConfigDef::new()
+    }
+    fn task_configs(
+        &self,
+        _props: &Properties,
+        _max_tasks: usize,
+    ) -> Result<Vec<Properties>, ConnectError> {
+        Ok(vec![Properties::new()])
+    }
+    fn create_task(&self) -> Box<dyn SourceTask> {
+        Box::new(ScriptedTask {
+            seen: self.seen.clone(),
+            polls: 0,
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_offsets_are_covered_and_caught_up_batches_commit_before_the_next_poll() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let plugins = {
+        let seen = seen.clone();
+        Plugins::new().register_source("test.Scripted", &["scripted"], move || {
+            Box::new(ScriptedConnector { seen: seen.clone() })
+        })
+    };
+    let engine = Engine::start(log.clone(), plugins, EngineConfig::default())
+        .await
+        .unwrap();
+    let props: Properties = [
+        ("connector.class".to_owned(), "scripted".to_owned()),
+        (
+            "value.converter".to_owned(),
+            "org.apache.kafka.connect.storage.StringConverter".to_owned(),
+        ),
+    ]
+    .into_iter()
+    .collect();
+    engine
+        .create_connector("scripted", props, TargetState::Started)
+        .await
+        .unwrap();
+    for _ in 0..400 {
+        if seen.lock().unwrap().commits.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let seen = seen.lock().unwrap();
+    assert!(seen.commits.len() >= 2, "both batches committed");
+    let want = |n: i64| -> Vec<(OffsetMap, OffsetMap)> {
+        vec![(
+            partition(),
+            [("n".to_owned(), OffsetValue::Int(n))]
+                .into_iter()
+                .collect(),
+        )]
+    };
+    assert_eq!(
+        seen.commits[0],
+        want(3),
+        "the last record's offset covers the batch"
+    );
+    assert_eq!(seen.commits[1], want(4));
+    assert_eq!(
+        seen.commits_before_poll[1], 1,
+        "a caught-up batch is committed before the next poll"
+    );
+    let stored = engine.offsets("scripted").await.unwrap();
+    assert_eq!(stored, want(4));
+    let mut values = Vec::new();
+    let r = log
+        .read_with(
+            TOPIC,
+            0,
+            0,
+            1 << 20,
+            headwater_log::Isolation::ReadCommitted,
+        )
+        .unwrap();
+    for rec in r.records(0).unwrap() {
+        values.push(String::from_utf8(rec.value.unwrap()).unwrap());
+    }
+    assert_eq!(values, ["a", "b", "c", "d"]);
+    drop(seen);
+    engine.shutdown().await;
+}
