@@ -126,6 +126,8 @@ struct Snapshot {
     emitted: u64,
     /// Per table, the `source` block of its records marked `snapshot: true` (built once).
     source_blocks: Vec<Option<Struct>>,
+    /// The schema-change records describing the captured schema, handed out before any row.
+    schema_records: Vec<SourceRecord>,
 }
 
 /// The before and after images of one row (either may be absent).
@@ -539,6 +541,12 @@ impl Inner {
             self.catalog.insert(id.clone(), cat);
             tables.push(ts);
         }
+        let schema_records = if self.cfg.include_schema_changes {
+            self.snapshot_schema_records(&mut conn, &ids, &start)
+                .await?
+        } else {
+            Vec::new()
+        };
         let (tx, rx) = mpsc::channel(self.cfg.max_batch_size.max(16));
         let queries: Vec<String> = ids
             .iter()
@@ -631,6 +639,7 @@ impl Inner {
             table_ended: false,
             emitted: 0,
             source_blocks: vec![None; n_tables],
+            schema_records,
         }));
         Ok(())
     }
@@ -692,7 +701,7 @@ impl Inner {
         let Phase::Snapshot(mut s) = std::mem::replace(&mut self.phase, Phase::Done) else {
             return Ok(SourceBatch::empty());
         };
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut s.schema_records);
         let deadline = Instant::now() + self.cfg.poll_interval.max(Duration::from_millis(10));
         loop {
             let msg = if out.is_empty() {
@@ -1474,20 +1483,34 @@ impl Inner {
                 }
             }
         }
+        let txn = self.txn.as_ref().expect("transaction open");
+        let offset = self.mid_offset(txn, 0, i64::from(hdr.ts), hdr.server_id);
+        Ok(Some(
+            self.schema_change(&db_name, source, ddl, changes, offset),
+        ))
+    }
+
+    /// A schema-change record on the `topic.prefix` topic.
+    fn schema_change(
+        &self,
+        db_name: &str,
+        source: Struct,
+        ddl: &str,
+        changes: Vec<Value>,
+        offset: OffsetMap,
+    ) -> SourceRecord {
         let (key_schema, value_schema) =
             schema_change_schemas(self.cfg.flavor, &self.events.source_schema);
         let mut key = Struct::new(key_schema.clone()).expect("struct");
-        let _ = key.put("databaseName", Value::String(db_name.clone()));
+        let _ = key.put("databaseName", Value::String(db_name.to_owned()));
         let mut value = Struct::new(value_schema.clone()).expect("struct");
         let (us, _) = crate::event::now_micros_nanos();
         let _ = value.put("source", Value::Struct(source));
         let _ = value.put("ts_ms", Value::Int64(us / 1000));
-        let _ = value.put("databaseName", Value::String(db_name));
+        let _ = value.put("databaseName", Value::String(db_name.to_owned()));
         let _ = value.put("ddl", Value::String(ddl.to_owned()));
         let _ = value.put("tableChanges", Value::Array(changes));
-        let txn = self.txn.as_ref().expect("transaction open");
-        let offset = self.mid_offset(txn, 0, i64::from(hdr.ts), hdr.server_id);
-        Ok(Some(SourceRecord::new(
+        SourceRecord::new(
             self.events.partition.clone(),
             offset,
             self.cfg.topic_prefix.clone(),
@@ -1495,7 +1518,113 @@ impl Inner {
             Value::Struct(key),
             Some(value_schema),
             Value::Struct(value),
-        )))
+        )
+    }
+
+    /// The schema-change records a snapshot starts with, as Debezium writes them: the server
+    /// character set, `DROP TABLE IF EXISTS` per captured table, then per database
+    /// `DROP DATABASE IF EXISTS`, `CREATE DATABASE`, `USE` and each table's `SHOW CREATE
+    /// TABLE` (with its `tableChanges`), all marked `snapshot: true` at the snapshot position.
+    /// `conn` is the snapshot's connection (inside its consistent-snapshot transaction).
+    async fn snapshot_schema_records(
+        &mut self,
+        conn: &mut mysql_async::Conn,
+        ids: &[TableId],
+        start: &Position,
+    ) -> Result<Vec<SourceRecord>, ConnectError> {
+        let q = |c: &'static str| move |e| my_err(c, e);
+        let mut ids: Vec<TableId> = ids.to_vec();
+        ids.sort_by(|a, b| (&a.db, &a.table).cmp(&(&b.db, &b.table)));
+        let events = self.events.clone();
+        let source = |db: &str, table: Option<&str>| {
+            events.source(
+                db,
+                table,
+                &SourceInfo {
+                    ts_sec: 0,
+                    snapshot: Some("true"),
+                    server_id: 0,
+                    gtid: None,
+                    file: start.file.clone(),
+                    pos: start.pos as i64,
+                    row: 0,
+                },
+            )
+        };
+        let mut out = Vec::new();
+        let charset: Option<(String, String)> = conn
+            .query_first("SELECT @@character_set_server, @@collation_server")
+            .await
+            .map_err(q("reading the server character set"))?;
+        if let Some((cs, coll)) = charset {
+            let ddl = format!("SET character_set_server={cs}, collation_server={coll}");
+            out.push(self.schema_change("", source("", None), &ddl, Vec::new(), OffsetMap::new()));
+        }
+        for t in &ids {
+            let ddl = format!(
+                "DROP TABLE IF EXISTS {}.{}",
+                quote_ident(&t.db),
+                quote_ident(&t.table)
+            );
+            let mut change = Struct::new(table_change_schema()).expect("struct");
+            let _ = change.put("type", Value::String("DROP".into()));
+            let _ = change.put("id", Value::String(format!("\"{}\".\"{}\"", t.db, t.table)));
+            let rec = self.schema_change(
+                &t.db,
+                source(&t.db, Some(&t.table)),
+                &ddl,
+                vec![Value::Struct(change)],
+                OffsetMap::new(),
+            );
+            out.push(rec);
+        }
+        let mut dbs: Vec<&str> = ids.iter().map(|t| t.db.as_str()).collect();
+        dbs.dedup();
+        for db in dbs {
+            let (cs, coll): (String, String) = conn
+                .exec_first(
+                    "SELECT DEFAULT_CHARACTER_SET_NAME, DEFAULT_COLLATION_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
+                    (db,),
+                )
+                .await
+                .map_err(q("reading the database character set"))?
+                .unwrap_or_default();
+            let name = quote_ident(db);
+            for ddl in [
+                format!("DROP DATABASE IF EXISTS {name}"),
+                format!("CREATE DATABASE {name} CHARSET {cs} COLLATE {coll}"),
+                format!("USE {name}"),
+            ] {
+                out.push(self.schema_change(
+                    db,
+                    source(db, None),
+                    &ddl,
+                    Vec::new(),
+                    OffsetMap::new(),
+                ));
+            }
+            for t in ids.iter().filter(|t| t.db == db) {
+                let create: Option<(String, String)> = conn
+                    .query_first(format!(
+                        "SHOW CREATE TABLE {}.{}",
+                        quote_ident(&t.db),
+                        quote_ident(&t.table)
+                    ))
+                    .await
+                    .map_err(q("SHOW CREATE TABLE"))?;
+                let Some((_, ddl)) = create else { continue };
+                let changes = self.table_change(t, "CREATE").await?.into_iter().collect();
+                let rec = self.schema_change(
+                    db,
+                    source(db, Some(&t.table)),
+                    &ddl,
+                    changes,
+                    OffsetMap::new(),
+                );
+                out.push(rec);
+            }
+        }
+        Ok(out)
     }
 
     async fn table_change(
@@ -1568,16 +1697,27 @@ impl Inner {
                     display_width(&column_type)
                 }
                 "datetime" | "timestamp" | "time" => dtp.filter(|p| *p > 0).map(|p| p as i64),
+                // As Debezium's DDL parser: YEAR(4), ENUM 1, SET the length of all labels
+                // joined by commas.
+                "year" => display_width(&column_type).or(Some(4)),
+                "enum" => Some(1),
+                "set" => {
+                    let labels = crate::types::parse_labels(&column_type);
+                    Some(
+                        labels.iter().map(String::len).sum::<usize>() as i64
+                            + labels.len().saturating_sub(1) as i64,
+                    )
+                }
                 "text" | "tinytext" | "mediumtext" | "longtext" | "blob" | "tinyblob"
-                | "mediumblob" | "longblob" | "json" | "date" | "year" | "enum" | "set"
-                | "float" | "double" => None,
+                | "mediumblob" | "longblob" | "json" | "date" | "float" | "double" => None,
                 _ => char_len.map(|l| l as i64),
             };
             let enum_values = if matches!(data_type.to_ascii_lowercase().as_str(), "enum" | "set") {
                 Value::Array(
+                    // Quoted as in the DDL, as Debezium's parser keeps them.
                     crate::types::parse_labels(&column_type)
                         .into_iter()
-                        .map(Value::String)
+                        .map(|l| Value::String(format!("'{}'", l.replace('\'', "''"))))
                         .collect(),
                 )
             } else {
@@ -1588,6 +1728,14 @@ impl Inner {
                 .map(|d| {
                     if d.len() >= 2 && d.starts_with('\'') && d.ends_with('\'') {
                         d[1..d.len() - 1].replace("''", "'")
+                    } else if d.to_ascii_lowercase().starts_with("current_timestamp")
+                        && matches!(
+                            data_type.to_ascii_lowercase().as_str(),
+                            "timestamp" | "datetime"
+                        )
+                    {
+                        // Debezium reports a CURRENT_TIMESTAMP default as the epoch.
+                        "1970-01-01 00:00:00".to_owned()
                     } else {
                         d
                     }
@@ -1685,18 +1833,20 @@ fn display_width(column_type: &str) -> Option<i64> {
 fn jdbc_type(data_type: &str, column_type: &str) -> (i32, String) {
     let dt = data_type.to_ascii_lowercase();
     let code = match dt.as_str() {
-        "tinyint" => -6,
-        "smallint" => 5,
+        // As Debezium's DDL parser resolves them (TINYINT is SMALLINT, ENUM/SET are CHAR,
+        // the BLOB family is BLOB; checked against the captured snapshot schema changes).
+        "tinyint" | "smallint" => 5,
         "mediumint" | "int" | "integer" => 4,
         "bigint" => -5,
         "decimal" | "numeric" => 3,
-        "float" => 7,
+        "float" => 6,
         "double" | "real" => 8,
         "bit" => -7,
-        "char" => 1,
-        "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" | "json" | "enum" | "set" => 12,
+        "char" | "enum" | "set" => 1,
+        "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" | "json" => 12,
         "binary" => -2,
-        "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" => -3,
+        "varbinary" => -3,
+        "tinyblob" | "blob" | "mediumblob" | "longblob" => 2004,
         "date" => 91,
         "time" => 92,
         "datetime" => 93,

@@ -5,9 +5,8 @@
 //! serialised with the JSON converter and compared with the captured JSON, ignoring only
 //! values that differ per run (timestamps, the version string, binlog file/pos, server_id).
 //! Captured topics are after RegexRouter `cdc\.public\.(.*)` -> `warehouse.$1`; ours are the
-//! unrouted names. Not reproduced: `00_snapshot_schema_changes` (Debezium's snapshot replays
-//! the full DDL history into the schema-change topic; this connector keeps no DDL history and
-//! emits schema changes for streamed DDL only, see docs/connectors/mysql.md).
+//! unrouted names. Every case is reproduced, `00_snapshot_schema_changes` (the schema-change
+//! records a snapshot starts with) included.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -231,6 +230,11 @@ async fn every_golden_case_is_reproduced() {
             .await
             .unwrap();
     }
+    // The capture's server ran with this collation (the harness default is general_ci); the
+    // snapshot's first schema-change record reports it.
+    db.query_drop("SET GLOBAL collation_server = 'utf8mb4_unicode_ci'")
+        .await
+        .unwrap();
     let cases = case_sql();
     assert_eq!(
         cases.len(),
@@ -252,12 +256,14 @@ async fn every_golden_case_is_reproduced() {
         .start(SourceTaskContext::default(), props(&server, &[]))
         .await
         .expect("start");
-    let snap = d.collect(5, Duration::from_millis(300)).await;
-    // Snapshot order follows table.include.list: orders, customers, products, all_types.
-    d.compare("00_snapshot_seed_tables", &snap[..3]);
-    d.compare("00_snapshot_all_types", &snap[3..]);
+    let snap = d.collect(19, Duration::from_millis(300)).await;
+    // First the schema-change records describing the captured schema, then the rows; row
+    // order follows table.include.list: orders, customers, products, all_types.
+    d.compare("00_snapshot_schema_changes", &snap[..14]);
+    d.compare("00_snapshot_seed_tables", &snap[14..17]);
+    d.compare("00_snapshot_all_types", &snap[17..]);
     assert_eq!(
-        snap[4].source_offset.get("snapshot_completed"),
+        snap[18].source_offset.get("snapshot_completed"),
         Some(&true.into())
     );
 
