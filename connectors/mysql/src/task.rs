@@ -1477,10 +1477,10 @@ impl Inner {
             } else {
                 "ALTER"
             };
-            if kind != "DROP" {
-                if let Some(c) = self.table_change(t, kind).await? {
-                    changes.push(c);
-                }
+            if kind == "DROP" {
+                changes.push(drop_change(t));
+            } else if let Some(c) = self.table_change(t, kind).await? {
+                changes.push(c);
             }
         }
         let txn = self.txn.as_ref().expect("transaction open");
@@ -1566,14 +1566,11 @@ impl Inner {
                 quote_ident(&t.db),
                 quote_ident(&t.table)
             );
-            let mut change = Struct::new(table_change_schema()).expect("struct");
-            let _ = change.put("type", Value::String("DROP".into()));
-            let _ = change.put("id", Value::String(format!("\"{}\".\"{}\"", t.db, t.table)));
             let rec = self.schema_change(
                 &t.db,
                 source(&t.db, Some(&t.table)),
                 &ddl,
-                vec![Value::Struct(change)],
+                vec![drop_change(t)],
                 OffsetMap::new(),
             );
             out.push(rec);
@@ -1856,6 +1853,14 @@ fn jdbc_type(data_type: &str, column_type: &str) -> (i32, String) {
     };
     let _ = column_type;
     (code, dt.to_ascii_uppercase())
+}
+
+/// The `tableChanges` entry of a dropped table (Debezium writes no table description).
+fn drop_change(t: &TableId) -> Value {
+    let mut change = Struct::new(table_change_schema()).expect("struct");
+    let _ = change.put("type", Value::String("DROP".into()));
+    let _ = change.put("id", Value::String(format!("\"{}\".\"{}\"", t.db, t.table)));
+    Value::Struct(change)
 }
 
 fn table_change_schema() -> SchemaRef {
