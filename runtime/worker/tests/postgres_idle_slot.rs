@@ -40,6 +40,14 @@ fn confirmed_flush_advances_without_captured_changes() {
     rt.block_on(server.create_database("elsewhere")).unwrap();
     let db = rt.block_on(server.connect("idle")).unwrap();
     let other_db = rt.block_on(server.connect("elsewhere")).unwrap();
+    // The harness server runs with synchronous_commit=off, where a commit returns before its WAL
+    // is written, so `pg_current_wal_lsn()` right after it may not include it yet (which let a
+    // round's target fall behind the previous round's confirmed position under load). These
+    // sessions' commits wait for the flush.
+    for c in [&db, &other_db] {
+        rt.block_on(c.batch_execute("SET synchronous_commit = on"))
+            .unwrap();
+    }
     rt.block_on(db.batch_execute(
         "CREATE TABLE captured (id int PRIMARY KEY, note text);
          CREATE TABLE noise (id serial PRIMARY KEY, note text);",
