@@ -382,3 +382,83 @@ impl Figures {
         println!("{out}");
     }
 }
+
+/// Waits (up to `limit`) until the committed offset of `connector`, read by `position`, is
+/// above `past`; returns when it was seen.
+pub fn wait_until_past(
+    addr: SocketAddr,
+    connector: &str,
+    position: &impl Fn(&Value) -> Option<u64>,
+    past: u64,
+    limit: Duration,
+) -> Option<Instant> {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if committed_offset(addr, connector)
+            .and_then(|o| position(&o))
+            .is_some_and(|p| p > past)
+        {
+            return Some(Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    None
+}
+
+/// Phase 1: waits until `done` says the committed offset ends the snapshot of `rows` rows
+/// (the worker was spawned at `started`); prints and returns rows/s and CPU µs per row (the
+/// worker's CPU since its start).
+pub fn snapshot_phase(
+    w: &Worker,
+    connector: &str,
+    started: Instant,
+    rows: u64,
+    done: impl Fn(&Value) -> bool,
+) -> (f64, f64) {
+    while !committed_offset(w.addr, connector).is_some_and(|o| done(&o)) {
+        assert!(
+            started.elapsed() < Duration::from_secs(1800),
+            "snapshot did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let rows_s = rows as f64 / secs;
+    let cpu_per_row = cpu_us(w.pid()) as f64 / rows.max(1) as f64;
+    eprintln!(
+        "snapshot: {rows} rows in {secs:.2} s = {rows_s:.0} rows/s, {cpu_per_row:.2} us CPU/row"
+    );
+    (rows_s, cpu_per_row)
+}
+
+/// Phase 2: `write(t)` commits transaction `t` of `txns` (1,000 rows each) and returns a
+/// position its commit is covered past; measures from the first commit until the committed
+/// offset covers the last. Prints and returns events/s and the worker's CPU µs per event.
+pub fn stream_phase(
+    w: &Worker,
+    connector: &str,
+    position: &impl Fn(&Value) -> Option<u64>,
+    txns: u64,
+    mut write: impl FnMut(u64) -> u64,
+) -> (f64, f64) {
+    let cpu0 = cpu_us(w.pid());
+    let mut first: Option<Instant> = None;
+    let mut last = 0;
+    for t in 0..txns {
+        last = write(t);
+        first.get_or_insert_with(Instant::now);
+    }
+    let first = first.unwrap_or_else(Instant::now);
+    let written = Instant::now();
+    let done = wait_until_past(w.addr, connector, position, last, Duration::from_secs(1800))
+        .expect("stream durable");
+    let secs = done.duration_since(first).as_secs_f64();
+    let events = txns * 1000;
+    let events_s = events as f64 / secs;
+    let cpu_per_event = (cpu_us(w.pid()) - cpu0) as f64 / events.max(1) as f64;
+    eprintln!(
+        "stream: {events} events in {secs:.2} s = {events_s:.0} events/s (writer took {:.2} s), {cpu_per_event:.2} us CPU/event",
+        written.duration_since(first).as_secs_f64()
+    );
+    (events_s, cpu_per_event)
+}

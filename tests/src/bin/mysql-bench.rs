@@ -25,7 +25,8 @@
 use std::time::{Duration, Instant};
 
 use headwater_tests::bench::{
-    committed_offset, cpu_us, paced_commits, peak_rss_mb, BenchArgs, Figures, OffsetPoller, Worker,
+    paced_commits, peak_rss_mb, snapshot_phase, stream_phase, wait_until_past, BenchArgs, Figures,
+    OffsetPoller, Worker,
 };
 use headwater_tests::MariaDbServer;
 use mysql_async::prelude::Queryable;
@@ -109,67 +110,34 @@ fn main() {
     let started = Instant::now();
     let w = Worker::start(&args.bin, &work.path().join("data"), &file);
     let pid = w.pid();
-    loop {
-        if committed_offset(w.addr, "bench")
-            .is_some_and(|o| o.get("snapshot").is_none() || o["snapshot_completed"] == true)
-        {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(1800),
-            "snapshot did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let snap_secs = started.elapsed().as_secs_f64();
-    let snap_cpu = cpu_us(pid);
-    let snapshot_rows_s = args.rows as f64 / snap_secs;
-    let snapshot_cpu_us_per_row = snap_cpu as f64 / args.rows.max(1) as f64;
-    eprintln!(
-        "snapshot: {} rows in {snap_secs:.2} s = {snapshot_rows_s:.0} rows/s, {snapshot_cpu_us_per_row:.2} us CPU/row",
-        args.rows
-    );
-    let durable_past = |lo: u64, limit: Duration| -> Option<Instant> {
-        let t = Instant::now();
-        while t.elapsed() < limit {
-            if committed_offset(w.addr, "bench")
-                .and_then(|o| offset_position(&o))
-                .is_some_and(|p| p >= lo)
-            {
-                return Some(Instant::now());
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        None
-    };
+    let (snapshot_rows_s, snapshot_cpu_us_per_row) =
+        snapshot_phase(&w, "bench", started, args.rows, |o| {
+            o.get("snapshot").is_none() || o["snapshot_completed"] == true
+        });
     rt.block_on(db.query_drop("INSERT INTO orders VALUES (0, 1, 1.00, 'warmup', now(), 'warmup')"))
         .unwrap();
-    let warm = master_position(&mut db);
-    durable_past(warm, Duration::from_secs(120)).expect("streaming started");
+    // Covered when the offset reaches the position after the commit: `> position - 1`.
+    let warm = master_position(&mut db) - 1;
+    wait_until_past(
+        w.addr,
+        "bench",
+        &offset_position,
+        warm,
+        Duration::from_secs(120),
+    )
+    .expect("streaming started");
 
     // 2. Streaming throughput.
     let base_id = args.rows + 10;
     let txns = args.stream_events.div_ceil(1000);
-    let cpu0 = cpu_us(pid);
-    let mut first_commit: Option<Instant> = None;
-    for t in 0..txns {
-        let from = base_id + t * 1000;
-        rt.block_on(db.query_drop(insert_range(from, from + 999, "streamed order")))
-            .unwrap();
-        first_commit.get_or_insert_with(Instant::now);
-    }
-    let last = master_position(&mut db);
-    let first = first_commit.unwrap_or_else(Instant::now);
-    let written = Instant::now();
-    let done = durable_past(last, Duration::from_secs(1800)).expect("stream durable");
-    let stream_secs = done.duration_since(first).as_secs_f64();
+    let (stream_events_s, stream_cpu_us_per_event) =
+        stream_phase(&w, "bench", &offset_position, txns, |t| {
+            let from = base_id + t * 1000;
+            rt.block_on(db.query_drop(insert_range(from, from + 999, "streamed order")))
+                .unwrap();
+            master_position(&mut db) - 1
+        });
     let events = txns * 1000;
-    let stream_events_s = events as f64 / stream_secs;
-    let stream_cpu_us_per_event = (cpu_us(pid) - cpu0) as f64 / events.max(1) as f64;
-    eprintln!(
-        "stream: {events} events in {stream_secs:.2} s = {stream_events_s:.0} events/s (writer took {:.2} s), {stream_cpu_us_per_event:.2} us CPU/event",
-        written.duration_since(first).as_secs_f64()
-    );
 
     // 3. Latency: single-row autocommit inserts; each is covered once the committed offset
     // reaches the binlog position after it.

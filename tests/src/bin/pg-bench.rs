@@ -26,11 +26,11 @@
 //! [--threads N] [--dir DIR]`; the binary defaults to `$CARGO_TARGET_DIR/release/headwater`
 //! (or `target/release/headwater` in the workspace).
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use headwater_tests::bench::{
-    committed_offset, cpu_us, paced_commits, peak_rss_mb, BenchArgs, Figures, OffsetPoller, Worker,
+    paced_commits, peak_rss_mb, snapshot_phase, stream_phase, wait_until_past, BenchArgs, Figures,
+    OffsetPoller, Worker,
 };
 use headwater_tests::PostgresServer;
 use serde_json::{json, Value};
@@ -38,11 +38,6 @@ use serde_json::{json, Value};
 fn parse_lsn(s: &str) -> u64 {
     let (hi, lo) = s.split_once('/').expect("an LSN");
     (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
-}
-
-/// The connector's committed offset.
-fn offset(addr: SocketAddr) -> Option<Value> {
-    committed_offset(addr, "bench")
 }
 
 fn main() {
@@ -87,38 +82,16 @@ fn main() {
     let started = Instant::now();
     let w = Worker::start(&args.bin, &work.path().join("data"), &file);
     let pid = w.pid();
-    loop {
-        if offset(w.addr).is_some_and(|o| o["snapshot_completed"] == Value::Bool(true)) {
-            break;
+    let (snapshot_rows_s, snapshot_cpu_us_per_row) =
+        snapshot_phase(&w, "bench", started, args.rows, |o| {
+            o["snapshot_completed"] == Value::Bool(true)
+        });
+    // Streaming positions: `lsn_proc` once the offset left the snapshot.
+    let position = |o: &Value| -> Option<u64> {
+        if o.get("snapshot").is_some() {
+            return None;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(1800),
-            "snapshot did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let snap_secs = started.elapsed().as_secs_f64();
-    let snap_cpu = cpu_us(pid);
-    let snapshot_rows_s = args.rows as f64 / snap_secs;
-    let snapshot_cpu_us_per_row = snap_cpu as f64 / args.rows.max(1) as f64;
-    eprintln!(
-        "snapshot: {} rows in {snap_secs:.2} s = {snapshot_rows_s:.0} rows/s, {snapshot_cpu_us_per_row:.2} us CPU/row",
-        args.rows
-    );
-
-    // Wait until streaming runs (the offset moves to a streaming position on the first
-    // transaction; a marker insert makes that happen).
-    let durable_past = |lo: u64, limit: Duration| -> Option<Instant> {
-        let t = Instant::now();
-        while t.elapsed() < limit {
-            if let Some(o) = offset(w.addr) {
-                if o.get("snapshot").is_none() && o["lsn_proc"].as_u64().is_some_and(|l| l > lo) {
-                    return Some(Instant::now());
-                }
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        None
+        o["lsn_proc"].as_u64()
     };
     let insert_lsn = |tx_sql: &str| -> u64 {
         rt.block_on(async {
@@ -137,38 +110,28 @@ fn main() {
         "INSERT INTO orders VALUES ({}, 1, 1.00, 'warmup', now(), 'warmup')",
         args.rows + 1
     ));
-    durable_past(lo, Duration::from_secs(120)).expect("streaming started");
+    // Wait until streaming runs (the offset moves to a streaming position on the first
+    // transaction; the warm-up insert makes that happen).
+    wait_until_past(w.addr, "bench", &position, lo, Duration::from_secs(120))
+        .expect("streaming started");
 
     // 2. Streaming throughput.
     let base_id = args.rows + 10;
     let txns = args.stream_events.div_ceil(1000);
-    let cpu0 = cpu_us(pid);
-    let mut first_commit: Option<Instant> = None;
-    let mut last_lo = 0;
-    for t in 0..txns {
-        let from = base_id + t * 1000;
-        last_lo = insert_lsn(&format!(
-            "INSERT INTO orders SELECT g, g % 10000, (g % 100000) / 100.0, 'new', now(),
+    let (stream_events_s, stream_cpu_us_per_event) =
+        stream_phase(&w, "bench", &position, txns, |t| {
+            let from = base_id + t * 1000;
+            insert_lsn(&format!(
+                "INSERT INTO orders SELECT g, g % 10000, (g % 100000) / 100.0, 'new', now(),
                'note for order ' || lpad(g::text, 10, '0') || ' with some padding text'
                FROM generate_series({from}, {}) g",
-            from + 999
-        ));
-        first_commit.get_or_insert_with(Instant::now);
-    }
-    let first = first_commit.unwrap_or_else(Instant::now);
-    let written = Instant::now();
-    let done = durable_past(last_lo, Duration::from_secs(1800)).expect("stream durable");
-    let stream_secs = done.duration_since(first).as_secs_f64();
+                from + 999
+            ))
+        });
     let events = txns * 1000;
-    let stream_events_s = events as f64 / stream_secs;
-    let stream_cpu_us_per_event = (cpu_us(pid) - cpu0) as f64 / events.max(1) as f64;
-    eprintln!(
-        "stream: {events} events in {stream_secs:.2} s = {stream_events_s:.0} events/s (writer took {:.2} s), {stream_cpu_us_per_event:.2} us CPU/event",
-        written.duration_since(first).as_secs_f64()
-    );
 
     // 3. Latency: a poller records when each committed offset position became visible.
-    let poller = OffsetPoller::start(w.addr, "bench", |o| o["lsn_proc"].as_u64());
+    let poller = OffsetPoller::start(w.addr, "bench", position);
     let lat_base = base_id + txns * 1000 + 10;
     let commits = paced_commits(args.rate, args.seconds, |i| {
         let lo = insert_lsn(&format!(
