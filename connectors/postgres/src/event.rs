@@ -435,7 +435,7 @@ impl EventBuilder {
         s
     }
 
-    /// An envelope value.
+    /// An envelope value stamped with the current time.
     pub fn envelope(
         &self,
         ts: &TableSchema,
@@ -444,7 +444,21 @@ impl EventBuilder {
         source: Struct,
         op: &str,
     ) -> Value {
-        let (us, ns) = now_micros_nanos();
+        self.envelope_at(ts, before, after, source, op, now_micros_nanos())
+    }
+
+    /// An envelope value stamped `ts_ms`/`ts_us`/`ts_ns` from `now` (µs and ns since 1970):
+    /// callers building many events at once read the clock once for all of them.
+    pub fn envelope_at(
+        &self,
+        ts: &TableSchema,
+        before: Option<Struct>,
+        after: Option<Struct>,
+        source: Struct,
+        op: &str,
+        now: (i64, i64),
+    ) -> Value {
+        let (us, ns) = now;
         let mut e = Struct::new(ts.envelope_schema.clone()).expect("envelope schema is a struct");
         let _ = e.put_at(0, before.map_or(Value::Null, Value::Struct));
         let _ = e.put_at(1, after.map_or(Value::Null, Value::Struct));
@@ -456,7 +470,8 @@ impl EventBuilder {
         Value::Struct(e)
     }
 
-    /// A record with this connector's source partition.
+    /// A record with this connector's source partition (left empty when `offset` is: a later
+    /// record's offset covers this one, see [`headwater_api::SourceBatch`]).
     pub fn record(
         &self,
         ts: &TableSchema,
@@ -472,8 +487,13 @@ impl EventBuilder {
             Some(v) => (Some(ts.envelope_schema.clone()), v),
             None => (None, Value::Null),
         };
+        let partition = if offset.is_empty() {
+            OffsetMap::new()
+        } else {
+            self.partition.clone()
+        };
         SourceRecord::new(
-            self.partition.clone(),
+            partition,
             offset,
             ts.topic.clone(),
             key_schema,

@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BytesMut};
 use futures_util::StreamExt;
 use headwater_api::{ConnectError, Struct, Value};
 use serde_json::json;
@@ -325,29 +325,51 @@ pub async fn plan_table(
         .collect())
 }
 
-/// Parses `COPY ... (FORMAT binary)` output incrementally.
+/// Parses `COPY ... (FORMAT binary)` output incrementally, without copying field bytes: a row
+/// is a list of spans into the parser's buffer, valid until the next [`CopyParser::next_row`].
 #[derive(Default)]
 pub struct CopyParser {
     buf: BytesMut,
+    /// Bytes of the row last returned, dropped from `buf` at the next call.
+    consumed: usize,
     header_done: bool,
     pub finished: bool,
 }
+
+/// One field of a parsed row: `start..end` of the parser's [`CopyParser::row_bytes`], or `None`
+/// for SQL NULL.
+pub type FieldSpan = Option<(usize, usize)>;
 
 impl CopyParser {
     const SIGNATURE: &'static [u8] = b"PGCOPY\n\xff\r\n\0";
 
     pub fn push(&mut self, chunk: &[u8]) {
+        self.release();
         self.buf.extend_from_slice(chunk);
     }
 
-    /// The next complete row (`None` when more input is needed or the trailer was read).
-    pub fn next_row(&mut self) -> Result<Option<Vec<Option<Bytes>>>, String> {
+    fn release(&mut self) {
+        if self.consumed > 0 {
+            self.buf.advance(self.consumed);
+            self.consumed = 0;
+        }
+    }
+
+    /// The bytes the spans of the row last returned point into.
+    pub fn row_bytes(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// Parses the next complete row into `spans` (one per field); false when more input is
+    /// needed or the trailer was read.
+    pub fn next_row(&mut self, spans: &mut Vec<FieldSpan>) -> Result<bool, String> {
+        self.release();
         if self.finished {
-            return Ok(None);
+            return Ok(false);
         }
         if !self.header_done {
             if self.buf.len() < 19 {
-                return Ok(None);
+                return Ok(false);
             }
             if &self.buf[..11] != Self::SIGNATURE {
                 return Err("not a binary COPY stream".into());
@@ -355,54 +377,45 @@ impl CopyParser {
             let ext = u32::from_be_bytes([self.buf[15], self.buf[16], self.buf[17], self.buf[18]])
                 as usize;
             if self.buf.len() < 19 + ext {
-                return Ok(None);
+                return Ok(false);
             }
             self.buf.advance(19 + ext);
             self.header_done = true;
         }
-        if self.buf.len() < 2 {
-            return Ok(None);
+        let buf = &self.buf[..];
+        if buf.len() < 2 {
+            return Ok(false);
         }
-        let n = i16::from_be_bytes([self.buf[0], self.buf[1]]);
+        let n = i16::from_be_bytes([buf[0], buf[1]]);
         if n == -1 {
             self.finished = true;
-            return Ok(None);
+            return Ok(false);
         }
         if n < 0 {
             return Err(format!("bad field count {n}"));
         }
         // Find the tuple's end before taking it.
         let mut pos = 2usize;
-        let mut spans = Vec::with_capacity(n as usize);
+        spans.clear();
         for _ in 0..n {
-            if self.buf.len() < pos + 4 {
-                return Ok(None);
+            if buf.len() < pos + 4 {
+                return Ok(false);
             }
-            let len = i32::from_be_bytes([
-                self.buf[pos],
-                self.buf[pos + 1],
-                self.buf[pos + 2],
-                self.buf[pos + 3],
-            ]);
+            let len = i32::from_be_bytes([buf[pos], buf[pos + 1], buf[pos + 2], buf[pos + 3]]);
             pos += 4;
             if len < 0 {
                 spans.push(None);
             } else {
                 let len = len as usize;
-                if self.buf.len() < pos + len {
-                    return Ok(None);
+                if buf.len() < pos + len {
+                    return Ok(false);
                 }
-                spans.push(Some((pos, len)));
+                spans.push(Some((pos, pos + len)));
                 pos += len;
             }
         }
-        let tuple = self.buf.split_to(pos).freeze();
-        Ok(Some(
-            spans
-                .into_iter()
-                .map(|s| s.map(|(p, l)| tuple.slice(p..p + l)))
-                .collect(),
-        ))
+        self.consumed = pos;
+        Ok(true)
     }
 }
 
@@ -502,10 +515,11 @@ async fn read_chunk(
         .map_err(|e| sql_error(format!("COPY of {}", ts.id), e))?;
     let mut stream = Box::pin(stream);
     let mut parser = CopyParser::default();
+    let mut fields = Vec::with_capacity(ts.columns.len());
     let mut batch = Vec::with_capacity(BATCH_ROWS);
     loop {
-        match parser.next_row() {
-            Ok(Some(fields)) => {
+        match parser.next_row(&mut fields) {
+            Ok(true) => {
                 if fields.len() != ts.columns.len() {
                     return Err(ConnectError::fatal(format!(
                         "COPY of {} returned {} columns, expected {}",
@@ -514,9 +528,10 @@ async fn read_chunk(
                         ts.columns.len()
                     )));
                 }
+                let bytes = parser.row_bytes();
                 let row = ts
-                    .row(mapping, placeholder, |i| match &fields[i] {
-                        Some(b) => RawColumn::Binary(b),
+                    .row(mapping, placeholder, |i| match fields[i] {
+                        Some((start, end)) => RawColumn::Binary(&bytes[start..end]),
                         None => RawColumn::Null,
                     })
                     .map_err(|e| ConnectError::data(e.to_string()))?;
@@ -528,14 +543,14 @@ async fn read_chunk(
                     }
                 }
             }
-            Ok(None) if parser.finished => {
+            Ok(false) if parser.finished => {
                 // Drain to the end of the COPY.
                 while let Some(r) = stream.next().await {
                     r.map_err(|e| sql_error(format!("finishing COPY of {}", ts.id), e))?;
                 }
                 break;
             }
-            Ok(None) => match stream.next().await {
+            Ok(false) => match stream.next().await {
                 Some(Ok(bytes)) => parser.push(&bytes),
                 Some(Err(e)) => return Err(sql_error(format!("reading COPY of {}", ts.id), e)),
                 None => {
@@ -603,10 +618,15 @@ mod tests {
         bytes.extend_from_slice(&(-1i16).to_be_bytes());
         let mut p = CopyParser::default();
         let mut rows = Vec::new();
+        let mut spans = Vec::new();
         for b in &bytes {
             p.push(&[*b]);
-            while let Some(r) = p.next_row().unwrap() {
-                rows.push(r);
+            while p.next_row(&mut spans).unwrap() {
+                let row: Vec<Option<Vec<u8>>> = spans
+                    .iter()
+                    .map(|s| s.map(|(a, b)| p.row_bytes()[a..b].to_vec()))
+                    .collect();
+                rows.push(row);
             }
         }
         assert!(p.finished);

@@ -138,6 +138,8 @@ struct Snapshot {
     /// Rows of the current batch not handed out yet, and their table.
     rows: std::vec::IntoIter<Struct>,
     row_table: usize,
+    /// The envelope time of the current batch's events (µs, ns), read when it arrived.
+    batch_now: (i64, i64),
     /// One record of look-ahead, to mark the last one of a table and of the snapshot.
     pending: Option<(usize, bool, Struct)>,
     /// Per table: whether its first row was seen, rows handed out, rows estimated.
@@ -736,6 +738,7 @@ impl Inner {
                 current: None,
                 rows: Vec::new().into_iter(),
                 row_table: 0,
+                batch_now: crate::event::now_micros_nanos(),
                 pending: None,
                 seen: vec![false; n],
                 rows_done: vec![0; n],
@@ -1108,7 +1111,9 @@ impl Inner {
         };
         let ts = &s.tables[table_idx];
         let key = ts.key_of(&row);
-        let value = self.events.envelope(ts, None, Some(row), source, "r");
+        let value = self
+            .events
+            .envelope_at(ts, None, Some(row), source, "r", s.batch_now);
         (
             self.events.record(ts, OffsetMap::new(), key, Some(value)),
             tail,
@@ -1171,6 +1176,7 @@ impl Inner {
             .fill_snapshot_records(snap, out, limit, &mut tail)
             .await?;
         if let (Some(last), Some(tail)) = (out.last_mut(), tail) {
+            last.source_partition = self.events.partition.clone();
             last.source_offset = Self::snapshot_offset(snap, &tail);
         }
         Ok(finished)
@@ -1221,6 +1227,7 @@ impl Inner {
             let ci = *ci;
             match rx.recv().await {
                 Some(ChunkMsg::Rows(rows)) => {
+                    snap.batch_now = crate::event::now_micros_nanos();
                     snap.rows = rows.into_iter();
                     snap.row_table = snap.chunks[ci].table;
                 }

@@ -86,7 +86,9 @@ pub enum Boundary {
 /// when it commits, and it commits only between batches that end on [`Boundary::Commit`]. A
 /// record may therefore carry an empty `source_offset` when a later record of the same
 /// partition, in the same batch or in a later one before the next commit boundary, carries the
-/// offset that covers it; sources use this to avoid building an offset per record.
+/// offset that covers it; sources use this to avoid building an offset per record. Such a
+/// record may leave its `source_partition` empty as well: only the covering record's partition
+/// is read.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SourceBatch {
     pub records: Vec<SourceRecord>,

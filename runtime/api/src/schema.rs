@@ -114,11 +114,18 @@ pub struct Field {
     name: String,
     index: usize,
     schema: SchemaRef,
+    /// `"name":` when the name needs no escaping in JSON (no `"`, `\\` or control character).
+    plain_json_key: Option<Box<[u8]>>,
 }
 
 impl Field {
     pub fn name(&self) -> &str {
         &self.name
+    }
+    /// The field's JSON object key with its colon (`"name":`), when the name needs no JSON
+    /// escaping; serialisers write it as it is instead of escaping the name per record.
+    pub fn plain_json_key(&self) -> Option<&[u8]> {
+        self.plain_json_key.as_deref()
     }
     /// Position of the field in its struct schema.
     pub fn index(&self) -> usize {
@@ -378,10 +385,13 @@ impl SchemaBuilder {
             )));
         }
         let index = self.schema.fields.len();
+        let plain_json_key = (!name.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\'))
+            .then(|| format!("\"{name}\":").into_bytes().into_boxed_slice());
         self.schema.fields.push(Field {
             name,
             index,
             schema,
+            plain_json_key,
         });
         Ok(self)
     }

@@ -10,8 +10,16 @@
 //! A [`Struct`] always holds exactly one value per field of its schema, and every value it holds
 //! was checked against that field's schema when it was put (nulls in required fields are allowed
 //! while building and rejected by [`Struct::validate`]).
+//!
+//! A struct's values are shared (`Arc<[Value]>`) and copied on write: cloning a struct is a
+//! reference-count increment, so a block that many events carry (Debezium's `source` block of
+//! one table's snapshot) is built once and shared by all of them. A struct whose values are
+//! shared is therefore immutable for as long as another holder exists, which lets converters
+//! cache the serialised form of a shared struct by the address of its values
+//! ([`Struct::shared_values`]).
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::error::DataError;
 use crate::schema::{Schema, SchemaRef, SchemaType};
@@ -144,10 +152,17 @@ impl<T: Into<Value>> From<Option<T>> for Value {
 }
 
 /// A structured value: one value per field of a struct schema.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Struct {
     schema: SchemaRef,
-    values: Vec<Value>,
+    values: Arc<[Value]>,
+}
+
+impl PartialEq for Struct {
+    fn eq(&self, other: &Self) -> bool {
+        (Arc::ptr_eq(&self.schema, &other.schema) || self.schema == other.schema)
+            && (Arc::ptr_eq(&self.values, &other.values) || self.values == other.values)
+    }
 }
 
 impl Struct {
@@ -159,8 +174,35 @@ impl Struct {
                 schema.schema_type()
             )));
         }
-        let values = vec![Value::Null; schema.fields().len()];
+        let values = std::iter::repeat_n(Value::Null, schema.fields().len()).collect();
         Ok(Struct { schema, values })
+    }
+
+    /// A struct of `schema` with `values` in field order, each checked against its field as
+    /// [`Struct::put_at`] does.
+    pub fn from_values(schema: SchemaRef, values: Vec<Value>) -> Result<Struct, DataError> {
+        if schema.schema_type() != SchemaType::Struct {
+            return Err(DataError::new(format!(
+                "Not a struct schema: {}",
+                schema.schema_type()
+            )));
+        }
+        if values.len() != schema.fields().len() {
+            return Err(DataError::new(format!(
+                "{} values for a struct of {} fields",
+                values.len(),
+                schema.fields().len()
+            )));
+        }
+        for (field, value) in schema.fields().iter().zip(&values) {
+            if !value.is_null() {
+                validate_value_named(field.name(), field.schema(), value)?;
+            }
+        }
+        Ok(Struct {
+            schema,
+            values: values.into(),
+        })
     }
 
     pub fn schema(&self) -> &SchemaRef {
@@ -172,9 +214,27 @@ impl Struct {
         &self.values
     }
 
-    /// The values in field order, consuming the struct (to move them into a rebuilt struct).
-    pub fn into_values(self) -> Vec<Value> {
-        self.values
+    /// The values in field order, consuming the struct (to move them into a rebuilt struct;
+    /// they are moved when this struct was their only holder, cloned otherwise).
+    pub fn into_values(mut self) -> Vec<Value> {
+        match Arc::get_mut(&mut self.values) {
+            Some(values) => values.iter_mut().map(std::mem::take).collect(),
+            None => self.values.to_vec(),
+        }
+    }
+
+    /// The shared values, for converters that cache the serialised form of a struct many
+    /// records share: while a cache holds a clone of this `Arc`, the values cannot change.
+    pub fn shared_values(&self) -> &Arc<[Value]> {
+        &self.values
+    }
+
+    /// The values, made unique first (copied when shared).
+    fn values_mut(&mut self) -> &mut [Value] {
+        if Arc::get_mut(&mut self.values).is_none() {
+            self.values = self.values.iter().cloned().collect();
+        }
+        Arc::get_mut(&mut self.values).expect("values were just made unique")
     }
 
     /// Sets a field by name after checking the value against the field's schema.
@@ -202,7 +262,7 @@ impl Struct {
         if !value.is_null() {
             validate_value_named(field.name(), field.schema(), &value)?;
         }
-        self.values[index] = value;
+        self.values_mut()[index] = value;
         Ok(self)
     }
 
@@ -235,7 +295,7 @@ impl Struct {
 
     /// Checks that every required field has a value (or a default) and all values are valid.
     pub fn validate(&self) -> Result<(), DataError> {
-        for (field, value) in self.schema.fields().iter().zip(&self.values) {
+        for (field, value) in self.schema.fields().iter().zip(self.values.iter()) {
             if value.is_null() && field.schema().default_value().is_some() {
                 continue;
             }
@@ -249,7 +309,7 @@ impl fmt::Display for Struct {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Struct{")?;
         let mut first = true;
-        for (field, value) in self.schema.fields().iter().zip(&self.values) {
+        for (field, value) in self.schema.fields().iter().zip(self.values.iter()) {
             if value.is_null() {
                 continue;
             }

@@ -294,8 +294,18 @@ async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<()
                 .shared
                 .records_polled
                 .fetch_add(polled as u64, Ordering::Relaxed);
+            // Records without a timestamp get the time they were polled (one clock read per
+            // batch), as a producer stamps CreateTime at send.
+            let polled_at_ms = headwater_log::log::now_ms();
             for record in batch.records {
-                process(setup, &log, &partitioner, &mut pending, record)?;
+                process(
+                    setup,
+                    &log,
+                    &partitioner,
+                    &mut pending,
+                    record,
+                    polled_at_ms,
+                )?;
             }
             let due = pending.bytes >= COMMIT_BYTES
                 || polled == 0
@@ -323,6 +333,7 @@ fn process(
     partitioner: &Partitioner,
     pending: &mut Pending,
     mut record: SourceRecord,
+    polled_at_ms: i64,
 ) -> Result<(), ConnectError> {
     let described = (setup.errors_log && setup.errors_log_include_messages)
         .then(|| crate::convert::describe_record(&record));
@@ -412,9 +423,7 @@ fn process(
         })
         .collect();
     let before = builder.size_bytes();
-    let timestamp = transformed
-        .timestamp
-        .unwrap_or_else(headwater_log::log::now_ms);
+    let timestamp = transformed.timestamp.unwrap_or(polled_at_ms);
     let scratch = &pending.scratch;
     builder.append(
         timestamp,

@@ -11,6 +11,10 @@
 //! The serialised schema text is cached per schema object (`Arc` identity, bounded by
 //! `schemas.cache.size`), so a stream of records sharing a schema serialises it once. The cache
 //! holds a clone of each `Arc`, so a cached address can never be reused by another schema.
+//! Likewise the payload text of a struct whose values many records share (a snapshot's `source`
+//! block) is kept for the last [`SHARED_STRUCTS`] such structs, keyed by the address of the
+//! shared values: while the cache holds a clone, those values cannot change (see
+//! [`Struct::shared_values`]).
 //!
 //! Deserialisation ([`JsonConverter::to_connect_data`]) parses the envelope, rebuilds the schema
 //! (cached by its JSON text) and the value, and is the inverse of serialisation for every value
@@ -120,8 +124,16 @@ pub struct SchemaAndValue {
     pub value: Value,
 }
 
+/// How many shared structs' serialised payloads are kept.
+const SHARED_STRUCTS: usize = 8;
+
+/// A shared struct's values and schema address, and its payload JSON.
+type SharedStructJson = (Arc<[Value]>, usize, Box<[u8]>);
+
 #[derive(Default)]
 struct Caches {
+    /// Recently serialised shared structs, the newest last.
+    shared_structs: Vec<SharedStructJson>,
     /// Schema `Arc` address -> (the schema, its serialised JSON).
     serialised: HashMap<usize, (SchemaRef, Arc<[u8]>)>,
     /// Schema JSON text -> parsed schema.
@@ -205,6 +217,35 @@ impl JsonConverter {
                 .insert(key, (schema.clone(), json.clone()));
         }
         json
+    }
+
+    /// Writes the cached payload of shared struct `s` (of the schema at `schema_addr`); false
+    /// when it is not cached.
+    fn write_cached_struct(&self, s: &Struct, schema_addr: usize, out: &mut Vec<u8>) -> bool {
+        let caches = self.lock();
+        match caches
+            .shared_structs
+            .iter()
+            .rev()
+            .find(|(values, addr, _)| {
+                *addr == schema_addr && Arc::ptr_eq(values, s.shared_values())
+            }) {
+            Some((_, _, json)) => {
+                out.extend_from_slice(json);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn cache_struct(&self, s: &Struct, schema_addr: usize, json: &[u8]) {
+        let mut caches = self.lock();
+        if caches.shared_structs.len() >= SHARED_STRUCTS {
+            caches.shared_structs.remove(0);
+        }
+        caches
+            .shared_structs
+            .push((s.shared_values().clone(), schema_addr, json.into()));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Caches> {
@@ -371,16 +412,30 @@ impl JsonConverter {
                 if !std::ptr::eq(s.schema().as_ref(), schema) && s.schema().as_ref() != schema {
                     return Err(DataError::new("Mismatching schema."));
                 }
+                let shared = Arc::strong_count(s.shared_values()) > 1;
+                let schema_addr = schema as *const Schema as usize;
+                if shared && self.write_cached_struct(s, schema_addr, out) {
+                    return Ok(());
+                }
+                let start = out.len();
                 out.push(b'{');
                 for (i, (field, v)) in schema.fields().iter().zip(s.values()).enumerate() {
                     if i > 0 {
                         out.push(b',');
                     }
-                    write_json_string(out, field.name());
-                    out.push(b':');
+                    match field.plain_json_key() {
+                        Some(key) => out.extend_from_slice(key),
+                        None => {
+                            write_json_string(out, field.name());
+                            out.push(b':');
+                        }
+                    }
                     self.write_value(Some(field.schema()), v, out)?;
                 }
                 out.push(b'}');
+                if shared {
+                    self.cache_struct(s, schema_addr, &out[start..]);
+                }
             }
             _ => return Err(mismatch()),
         }
@@ -771,6 +826,47 @@ mod tests {
 
     fn text(bytes: Option<Vec<u8>>) -> Option<String> {
         bytes.map(|b| String::from_utf8(b).unwrap())
+    }
+
+    #[test]
+    fn shared_structs_are_cached_and_never_stale() {
+        let inner = SchemaBuilder::struct_()
+            .field("a b", Schema::int32())
+            .field("q\"", Schema::optional_string())
+            .build_ref();
+        let outer = SchemaBuilder::struct_()
+            .field("inner", inner.clone())
+            .field("n", Schema::int32())
+            .build_ref();
+        let converter = JsonConverter::new(JsonConverterConfig {
+            schemas_enable: false,
+            ..Default::default()
+        });
+        let block = Struct::new(inner)
+            .unwrap()
+            .with("a b", 1i32)
+            .with("q\"", "x");
+        let held = block.clone(); // shared: its payload text gets cached
+        let event = |inner: Struct, n: i32| {
+            Value::Struct(
+                Struct::new(outer.clone())
+                    .unwrap()
+                    .with("inner", inner)
+                    .with("n", n),
+            )
+        };
+        let write = |v: &Value| text(converter.from_connect_data("t", Some(&outer), v).unwrap());
+        let expected = r#"{"inner":{"a b":1,"q\"":"x"},"n":1}"#;
+        assert_eq!(write(&event(block.clone(), 1)).as_deref(), Some(expected));
+        assert_eq!(write(&event(block.clone(), 1)).as_deref(), Some(expected));
+        // Changing a shared struct copies its values: the cached text is never reused for it.
+        let mut changed = held.clone();
+        changed.put("a b", 2i32).unwrap();
+        assert_eq!(
+            write(&event(changed, 2)).as_deref(),
+            Some(r#"{"inner":{"a b":2,"q\"":"x"},"n":2}"#)
+        );
+        assert_eq!(write(&event(held, 1)).as_deref(), Some(expected));
     }
 
     #[test]
