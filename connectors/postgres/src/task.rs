@@ -1104,9 +1104,12 @@ impl Inner {
                     },
                 );
                 if marker == "true" {
+                    let block = block.into_shared();
                     s.source_blocks[table_idx] = Some(block.clone());
+                    block
+                } else {
+                    block
                 }
-                block
             }
         };
         let ts = &s.tables[table_idx];

@@ -11,12 +11,12 @@
 //! was checked against that field's schema when it was put (nulls in required fields are allowed
 //! while building and rejected by [`Struct::validate`]).
 //!
-//! A struct's values are shared (`Arc<[Value]>`) and copied on write: cloning a struct is a
-//! reference-count increment, so a block that many events carry (Debezium's `source` block of
-//! one table's snapshot) is built once and shared by all of them. A struct whose values are
-//! shared is therefore immutable for as long as another holder exists, which lets converters
-//! cache the serialised form of a shared struct by the address of its values
-//! ([`Struct::shared_values`]).
+//! A struct owns its values, unless it was made shared ([`Struct::into_shared`]): then its
+//! values live behind an `Arc` and are copied on write, so cloning it is a reference-count
+//! increment. A block that many events carry (Debezium's `source` block of one table's
+//! snapshot) is built once, shared, and carried by all of them. Shared values never change while
+//! another holder exists, which lets converters cache the serialised form of a shared struct by
+//! the address of its values ([`Struct::shared_values`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -155,13 +155,29 @@ impl<T: Into<Value>> From<Option<T>> for Value {
 #[derive(Clone, Debug)]
 pub struct Struct {
     schema: SchemaRef,
-    values: Arc<[Value]>,
+    values: Values,
+}
+
+/// A struct's values: owned, or shared and copied on write.
+#[derive(Clone, Debug)]
+enum Values {
+    Owned(Vec<Value>),
+    Shared(Arc<[Value]>),
+}
+
+impl Values {
+    fn as_slice(&self) -> &[Value] {
+        match self {
+            Values::Owned(v) => v,
+            Values::Shared(v) => v,
+        }
+    }
 }
 
 impl PartialEq for Struct {
     fn eq(&self, other: &Self) -> bool {
         (Arc::ptr_eq(&self.schema, &other.schema) || self.schema == other.schema)
-            && (Arc::ptr_eq(&self.values, &other.values) || self.values == other.values)
+            && self.values() == other.values()
     }
 }
 
@@ -174,7 +190,7 @@ impl Struct {
                 schema.schema_type()
             )));
         }
-        let values = std::iter::repeat_n(Value::Null, schema.fields().len()).collect();
+        let values = Values::Owned(vec![Value::Null; schema.fields().len()]);
         Ok(Struct { schema, values })
     }
 
@@ -201,7 +217,7 @@ impl Struct {
         }
         Ok(Struct {
             schema,
-            values: values.into(),
+            values: Values::Owned(values),
         })
     }
 
@@ -211,30 +227,52 @@ impl Struct {
 
     /// Values in field order.
     pub fn values(&self) -> &[Value] {
-        &self.values
+        self.values.as_slice()
     }
 
     /// The values in field order, consuming the struct (to move them into a rebuilt struct;
     /// they are moved when this struct was their only holder, cloned otherwise).
-    pub fn into_values(mut self) -> Vec<Value> {
-        match Arc::get_mut(&mut self.values) {
-            Some(values) => values.iter_mut().map(std::mem::take).collect(),
-            None => self.values.to_vec(),
+    pub fn into_values(self) -> Vec<Value> {
+        match self.values {
+            Values::Owned(v) => v,
+            Values::Shared(mut v) => match Arc::get_mut(&mut v) {
+                Some(values) => values.iter_mut().map(std::mem::take).collect(),
+                None => v.to_vec(),
+            },
         }
     }
 
-    /// The shared values, for converters that cache the serialised form of a struct many
-    /// records share: while a cache holds a clone of this `Arc`, the values cannot change.
-    pub fn shared_values(&self) -> &Arc<[Value]> {
-        &self.values
+    /// This struct with its values made shared: its clones share them (a reference-count
+    /// increment per clone) until one is changed, which copies them first.
+    pub fn into_shared(self) -> Struct {
+        match self.values {
+            Values::Owned(v) => Struct {
+                schema: self.schema,
+                values: Values::Shared(v.into()),
+            },
+            Values::Shared(_) => self,
+        }
     }
 
-    /// The values, made unique first (copied when shared).
+    /// The shared values (`None` for a struct that owns its values), for converters that cache
+    /// the serialised form of a struct many records share: while a cache holds a clone of this
+    /// `Arc`, the values cannot change.
+    pub fn shared_values(&self) -> Option<&Arc<[Value]>> {
+        match &self.values {
+            Values::Owned(_) => None,
+            Values::Shared(v) => Some(v),
+        }
+    }
+
+    /// The values, owned first (copied when shared).
     fn values_mut(&mut self) -> &mut [Value] {
-        if Arc::get_mut(&mut self.values).is_none() {
-            self.values = self.values.iter().cloned().collect();
+        if let Values::Shared(v) = &self.values {
+            self.values = Values::Owned(v.to_vec());
         }
-        Arc::get_mut(&mut self.values).expect("values were just made unique")
+        match &mut self.values {
+            Values::Owned(v) => v,
+            Values::Shared(_) => unreachable!("values were just made owned"),
+        }
     }
 
     /// Sets a field by name after checking the value against the field's schema.
@@ -278,13 +316,13 @@ impl Struct {
     /// The raw value of a field (null when unset), or `None` for an unknown field name.
     pub fn get(&self, field: &str) -> Option<&Value> {
         let index = self.schema.field(field)?.index();
-        Some(&self.values[index])
+        Some(&self.values()[index])
     }
 
     /// The value of a field, or the field schema's default when the value is null.
     pub fn get_or_default(&self, field: &str) -> Option<&Value> {
         let f = self.schema.field(field)?;
-        let v = &self.values[f.index()];
+        let v = &self.values()[f.index()];
         if v.is_null() {
             if let Some(d) = f.schema().default_value() {
                 return Some(d);
@@ -295,7 +333,7 @@ impl Struct {
 
     /// Checks that every required field has a value (or a default) and all values are valid.
     pub fn validate(&self) -> Result<(), DataError> {
-        for (field, value) in self.schema.fields().iter().zip(self.values.iter()) {
+        for (field, value) in self.schema.fields().iter().zip(self.values()) {
             if value.is_null() && field.schema().default_value().is_some() {
                 continue;
             }
@@ -309,7 +347,7 @@ impl fmt::Display for Struct {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Struct{")?;
         let mut first = true;
-        for (field, value) in self.schema.fields().iter().zip(self.values.iter()) {
+        for (field, value) in self.schema.fields().iter().zip(self.values()) {
             if value.is_null() {
                 continue;
             }

@@ -21,6 +21,7 @@ pub mod model;
 pub mod plugins;
 pub mod providers;
 pub mod runner;
+pub mod sealer;
 pub mod stores;
 
 pub use engine::{framework_config_def, Engine, EngineConfig, ValidationReport};

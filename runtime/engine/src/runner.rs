@@ -7,14 +7,20 @@
 //!   source transaction and a restart resumes exactly after the last committed one;
 //! - `SourceTask::commit` is called only after that log transaction is durable;
 //! - memory is bounded by bytes: per-partition batches are flushed into the (still open) log
-//!   transaction at ~1 MiB, and a long source transaction spills to the log, not to RAM;
+//!   transaction at ~256 KiB, and a long source transaction spills to the log, not to RAM;
 //! - records dropped by transforms still advance the offset (as Kafka Connect does);
 //! - per source partition, the offset stored is the last non-empty one of the batch (a record
 //!   with an empty offset is covered by a later one of the same batch);
 //! - staging a record allocates nothing in the steady state: converters write into reused
-//!   buffers and finished batches' buffers are recycled ([`Scratch`]).
+//!   buffers and finished batches' buffers are recycled ([`Scratch`]);
+//! - sealing batches (compression, CRC), appending them and waiting for commits happen on the
+//!   task's [`Sealer`] thread, so the runner stages the next records meanwhile. At most
+//!   [`MAX_IN_FLIGHT`] commits are outstanding; their outcomes are taken in commit order, and
+//!   only then are the stored offsets updated and `SourceTask::commit` called. Before polling
+//!   after a caught-up batch, and before pausing or stopping, the runner waits for every
+//!   outstanding commit, so an idle source is acknowledged at once.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,22 +30,25 @@ use headwater_api::{
     Transform,
 };
 
-use headwater_log::batch::{BatchBuilder, Compression, RecordHeader};
-use headwater_log::{Log, Partitioner, TopicCompression, TopicConfig, Transaction};
-use tokio::sync::watch;
+use headwater_log::batch::{BatchBuilder, Compression, ProducerFields, RecordHeader};
+use headwater_log::{Log, LogError, Partitioner, TopicCompression, TopicConfig};
+use tokio::sync::{oneshot, watch};
 
 use crate::convert::Converters;
 use crate::metrics::{self, Histogram};
 use crate::model::State;
+use crate::sealer::{Command, Sealer, SealerGone};
 use crate::stores::{offset_key, offsets_batch, InternalTopics, OffsetsByConnector, OFFSETS_TOPIC};
 
 /// Flush a partition's batch into the log transaction at this size.
-const BATCH_BYTES: usize = 1024 * 1024;
+const BATCH_BYTES: usize = 256 * 1024;
 /// Commit at a boundary once this much is pending...
 const COMMIT_BYTES: usize = 8 * 1024 * 1024;
 /// ...or once the oldest pending record waited this long (or at once when the source is caught
 /// up, see [`headwater_api::SourceBatch::caught_up`]).
 const LINGER: Duration = Duration::from_millis(5);
+/// Commits handed to the sealer and not yet durable, at most.
+const MAX_IN_FLIGHT: usize = 2;
 
 /// What a task is told to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,14 +178,20 @@ pub async fn supervise(setup: TaskSetup) {
     }
 }
 
-/// Record buffers kept for reuse by later batch builders (each about [`BATCH_BYTES`]).
-const FREE_RECORD_BUFFERS: usize = 4;
+/// Record buffers kept for reuse by later batch builders (each about [`BATCH_BYTES`]): enough
+/// for every batch the sealer may hold at once, so the pipeline runs without allocating.
+const FREE_RECORD_BUFFERS: usize = crate::sealer::QUEUE_DEPTH + 4;
 
 /// The open log transaction of a task and what it holds.
 struct Pending {
-    txn: Option<Transaction>,
+    /// The producer fields of the open transaction (which the sealer holds).
+    txn: Option<ProducerFields>,
+    /// A transaction begun by the last record, not yet handed to the sealer.
+    begin: Option<headwater_log::Transaction>,
     /// Batch builders by topic, then partition.
     builders: HashMap<String, HashMap<u32, BatchBuilder>>,
+    /// Full batches staged for the sealer, sent after the record that filled them.
+    full: Vec<(String, u32, BatchBuilder)>,
     /// Source partition (as JSON) -> (partition, latest offset).
     offsets: BTreeMap<String, (OffsetMap, OffsetMap)>,
     bytes: usize,
@@ -185,14 +200,19 @@ struct Pending {
     scratch: Scratch,
 }
 
+/// A commit handed to the sealer, and the offsets to acknowledge to the task once it is
+/// durable.
+struct InFlight {
+    done: oneshot::Receiver<Result<(), LogError>>,
+    offsets: Vec<(OffsetMap, OffsetMap)>,
+}
+
 /// Buffers and look-ups reused from record to record, so that staging a record allocates
 /// nothing in the steady state.
 #[derive(Default)]
 struct Scratch {
     key: Vec<u8>,
     value: Vec<u8>,
-    /// A finished batch on its way into the log.
-    batch: Vec<u8>,
     /// Emptied record buffers of appended builders.
     free_records: Vec<Vec<u8>>,
     /// The last source partition seen and its JSON form (the `offsets` key).
@@ -203,9 +223,11 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn records_buffer(&mut self) -> Vec<u8> {
+    /// A record buffer: a kept one, else one the sealer gave back, else a new one.
+    fn records_buffer(&mut self, sealer: &Sealer) -> Vec<u8> {
         self.free_records
             .pop()
+            .or_else(|| sealer.recycled_buffer())
             .unwrap_or_else(|| Vec::with_capacity(BATCH_BYTES + BATCH_BYTES / 4))
     }
     fn recycle(&mut self, buffer: Vec<u8>) {
@@ -219,6 +241,10 @@ impl Pending {
     fn is_empty(&self) -> bool {
         self.offsets.is_empty() && self.records == 0 && self.txn.is_none()
     }
+}
+
+fn sealer_gone(_: SealerGone) -> ConnectError {
+    ConnectError::retriable("the task's log writer thread ended unexpectedly")
 }
 
 async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<(), ConnectError> {
@@ -246,32 +272,52 @@ async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<()
             "headwater",
         )
         .await;
+    let sealer = match Sealer::start(format!("headwater-sealer-{}", setup.task_id)) {
+        Ok(s) => s,
+        Err(e) => {
+            task.stop().await;
+            return Err(ConnectError::retriable(format!(
+                "cannot start the task's log writer thread: {e}"
+            )));
+        }
+    };
     let mut control = setup.shared.control.subscribe();
     let partitioner = Partitioner::new();
     let mut pending = Pending {
         txn: None,
+        begin: None,
         builders: HashMap::new(),
+        full: Vec::new(),
         offsets: BTreeMap::new(),
         bytes: 0,
         records: 0,
         since: None,
         scratch: Scratch::default(),
     };
+    let mut in_flight: VecDeque<InFlight> = VecDeque::new();
     let mut at_boundary = true;
+    let mut caught_up = false;
+    let mut last_polled = 1;
     let result: Result<(), ConnectError> = async {
         loop {
+            // Acknowledge what is durable: everything when the source is idle (or about to
+            // pause or stop), else whatever finished by now.
             let ctl = *control.borrow();
+            let wait_all = caught_up || last_polled == 0 || ctl != Control::Run;
+            settle(&mut in_flight, task.as_mut(), wait_all).await?;
             match ctl {
                 Control::Stop => {
                     if at_boundary && !pending.is_empty() {
-                        commit(setup, &log, &mut pending, task.as_mut()).await?;
+                        commit(setup, &log, &sealer, &mut pending, &mut in_flight).await?;
+                        settle(&mut in_flight, task.as_mut(), true).await?;
                     }
                     return Ok(());
                 }
                 Control::Pause => {
                     if at_boundary {
                         if !pending.is_empty() {
-                            commit(setup, &log, &mut pending, task.as_mut()).await?;
+                            commit(setup, &log, &sealer, &mut pending, &mut in_flight).await?;
+                            settle(&mut in_flight, task.as_mut(), true).await?;
                         }
                         setup.shared.set_status(State::Paused, None);
                         // Wait for resume or stop.
@@ -288,8 +334,9 @@ async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<()
             }
             let batch = task.poll().await?;
             at_boundary = batch.boundary == Boundary::Commit;
-            let batch_caught_up = batch.caught_up;
+            caught_up = batch.caught_up;
             let polled = batch.records.len();
+            last_polled = polled;
             setup
                 .shared
                 .records_polled
@@ -303,27 +350,102 @@ async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<()
                     &log,
                     &partitioner,
                     &mut pending,
+                    &sealer,
                     record,
                     polled_at_ms,
                 )?;
+                if !pending.full.is_empty() || pending.begin.is_some() {
+                    send_full(&sealer, &mut pending).await?;
+                }
             }
             let due = pending.bytes >= COMMIT_BYTES
                 || polled == 0
-                || batch_caught_up
+                || caught_up
                 || pending.since.is_some_and(|t| t.elapsed() >= LINGER);
             if at_boundary && !pending.is_empty() && due {
-                commit(setup, &log, &mut pending, task.as_mut()).await?;
+                commit(setup, &log, &sealer, &mut pending, &mut in_flight).await?;
+                if in_flight.len() >= MAX_IN_FLIGHT {
+                    settle_oldest(&mut in_flight, task.as_mut()).await?;
+                }
             } else if !at_boundary && pending.bytes >= COMMIT_BYTES {
-                spill(&log, &mut pending)?;
+                spill(&sealer, &mut pending).await?;
             }
+            recycle_buffers(&sealer, &mut pending);
         }
     }
     .await;
-    if let Some(txn) = pending.txn.take() {
-        let _ = txn.abort();
-    }
+    // An open transaction (and any batch not yet committed) is aborted by the sealer.
+    sealer.close().await;
     task.stop().await;
     result
+}
+
+/// Takes back every record buffer of sealed batches, keeping up to [`FREE_RECORD_BUFFERS`].
+fn recycle_buffers(sealer: &Sealer, pending: &mut Pending) {
+    while let Some(buffer) = sealer.recycled_buffer() {
+        pending.scratch.recycle(buffer);
+    }
+}
+
+/// Sends the batches filled by the last record to the sealer.
+async fn send_full(sealer: &Sealer, pending: &mut Pending) -> Result<(), ConnectError> {
+    if let Some(txn) = pending.begin.take() {
+        sealer
+            .send(Command::Begin(txn))
+            .await
+            .map_err(sealer_gone)?;
+    }
+    for (topic, partition, builder) in pending.full.drain(..) {
+        sealer
+            .send(Command::Append {
+                topic,
+                partition,
+                builder,
+            })
+            .await
+            .map_err(sealer_gone)?;
+    }
+    Ok(())
+}
+
+/// Takes the outcomes of commits in flight, in order: all of them (waiting) when `wait_all`,
+/// else those already durable.
+async fn settle(
+    in_flight: &mut VecDeque<InFlight>,
+    task: &mut dyn SourceTask,
+    wait_all: bool,
+) -> Result<(), ConnectError> {
+    while let Some(front) = in_flight.front_mut() {
+        if !wait_all {
+            match front.done.try_recv() {
+                Ok(outcome) => {
+                    let done = in_flight.pop_front().expect("front exists");
+                    finish_commit(done, outcome, task).await?;
+                    continue;
+                }
+                Err(oneshot::error::TryRecvError::Empty) => return Ok(()),
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    return Err(sealer_gone(SealerGone));
+                }
+            }
+        }
+        settle_oldest(in_flight, task).await?;
+    }
+    Ok(())
+}
+
+/// Waits for the oldest commit in flight and takes its outcome.
+async fn settle_oldest(
+    in_flight: &mut VecDeque<InFlight>,
+    task: &mut dyn SourceTask,
+) -> Result<(), ConnectError> {
+    let Some(mut oldest) = in_flight.pop_front() else {
+        return Ok(());
+    };
+    let outcome = (&mut oldest.done)
+        .await
+        .map_err(|_| sealer_gone(SealerGone))?;
+    finish_commit(oldest, outcome, task).await
 }
 
 /// Transforms, converts and stages one record.
@@ -332,6 +454,7 @@ fn process(
     log: &Log,
     partitioner: &Partitioner,
     pending: &mut Pending,
+    sealer: &Sealer,
     mut record: SourceRecord,
     polled_at_ms: i64,
 ) -> Result<(), ConnectError> {
@@ -399,13 +522,14 @@ fn process(
         }
         None => partitioner.partition(key, partitions),
     };
-    let producer = match pending.txn.as_ref() {
-        Some(t) => t.producer_fields(),
+    let producer = match pending.txn {
+        Some(fields) => fields,
         None => {
             let txn = log.begin_transaction().map_err(log_error)?;
-            let f = txn.producer_fields();
-            pending.txn = Some(txn);
-            f
+            let fields = txn.producer_fields();
+            pending.txn = Some(fields);
+            pending.begin = Some(txn);
+            fields
         }
     };
     let by_partition = match pending.builders.get_mut(&topic) {
@@ -413,7 +537,11 @@ fn process(
         None => pending.builders.entry(topic.clone()).or_default(),
     };
     let builder = by_partition.entry(partition).or_insert_with(|| {
-        BatchBuilder::with_buffer(compression, producer, pending.scratch.records_buffer())
+        BatchBuilder::with_buffer(
+            compression,
+            producer,
+            pending.scratch.records_buffer(sealer),
+        )
     });
     let header_refs: Vec<RecordHeader<'_>> = headers
         .iter()
@@ -436,7 +564,7 @@ fn process(
     pending.records += 1;
     if size >= BATCH_BYTES {
         if let Some(b) = by_partition.remove(&partition) {
-            append_to_txn(pending, &topic, partition, b)?;
+            pending.full.push((topic, partition, b));
         }
     }
     Ok(())
@@ -512,104 +640,118 @@ fn ensure_topic(setup: &TaskSetup, log: &Log, topic: &str) -> Result<u32, Connec
     Ok(setup.topic_defaults.partitions)
 }
 
-fn append_to_txn(
-    pending: &mut Pending,
-    topic: &str,
-    partition: u32,
-    builder: BatchBuilder,
-) -> Result<(), ConnectError> {
-    let txn = pending
-        .txn
-        .as_mut()
-        .ok_or_else(|| ConnectError::fatal("internal: batch without a transaction"))?;
-    let (_, records) = txn
-        .append_builder_reusing(topic, partition, builder, &mut pending.scratch.batch)
-        .map_err(log_error)?;
-    pending.scratch.recycle(records);
-    Ok(())
-}
-
-/// Moves staged batches into the open log transaction (it stays open).
-fn spill(_log: &Log, pending: &mut Pending) -> Result<(), ConnectError> {
-    let builders: Vec<(String, HashMap<u32, BatchBuilder>)> = pending.builders.drain().collect();
-    for (topic, by_partition) in builders {
-        for (partition, b) in by_partition {
-            append_to_txn(pending, &topic, partition, b)?;
+/// Hands every staged batch to the sealer (the transaction stays open).
+async fn spill(sealer: &Sealer, pending: &mut Pending) -> Result<(), ConnectError> {
+    for (topic, by_partition) in pending.builders.drain() {
+        for (partition, builder) in by_partition {
+            pending.full.push((topic.clone(), partition, builder));
         }
     }
+    send_full(sealer, pending).await?;
     pending.bytes = 0;
     Ok(())
 }
 
-/// Commits the records staged so far with their offsets, then tells the task.
+/// Hands the records staged so far, with their offsets, to the sealer to commit; the outcome
+/// is taken later ([`settle`]).
 async fn commit(
     setup: &TaskSetup,
     log: &Log,
+    sealer: &Sealer,
     pending: &mut Pending,
-    task: &mut dyn SourceTask,
+    in_flight: &mut VecDeque<InFlight>,
 ) -> Result<(), ConnectError> {
     let started = Instant::now();
-    if pending.txn.is_none() {
-        pending.txn = Some(log.begin_transaction().map_err(log_error)?);
-    }
-    let total_bytes = pending.bytes;
-    spill(log, pending)?;
-    pending.bytes = total_bytes;
+    let producer = match pending.txn {
+        Some(fields) => fields,
+        None => {
+            let txn = log.begin_transaction().map_err(log_error)?;
+            let fields = txn.producer_fields();
+            pending.begin = Some(txn);
+            fields
+        }
+    };
+    let staged_bytes = pending.bytes;
+    let records = pending.records;
     let offsets: Vec<(OffsetMap, OffsetMap)> =
         std::mem::take(&mut pending.offsets).into_values().collect();
-    let txn = pending
-        .txn
-        .as_mut()
-        .ok_or_else(|| ConnectError::fatal("internal: no transaction"))?;
     for (partition, offset) in &offsets {
-        let (p, b) = offsets_batch(
-            &setup.connector,
-            partition,
-            Some(offset),
-            txn.producer_fields(),
-        );
-        txn.append_builder(OFFSETS_TOPIC, p, b).map_err(log_error)?;
+        let (p, b) = offsets_batch(&setup.connector, partition, Some(offset), producer);
+        pending.full.push((OFFSETS_TOPIC.to_owned(), p, b));
     }
-    let records = pending.records;
-    let staged_bytes = pending.bytes;
-    let txn = pending
-        .txn
-        .take()
-        .ok_or_else(|| ConnectError::fatal("internal: no transaction"))?;
-    txn.commit_async().await.map_err(log_error)?;
-    setup
-        .shared
-        .commit_latency
-        .observe_duration(started.elapsed());
-    setup.shared.commit_bytes.observe(staged_bytes as u64);
+    spill(sealer, pending).await?;
+    let (done, outcome) = oneshot::channel();
+    let on_durable = {
+        let (shared, stored, connector, offsets) = (
+            setup.shared.clone(),
+            setup.offsets.clone(),
+            setup.connector.clone(),
+            offsets.clone(),
+        );
+        Box::new(move || {
+            record_commit(&shared, started, records, staged_bytes);
+            store_offsets(&stored, &connector, &offsets);
+        })
+    };
+    sealer
+        .send(Command::Commit { on_durable, done })
+        .await
+        .map_err(sealer_gone)?;
+    pending.txn = None;
     pending.records = 0;
     pending.bytes = 0;
     pending.since = None;
     pending.scratch.last_topic = None;
-    setup
-        .shared
+    in_flight.push_back(InFlight {
+        done: outcome,
+        offsets,
+    });
+    Ok(())
+}
+
+/// Counts a durable commit in the task's metrics.
+fn record_commit(shared: &TaskShared, started: Instant, records: usize, bytes: usize) {
+    shared.commit_latency.observe_duration(started.elapsed());
+    shared.commit_bytes.observe(bytes as u64);
+    shared
         .records_written
         .fetch_add(records as u64, Ordering::Relaxed);
-    setup
-        .shared
+    shared
         .bytes_written
-        .fetch_add(staged_bytes as u64, Ordering::Relaxed);
-    setup.shared.commits.fetch_add(1, Ordering::Relaxed);
-    {
-        let mut all = setup.offsets.lock().unwrap_or_else(|e| e.into_inner());
-        let mine = all.entry(setup.connector.clone()).or_default();
-        for (partition, offset) in &offsets {
-            let key = offset_key(&setup.connector, partition);
-            match mine
-                .iter_mut()
-                .find(|(p, _)| offset_key(&setup.connector, p) == key)
-            {
-                Some(slot) => slot.1 = offset.clone(),
-                None => mine.push((partition.clone(), offset.clone())),
-            }
+        .fetch_add(bytes as u64, Ordering::Relaxed);
+    shared.commits.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Makes durable offsets the connector's current ones (what the REST API reports and a
+/// restarted task resumes from).
+fn store_offsets(
+    stored: &Mutex<OffsetsByConnector>,
+    connector: &str,
+    offsets: &[(OffsetMap, OffsetMap)],
+) {
+    let mut all = stored.lock().unwrap_or_else(|e| e.into_inner());
+    let mine = all.entry(connector.to_owned()).or_default();
+    for (partition, offset) in offsets {
+        let key = offset_key(connector, partition);
+        match mine
+            .iter_mut()
+            .find(|(p, _)| offset_key(connector, p) == key)
+        {
+            Some(slot) => slot.1 = offset.clone(),
+            None => mine.push((partition.clone(), offset.clone())),
         }
     }
-    task.commit(&offsets).await
+}
+
+/// Completes a commit the sealer carried out (its metrics and stored offsets were updated
+/// when it became durable): tells the task, or fails with the commit's error.
+async fn finish_commit(
+    done: InFlight,
+    outcome: Result<(), LogError>,
+    task: &mut dyn SourceTask,
+) -> Result<(), ConnectError> {
+    outcome.map_err(log_error)?;
+    task.commit(&done.offsets).await
 }
 
 fn log_error(e: headwater_log::LogError) -> ConnectError {

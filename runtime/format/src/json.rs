@@ -222,14 +222,16 @@ impl JsonConverter {
     /// Writes the cached payload of shared struct `s` (of the schema at `schema_addr`); false
     /// when it is not cached.
     fn write_cached_struct(&self, s: &Struct, schema_addr: usize, out: &mut Vec<u8>) -> bool {
+        let Some(shared) = s.shared_values() else {
+            return false;
+        };
         let caches = self.lock();
         match caches
             .shared_structs
             .iter()
             .rev()
-            .find(|(values, addr, _)| {
-                *addr == schema_addr && Arc::ptr_eq(values, s.shared_values())
-            }) {
+            .find(|(values, addr, _)| *addr == schema_addr && Arc::ptr_eq(values, shared))
+        {
             Some((_, _, json)) => {
                 out.extend_from_slice(json);
                 true
@@ -239,13 +241,16 @@ impl JsonConverter {
     }
 
     fn cache_struct(&self, s: &Struct, schema_addr: usize, json: &[u8]) {
+        let Some(shared) = s.shared_values() else {
+            return;
+        };
         let mut caches = self.lock();
         if caches.shared_structs.len() >= SHARED_STRUCTS {
             caches.shared_structs.remove(0);
         }
         caches
             .shared_structs
-            .push((s.shared_values().clone(), schema_addr, json.into()));
+            .push((shared.clone(), schema_addr, json.into()));
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Caches> {
@@ -412,7 +417,8 @@ impl JsonConverter {
                 if !std::ptr::eq(s.schema().as_ref(), schema) && s.schema().as_ref() != schema {
                     return Err(DataError::new("Mismatching schema."));
                 }
-                let shared = Arc::strong_count(s.shared_values()) > 1;
+                // Only a struct whose values others hold too can come again.
+                let shared = s.shared_values().is_some_and(|v| Arc::strong_count(v) > 1);
                 let schema_addr = schema as *const Schema as usize;
                 if shared && self.write_cached_struct(s, schema_addr, out) {
                     return Ok(());
