@@ -17,7 +17,8 @@
 //!   and no transaction is open; with `lsn.flush.mode=manual` nothing is ever confirmed;
 //! - the last record of each source transaction is held back until its Commit arrives, so the
 //!   record that closes a `Boundary::Commit` batch carries the transaction's end LSN as
-//!   `lsn_proc` (the position streaming resumes from);
+//!   `lsn_proc` (the position streaming resumes from); the other records of a transaction
+//!   carry no offset (the engine commits only at boundaries, so only that one is ever stored);
 //! - every record of a source transaction is returned before a batch with `Boundary::Commit`.
 
 use std::collections::HashMap;
@@ -214,7 +215,8 @@ struct Inner {
     /// A replication connection kept from slot creation for START_REPLICATION.
     repl: Option<ReplicationClient>,
     start_lsn: Lsn,
-    held: Option<SourceRecord>,
+    /// The last record of the open transaction and its LSN (its offset is built at Commit).
+    held: Option<(SourceRecord, Lsn)>,
     txn: Option<Txn>,
     last_end: Lsn,
     processed_pos: Lsn,
@@ -1340,8 +1342,9 @@ impl Inner {
         })
     }
 
-    fn push_record(&mut self, rec: SourceRecord, out: &mut Vec<SourceRecord>) {
-        if let Some(h) = self.held.replace(rec) {
+    /// Hands out the held record and holds `rec` (a change at `lsn` without offset) instead.
+    fn push_record(&mut self, rec: SourceRecord, lsn: Lsn, out: &mut Vec<SourceRecord>) {
+        if let Some((h, _)) = self.held.replace((rec, lsn)) {
             out.push(h);
         }
         if let Some(t) = self.txn.as_mut() {
@@ -1466,9 +1469,11 @@ impl Inner {
             }
             PgOutputMessage::Commit { end_lsn, .. } => {
                 let produced = self.txn.as_ref().map_or(0, |t| t.records);
-                if let Some(mut h) = self.held.take() {
-                    h.source_offset
-                        .insert("lsn_proc".into(), end_lsn.as_i64().into());
+                if let Some((mut h, lsn)) = self.held.take() {
+                    let mut offset = self.stream_offset(lsn);
+                    offset.insert("lsn_proc".into(), end_lsn.as_i64().into());
+                    h.source_partition = self.events.partition.clone();
+                    h.source_offset = offset;
                     out.push(h);
                 }
                 self.txn = None;
@@ -1501,10 +1506,8 @@ impl Inner {
                 let key = ts.key_of(&after);
                 let source = self.stream_source(&ts.id, wal_start);
                 let value = self.events.envelope(&ts, None, Some(after), source, "c");
-                let rec = self
-                    .events
-                    .record(&ts, self.stream_offset(wal_start), key, Some(value));
-                self.push_record(rec, out);
+                let rec = self.events.record(&ts, OffsetMap::new(), key, Some(value));
+                self.push_record(rec, wal_start, out);
             }
             PgOutputMessage::Update {
                 relation_id,
@@ -1535,7 +1538,7 @@ impl Inner {
                 );
                 if old_key.is_some() && old_key != new_key {
                     // Primary key change: delete (+ tombstone) under the old key, create under the new.
-                    let offset = self.stream_offset(wal_start);
+                    let offset = OffsetMap::new();
                     let source = self.stream_source(&ts.id, wal_start);
                     let value = self.events.envelope(&ts, before, None, source.clone(), "d");
                     let mut del =
@@ -1559,26 +1562,23 @@ impl Inner {
                             .add(OLDKEY_HEADER, ts.key_schema.clone(), ok.clone());
                     }
                     if !skip_old {
-                        self.push_record(del, out);
+                        self.push_record(del, wal_start, out);
                         if let Some(t) = tomb {
-                            self.push_record(t, out);
+                            self.push_record(t, wal_start, out);
                         }
                     }
                     if !skip_new {
-                        self.push_record(cre, out);
+                        self.push_record(cre, wal_start, out);
                     }
                 } else if skip_new {
                     return Ok(());
                 } else {
                     let source = self.stream_source(&ts.id, wal_start);
                     let value = self.events.envelope(&ts, before, Some(after), source, "u");
-                    let rec = self.events.record(
-                        &ts,
-                        self.stream_offset(wal_start),
-                        new_key,
-                        Some(value),
-                    );
-                    self.push_record(rec, out);
+                    let rec = self
+                        .events
+                        .record(&ts, OffsetMap::new(), new_key, Some(value));
+                    self.push_record(rec, wal_start, out);
                 }
             }
             PgOutputMessage::Delete {
@@ -1603,16 +1603,15 @@ impl Inner {
                     return Ok(());
                 }
                 let k = before.as_ref().and_then(|b| ts.key_of(b));
-                let offset = self.stream_offset(wal_start);
                 let source = self.stream_source(&ts.id, wal_start);
                 let value = self.events.envelope(&ts, before, None, source, "d");
                 let rec = self
                     .events
-                    .record(&ts, offset.clone(), k.clone(), Some(value));
-                self.push_record(rec, out);
+                    .record(&ts, OffsetMap::new(), k.clone(), Some(value));
+                self.push_record(rec, wal_start, out);
                 if self.cfg.tombstones_on_delete {
-                    let t = self.events.record(&ts, offset, k, None);
-                    self.push_record(t, out);
+                    let t = self.events.record(&ts, OffsetMap::new(), k, None);
+                    self.push_record(t, wal_start, out);
                 }
             }
             PgOutputMessage::Truncate { relation_ids, .. } => {
@@ -1625,10 +1624,8 @@ impl Inner {
                     };
                     let source = self.stream_source(&ts.id, wal_start);
                     let value = self.events.envelope(&ts, None, None, source, "t");
-                    let rec =
-                        self.events
-                            .record(&ts, self.stream_offset(wal_start), None, Some(value));
-                    self.push_record(rec, out);
+                    let rec = self.events.record(&ts, OffsetMap::new(), None, Some(value));
+                    self.push_record(rec, wal_start, out);
                 }
             }
             PgOutputMessage::Message {
@@ -1651,10 +1648,10 @@ impl Inner {
                 }
                 let rec = self.message_record(wal_start.max(lsn), &prefix, &content);
                 if transactional && self.txn.is_some() {
-                    self.push_record(rec, out);
+                    self.push_record(rec, wal_start.max(lsn), out);
                 } else {
                     // A non-transactional message is a unit of its own.
-                    if let Some(h) = self.held.take() {
+                    if let Some((h, _)) = self.held.take() {
                         out.push(h);
                     }
                     out.push(rec);
