@@ -255,10 +255,7 @@ impl TableSchema {
         placeholder: &str,
         mut value: impl FnMut(usize) -> RawColumn<'a>,
     ) -> Result<Struct, EventError> {
-        let mut st = Struct::new(self.row_schema.clone()).map_err(|e| EventError::Schema {
-            table: self.id.to_string(),
-            detail: e.message().to_owned(),
-        })?;
+        let mut values = Vec::with_capacity(self.columns.len());
         for (i, col) in self.columns.iter().enumerate() {
             let v = match value(i) {
                 RawColumn::Binary(raw) => decode_binary(&col.def.ct, raw, mapping, &col.schema)
@@ -278,29 +275,43 @@ impl TableSchema {
                 RawColumn::Null => Value::Null,
                 RawColumn::Unchanged => types::placeholder_value(&col.schema, placeholder)
                     .unwrap_or(Value::Null),
-                RawColumn::Given(v) => v,
+                // A value taken from elsewhere (an earlier image) is checked; decoded ones are
+                // built for this column's schema.
+                RawColumn::Given(v) => {
+                    if !v.is_null() {
+                        headwater_api::value::validate_value(&col.schema, &v).map_err(|e| {
+                            EventError::Schema {
+                                table: self.id.to_string(),
+                                detail: format!("column {}: {}", col.def.name, e.message()),
+                            }
+                        })?;
+                    }
+                    v
+                }
             };
             let v = if v.is_null() && !col.schema.is_optional() {
                 types::fallback_value(&col.schema)
             } else {
                 v
             };
-            st.put_at(i, v).map_err(|e| EventError::Schema {
-                table: self.id.to_string(),
-                detail: e.message().to_owned(),
-            })?;
+            values.push(v);
         }
-        Ok(st)
+        Ok(Struct::from_trusted_values(self.row_schema.clone(), values))
     }
 
     /// The key struct of a row (`None` without key fields).
     pub fn key_of(&self, row: &Struct) -> Option<Value> {
         let schema = self.key_schema.as_ref()?;
-        let mut k = Struct::new(schema.clone()).ok()?;
-        for (ki, &ci) in self.key_fields.iter().enumerate() {
-            k.put_at(ki, row.values()[ci].clone()).ok()?;
-        }
-        Some(Value::Struct(k))
+        // The key's fields are the row's own key columns, with their schemas.
+        let values = self
+            .key_fields
+            .iter()
+            .map(|&ci| row.values()[ci].clone())
+            .collect();
+        Some(Value::Struct(Struct::from_trusted_values(
+            schema.clone(),
+            values,
+        )))
     }
 }
 
@@ -459,15 +470,22 @@ impl EventBuilder {
         now: (i64, i64),
     ) -> Value {
         let (us, ns) = now;
-        let mut e = Struct::new(ts.envelope_schema.clone()).expect("envelope schema is a struct");
-        let _ = e.put_at(0, before.map_or(Value::Null, Value::Struct));
-        let _ = e.put_at(1, after.map_or(Value::Null, Value::Struct));
-        let _ = e.put_at(2, Value::Struct(source));
-        let _ = e.put_at(4, Value::String(op.into()));
-        let _ = e.put_at(5, Value::Int64(us / 1000));
-        let _ = e.put_at(6, Value::Int64(us));
-        let _ = e.put_at(7, Value::Int64(ns));
-        Value::Struct(e)
+        // In the envelope schema's field order (see `TableSchema::new`): the row images are of
+        // the table's row schema and `source` of this connector's source schema.
+        let values = vec![
+            before.map_or(Value::Null, Value::Struct),
+            after.map_or(Value::Null, Value::Struct),
+            Value::Struct(source),
+            Value::Null,
+            Value::String(op.into()),
+            Value::Int64(us / 1000),
+            Value::Int64(us),
+            Value::Int64(ns),
+        ];
+        Value::Struct(Struct::from_trusted_values(
+            ts.envelope_schema.clone(),
+            values,
+        ))
     }
 
     /// A record with this connector's source partition (left empty when `offset` is: a later

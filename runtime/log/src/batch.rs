@@ -717,7 +717,25 @@ pub fn compress(codec: Compression, data: &[u8]) -> Result<Vec<u8>, BatchError> 
 /// checksums, no content size (FLG); 64 KiB maximum block size (BD); the header checksum
 /// (HC, second byte of xxHash32 of FLG and BD). Kafka's producers use 64 KiB blocks too.
 const LZ4_FRAME_HEADER: [u8; 7] = [0x04, 0x22, 0x4D, 0x18, 0x60, 0x40, 0x82];
-const LZ4_BLOCK: usize = 64 * 1024;
+/// Our LZ4 blocks hold at most this much input: just under 64 KiB, so that the compressor's
+/// hash table holds 16-bit positions (lz4_flex's small table: half the cache footprint of the
+/// large one). Readers accept any block up to the frame's 64 KiB maximum.
+const LZ4_BLOCK: usize = u16::MAX as usize - 1;
+
+/// Per-thread LZ4 compressor state, reused from block to block: the hash table (cleared, not
+/// reallocated, per block) and an output block of the largest compressed size, initialised
+/// once, so compressing a batch neither allocates nor zero-fills.
+struct Lz4Scratch {
+    table: lz4_flex::block::CompressTable,
+    block: Vec<u8>,
+}
+
+thread_local! {
+    static LZ4_SCRATCH: std::cell::RefCell<Lz4Scratch> = std::cell::RefCell::new(Lz4Scratch {
+        table: lz4_flex::block::CompressTable::small(),
+        block: vec![0; lz4_flex::block::get_maximum_output_size(LZ4_BLOCK)],
+    });
+}
 /// Block size word flag: the block is stored uncompressed.
 const LZ4_UNCOMPRESSED: u32 = 0x8000_0000;
 
@@ -752,24 +770,27 @@ pub fn compress_into(codec: Compression, data: &[u8], out: &mut Vec<u8>) -> Resu
         }
         Compression::Lz4 => {
             out.extend_from_slice(&LZ4_FRAME_HEADER);
-            for chunk in data.chunks(LZ4_BLOCK) {
-                let at = out.len();
-                out.resize(
-                    at + 4 + lz4_flex::block::get_maximum_output_size(chunk.len()),
-                    0,
-                );
-                let n = lz4_flex::block::compress_into(chunk, &mut out[at + 4..])
+            LZ4_SCRATCH.with(|scratch| {
+                let scratch = &mut *scratch.borrow_mut();
+                for chunk in data.chunks(LZ4_BLOCK) {
+                    let n = lz4_flex::block::compress_into_with_table(
+                        chunk,
+                        &mut scratch.block,
+                        &mut scratch.table,
+                    )
                     .map_err(|e| BatchError::Compression(e.to_string()))?;
-                if n < chunk.len() {
-                    out.truncate(at + 4 + n);
-                    out[at..at + 4].copy_from_slice(&(n as u32).to_le_bytes());
-                } else {
-                    out.truncate(at + 4);
-                    out.extend_from_slice(chunk);
-                    out[at..at + 4]
-                        .copy_from_slice(&(chunk.len() as u32 | LZ4_UNCOMPRESSED).to_le_bytes());
+                    if n < chunk.len() {
+                        out.extend_from_slice(&(n as u32).to_le_bytes());
+                        out.extend_from_slice(&scratch.block[..n]);
+                    } else {
+                        out.extend_from_slice(
+                            &(chunk.len() as u32 | LZ4_UNCOMPRESSED).to_le_bytes(),
+                        );
+                        out.extend_from_slice(chunk);
+                    }
                 }
-            }
+                Ok::<(), BatchError>(())
+            })?;
             out.extend_from_slice(&0u32.to_le_bytes()); // end mark
         }
         Compression::Zstd => {
