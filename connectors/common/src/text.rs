@@ -5,6 +5,12 @@
 
 /// Appends `value` as at least `width` decimal digits, zero-padded (`{:0width$}`).
 pub fn push_digits(out: &mut String, value: u64, width: usize) {
+    // The common case of timestamps (months, days, hours, minutes, seconds).
+    if width == 2 && value < 100 {
+        out.push(char::from(b'0' + (value / 10) as u8));
+        out.push(char::from(b'0' + (value % 10) as u8));
+        return;
+    }
     let mut buf = [b'0'; 20];
     let mut v = value;
     let mut n = 0;
@@ -16,9 +22,12 @@ pub fn push_digits(out: &mut String, value: u64, width: usize) {
             break;
         }
     }
+    // Pad from the buffer's own zeros when the width fits it.
+    let n = if width <= 20 { n.max(width) } else { n };
     out.extend(std::iter::repeat_n('0', width.saturating_sub(n)));
-    // Only ASCII digits were written.
-    out.push_str(std::str::from_utf8(&buf[20 - n..]).unwrap_or_default());
+    for &digit in &buf[20 - n..] {
+        out.push(char::from(digit));
+    }
 }
 
 /// Parses up to the first six digits of a fraction of a second as microseconds (`"5"` is

@@ -40,6 +40,9 @@ use crate::model::State;
 use crate::sealer::{Command, Sealer, SealerGone};
 use crate::stores::{offset_key, offsets_batch, InternalTopics, OffsetsByConnector, OFFSETS_TOPIC};
 
+/// Maps looked up per record, with a fast (non-SipHash) hasher.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Flush a partition's batch into the log transaction at this size.
 const BATCH_BYTES: usize = 256 * 1024;
 /// Commit at a boundary once this much is pending...
@@ -189,7 +192,8 @@ struct Pending {
     /// A transaction begun by the last record, not yet handed to the sealer.
     begin: Option<headwater_log::Transaction>,
     /// Batch builders by topic, then partition.
-    builders: HashMap<String, HashMap<u32, BatchBuilder>>,
+    /// (A fast hasher: looked up for every record.)
+    builders: FastMap<String, FastMap<u32, BatchBuilder>>,
     /// Full batches staged for the sealer, sent after the record that filled them.
     full: Vec<(String, u32, BatchBuilder)>,
     /// Source partition (as JSON) -> (partition, latest offset).
@@ -286,7 +290,7 @@ async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<()
     let mut pending = Pending {
         txn: None,
         begin: None,
-        builders: HashMap::new(),
+        builders: FastMap::default(),
         full: Vec::new(),
         offsets: BTreeMap::new(),
         bytes: 0,

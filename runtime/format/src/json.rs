@@ -135,7 +135,8 @@ struct Caches {
     /// Recently serialised shared structs, the newest last.
     shared_structs: Vec<SharedStructJson>,
     /// Schema `Arc` address -> (the schema, its serialised JSON).
-    serialised: HashMap<usize, (SchemaRef, Arc<[u8]>)>,
+    /// By schema address (a fast hasher: looked up for every record's key and value).
+    serialised: HashMap<usize, (SchemaRef, Arc<[u8]>), foldhash::fast::RandomState>,
     /// Schema JSON text -> parsed schema.
     parsed: HashMap<Box<str>, SchemaRef>,
 }
@@ -186,7 +187,7 @@ impl JsonConverter {
         if self.config.schemas_enable {
             out.extend_from_slice(b"{\"schema\":");
             match schema {
-                Some(s) => out.extend_from_slice(&self.schema_json(s)),
+                Some(s) => self.write_schema_json(s, out),
                 None => out.extend_from_slice(b"null"),
             }
             out.extend_from_slice(b",\"payload\":");
@@ -196,6 +197,19 @@ impl JsonConverter {
             self.write_value(schema.map(|s| s.as_ref()), value, out)?;
         }
         Ok(true)
+    }
+
+    /// Appends the serialised JSON of a schema, copied straight from the cache when this schema
+    /// object was seen before.
+    fn write_schema_json(&self, schema: &SchemaRef, out: &mut Vec<u8>) {
+        {
+            let caches = self.lock();
+            if let Some((_, json)) = caches.serialised.get(&(Arc::as_ptr(schema) as usize)) {
+                out.extend_from_slice(json);
+                return;
+            }
+        }
+        out.extend_from_slice(&self.schema_json(schema));
     }
 
     /// The serialised JSON of a schema, from the cache when this schema object was seen before.
