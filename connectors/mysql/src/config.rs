@@ -106,6 +106,10 @@ pub struct MySqlConfig {
     pub filters: Filters,
     pub snapshot_mode: SnapshotMode,
     pub locking_mode: LockingMode,
+    /// `snapshot.max.threads`: connections reading snapshot chunks in parallel.
+    pub snapshot_max_threads: usize,
+    /// `snapshot.chunk.rows`: rows per snapshot chunk of an integer-keyed table.
+    pub snapshot_chunk_rows: u64,
     pub include_schema_changes: bool,
     pub mapping: MappingConfig,
     pub tombstones_on_delete: bool,
@@ -225,6 +229,8 @@ pub fn config_def() -> ConfigDef {
                 }
             }))
             .doc("minimal (MariaDB: no global lock at all, the binlog position comes from the consistent snapshot), extended, none."))
+        .define(key("snapshot.max.threads", Int).default_str("2").validator(Validator::at_least(1.0)).doc("Connections reading snapshot chunks in parallel, all in consistent-snapshot transactions that see the same data (MariaDB: taken without a lock when their binlog positions agree, else under a brief global read lock when snapshot.locking.mode allows it, else one connection). Debezium's default is 1."))
+        .define(key("snapshot.chunk.rows", Long).default_str("100000").validator(Validator::at_least(1.0)).doc("Headwater: rows per snapshot chunk (tables with a single-column integer primary key are split into key ranges and resume after a crash at the last committed key)."))
         .define(key("snapshot.fetch.size", Int).default_null().validator(Validator::at_least(1.0)).doc("Rows per fetch (results are streamed)."))
         .define(key("include.schema.changes", Boolean).default_str("true").doc("Emit schema-change events (DDL) on the topic.prefix topic."))
         .define(key("include.query", Boolean).default_str("false").validator(not_supported_when_true("include.query (source.query needs ANNOTATE_ROWS / ROWS_QUERY events)")).doc("Original SQL in source.query (not supported yet)."))
@@ -447,6 +453,12 @@ impl MySqlConfig {
             },
             snapshot_mode,
             locking_mode,
+            snapshot_max_threads: usize::try_from(long("snapshot.max.threads"))
+                .unwrap_or(1)
+                .max(1),
+            snapshot_chunk_rows: u64::try_from(long("snapshot.chunk.rows"))
+                .unwrap_or(100_000)
+                .max(1),
             include_schema_changes: p.get_bool("include.schema.changes").unwrap_or(true),
             mapping,
             tombstones_on_delete: p.get_bool("tombstones.on.delete").unwrap_or(true),

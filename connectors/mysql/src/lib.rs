@@ -8,6 +8,7 @@
 //! - [`schema`]: table shapes from TABLE_MAP full metadata and information_schema;
 //! - [`event`]: key/value/envelope schemas, the source block and records;
 //! - [`binlog`]: positions, MariaDB GTIDs and the event kinds mysql_common leaves unparsed;
+//! - [`snapshot`]: the chunked, parallel, resumable initial snapshot;
 //! - [`config`], [`filters`]: Debezium's keys and defaults;
 //! - [`task`], [`connector`]: the `SourceTask` / `SourceConnector` implementations.
 //!
@@ -20,6 +21,7 @@ pub mod connector;
 pub mod event;
 pub mod filters;
 pub mod schema;
+pub mod snapshot;
 pub mod task;
 pub mod types;
 

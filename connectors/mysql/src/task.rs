@@ -2,17 +2,21 @@
 //!
 //! Lifecycle: `start` validates the configuration, checks the server (`log_bin`, ROW format,
 //! FULL row image, FULL row metadata, no binlog compression) and decides from the committed
-//! offset whether to snapshot. The snapshot runs in a `START TRANSACTION WITH CONSISTENT
-//! SNAPSHOT` transaction; on MariaDB the binlog position of that snapshot comes from the
-//! `binlog_snapshot_file/position` status variables, so no global read lock is taken at all
-//! (MySQL: a global read lock only while the position is read, `snapshot.locking.mode`
-//! minimal). Streaming starts at that position (file/pos, or the MariaDB GTID position via
-//! `@slave_connect_state` when the offset has one).
+//! offset whether to snapshot. The snapshot ([`crate::snapshot`]) reads chunks with up to
+//! `snapshot.max.threads` connections in `START TRANSACTION WITH CONSISTENT SNAPSHOT`
+//! transactions that see the same data: on MariaDB the binlog position of each snapshot comes
+//! from the `binlog_snapshot_file/position` status variables, so connections whose positions
+//! agree need no lock at all; otherwise (and on MySQL) a global read lock is held only while the
+//! connections start (`snapshot.locking.mode` minimal). Streaming starts at that position
+//! (file/pos, or the MariaDB GTID position via `@slave_connect_state` when the offset has one).
 //!
 //! Durability invariants:
-//! - the whole snapshot is one engine transaction (`Boundary::Open` until its last record):
-//!   a crash mid-snapshot leaves nothing committed and the next start snapshots again, so no
-//!   snapshot row is ever duplicated or lost;
+//! - snapshot records are committed batch by batch with an offset that says which rows are in
+//!   the log (`snapshot_done`, `snapshot_table`, `snapshot_after`); a table without a
+//!   single-column integer primary key stays in one engine transaction until its last row.
+//!   After a crash the snapshot resumes after the last committed row in a newer consistent
+//!   snapshot, and the stream (from the first snapshot's position) skips the older changes of
+//!   the re-read rows, so no snapshot row is duplicated or lost;
 //! - while streaming, the last record of each binlog transaction is held back until its XID
 //!   (or COMMIT) arrives and then carries the position *after* the transaction, so every
 //!   offset the engine can commit (`Boundary::Commit`) is a transaction boundary; restart
@@ -43,6 +47,7 @@ use crate::binlog::{self, mariadb_event, MariaGtid, MariaGtidPos, MySqlGtidSet};
 use crate::config::{Flavor, LockingMode, MySqlConfig, SnapshotMode};
 use crate::event::{EventBuilder, SourceInfo, TableId, TableSchema};
 use crate::schema::{self, CatalogTable};
+use crate::snapshot::{self as snapshots, Chunk, ChunkMsg, Readers, SkipRegion, SnapshotTable};
 use crate::types::{ColumnSpec, Origin};
 
 /// Header Debezium puts on the delete half of a primary-key change.
@@ -106,28 +111,62 @@ fn offset_bool(o: &OffsetMap, k: &str) -> Option<bool> {
     }
 }
 
-/// What the snapshot reader sends.
-enum SnapMsg {
-    /// A row of table `usize`, decoded by the reader into its row struct.
-    Row(usize, Struct),
-    TableEnd,
-    Finished,
-    Failed(ConnectError),
-}
-
+/// A running snapshot: its plan, its readers and how far records were handed out.
 struct Snapshot {
-    rx: mpsc::Receiver<SnapMsg>,
-    reader: JoinHandle<()>,
-    tables: Vec<Arc<TableSchema>>,
+    tables: Arc<Vec<SnapshotTable>>,
+    chunks: Arc<Vec<Chunk>>,
+    readers: Readers,
+    /// The chunk being drained.
+    current: Option<(usize, mpsc::Receiver<ChunkMsg>)>,
+    rows: std::vec::IntoIter<Struct>,
+    row_table: usize,
+    /// A row held back until the next one tells whether it is its table's last:
+    /// (table, first in its table, row).
+    pending: Option<(usize, bool, Struct)>,
+    seen: Vec<bool>,
+    rows_done: Vec<u64>,
+    estimated: Vec<u64>,
+    /// Tables (`db.table`) whose every row was handed out, and their JSON.
+    done: Vec<String>,
+    done_json: String,
+    /// Regions the stream must skip (a resumed snapshot), and their JSON.
+    skips: Vec<SkipRegion>,
+    skips_json: Option<String>,
+    /// Where streaming starts: the position of the (first) snapshot.
     start: Position,
     ts_sec: i64,
-    pending: Option<(usize, Struct, bool)>,
-    table_ended: bool,
     emitted: u64,
+    /// A resumed snapshot never marks a record `first`.
+    resumed: bool,
+    /// The last record handed out leaves a table without an integer key half emitted: the
+    /// engine transaction stays open until that table's last row.
+    open: bool,
     /// Per table, the `source` block of its records marked `snapshot: true` (built once).
     source_blocks: Vec<Option<Struct>>,
     /// The schema-change records describing the captured schema, handed out before any row.
     schema_records: Vec<SourceRecord>,
+    /// `snapshot.locking.mode=extended`: the connection holding the global read lock until the
+    /// snapshot ends.
+    lock_conn: Option<Conn>,
+    started: Instant,
+}
+
+/// What the offset after a snapshot record needs to know about it.
+struct SnapshotTail {
+    table: usize,
+    key: Option<i64>,
+    tables_done: usize,
+    last: bool,
+}
+
+/// A snapshot to resume, from the committed offset of an unfinished one.
+struct Resume {
+    /// Where the first snapshot started (streaming starts there).
+    start: Position,
+    done: Vec<String>,
+    /// The table in progress and the last key of it in the log.
+    table: Option<(String, Option<i64>)>,
+    skips: Vec<SkipRegion>,
 }
 
 /// The before and after images of one row (either may be absent).
@@ -226,6 +265,8 @@ struct Inner {
     txn: Option<Txn>,
     held: Option<SourceRecord>,
     last_committed: Option<OffsetMap>,
+    /// Regions re-read by a resumed snapshot whose older changes the stream skips.
+    skips: Vec<SkipRegion>,
 }
 
 /// The MySQL / MariaDB source task.
@@ -334,6 +375,7 @@ impl Inner {
             txn: None,
             held: None,
             last_committed: committed.clone(),
+            skips: Vec::new(),
             cfg,
         };
         inner.prepare(committed).await?;
@@ -353,18 +395,40 @@ impl Inner {
 
     async fn prepare(&mut self, committed: Option<OffsetMap>) -> Result<(), ConnectError> {
         let mode = self.cfg.snapshot_mode;
-        let resumable = committed.as_ref().and_then(|o| {
-            let in_snapshot =
-                o.contains_key("snapshot") && offset_bool(o, "snapshot_completed") != Some(true);
-            if in_snapshot {
-                return None;
-            }
+        let in_snapshot = committed.as_ref().is_some_and(|o| {
+            o.contains_key("snapshot") && offset_bool(o, "snapshot_completed") != Some(true)
+        });
+        let position_of = |o: &OffsetMap| {
             Some(Position {
                 file: offset_str(o, "file")?.to_owned(),
                 pos: offset_i64(o, "pos")? as u64,
                 gtids: offset_str(o, "gtids").unwrap_or_default().to_owned(),
             })
-        });
+        };
+        let resumable = committed
+            .as_ref()
+            .filter(|_| !in_snapshot)
+            .and_then(position_of);
+        // An unfinished snapshot of ours resumes at its next unfinished row, as long as the
+        // binlog it started at is still on the server.
+        if in_snapshot && !matches!(mode, SnapshotMode::NoData | SnapshotMode::Recovery) {
+            let o = committed.as_ref().expect("in_snapshot implies an offset");
+            if let (Some(start), Some(done)) = (position_of(o), offset_str(o, "snapshot_done")) {
+                if self.binlog_available(&start.file).await? {
+                    let resume = Resume {
+                        done: snapshots::decode_tables(done),
+                        table: offset_str(o, "snapshot_table")
+                            .map(|t| (t.to_owned(), offset_i64(o, "snapshot_after"))),
+                        skips: offset_str(o, "snapshot_skip")
+                            .map(snapshots::decode_skips)
+                            .unwrap_or_default(),
+                        start,
+                    };
+                    return self.start_snapshot(Some(resume)).await;
+                }
+                tracing::warn!(file = %start.file, pos = start.pos, "the binlog an unfinished snapshot started at is gone: snapshotting again from the start (rows already in the log are emitted again)");
+            }
+        }
         let snapshot_needed = match (mode, &resumable) {
             (SnapshotMode::Always, _) => true,
             (SnapshotMode::NoData | SnapshotMode::Recovery, _) => false,
@@ -381,10 +445,19 @@ impl Inner {
             }
         }
         if snapshot_needed {
-            self.start_snapshot().await
+            self.start_snapshot(None).await
         } else {
             let p = match resumable {
-                Some(p) => p,
+                Some(p) => {
+                    // Regions a resumed snapshot re-read that streaming has not passed yet.
+                    self.skips = committed
+                        .as_ref()
+                        .and_then(|o| offset_str(o, "snapshot_skip"))
+                        .map(snapshots::decode_skips)
+                        .unwrap_or_default();
+                    self.skips.retain(|r| !r.passed(&p.file, p.pos));
+                    p
+                }
                 None => self.current_position().await?,
             };
             self.set_position(p)?;
@@ -487,164 +560,265 @@ impl Inner {
         .map_err(|e| ConnectError::data(e.to_string()))
     }
 
-    async fn start_snapshot(&mut self) -> Result<(), ConnectError> {
-        let ids = self.captured_tables().await?;
-        let mut conn = connect(&self.cfg, &self.opts).await?;
-        let q = |c: &'static str| move |e| my_err(c, e);
-        let global_lock = !self.is_mariadb && self.cfg.locking_mode != LockingMode::None
-            || self.cfg.locking_mode == LockingMode::Extended;
-        if global_lock {
-            conn.query_drop("FLUSH TABLES WITH READ LOCK")
-                .await
-                .map_err(q(
-                    "FLUSH TABLES WITH READ LOCK (snapshot.locking.mode=none avoids it)",
-                ))?;
-        }
+    /// Starts a consistent-snapshot transaction on `conn`.
+    async fn begin_consistent(conn: &mut Conn) -> Result<(), ConnectError> {
         conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             .await
-            .map_err(q("setting the isolation level"))?;
+            .map_err(|e| my_err("setting the isolation level", e))?;
         conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")
             .await
-            .map_err(q("starting the snapshot transaction"))?;
+            .map_err(|e| my_err("starting the snapshot transaction", e))
+    }
+
+    /// MariaDB: the binlog position of `conn`'s consistent snapshot.
+    async fn mariadb_snapshot_position(conn: &mut Conn) -> Result<(String, u64), ConnectError> {
+        let rows: Vec<(String, String)> = conn
+            .query("SHOW STATUS LIKE 'binlog_snapshot_%'")
+            .await
+            .map_err(|e| my_err("reading binlog_snapshot_file/position", e))?;
+        let get = |k: &str| {
+            rows.iter()
+                .find(|r| r.0.eq_ignore_ascii_case(k))
+                .map(|r| r.1.clone())
+        };
+        let file = get("binlog_snapshot_file").unwrap_or_default();
+        let pos = get("binlog_snapshot_position")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(4);
+        Ok((file, pos))
+    }
+
+    /// Ends and closes connections opened for a snapshot attempt that is given up.
+    async fn discard(conns: Vec<Conn>) {
+        for mut c in conns {
+            let _ = c.query_drop("COMMIT").await;
+            let _ = c.disconnect().await;
+        }
+    }
+
+    /// Opens up to `threads` connections inside consistent-snapshot transactions that all see
+    /// the same data, and the binlog position of that data. Returns the connections, the
+    /// position, and (extended locking) the connection holding the global read lock.
+    ///
+    /// MariaDB reports each snapshot's binlog position, so without `extended` locking the
+    /// connections start lock-free and are kept when their positions agree (tried a few
+    /// times); otherwise, where `snapshot.locking.mode` allows a lock, they start under a brief
+    /// `FLUSH TABLES WITH READ LOCK` (as Debezium's minimal mode does on MySQL); else one
+    /// connection reads alone. MySQL (no per-snapshot position) always takes the brief lock
+    /// unless the locking mode is `none`, which reads with one connection.
+    async fn open_snapshot_connections(
+        &mut self,
+        threads: usize,
+    ) -> Result<(Vec<Conn>, Position, Option<Conn>), ConnectError> {
+        let locking = self.cfg.locking_mode;
+        let extended = locking == LockingMode::Extended;
+        if self.is_mariadb && !extended {
+            let attempts = if threads > 1 { 5 } else { 1 };
+            for _ in 0..attempts {
+                let mut conns = Vec::with_capacity(threads);
+                let mut positions = Vec::with_capacity(threads);
+                for _ in 0..threads {
+                    let mut c = connect(&self.cfg, &self.opts).await?;
+                    Self::begin_consistent(&mut c).await?;
+                    positions.push(Self::mariadb_snapshot_position(&mut c).await?);
+                    conns.push(c);
+                }
+                if positions.iter().all(|p| *p == positions[0]) {
+                    let (file, pos) = positions.swap_remove(0);
+                    let gtids = self.gtids_at(&file, pos).await?;
+                    return Ok((conns, Position { file, pos, gtids }, None));
+                }
+                Self::discard(conns).await;
+            }
+            if locking == LockingMode::None {
+                tracing::warn!(threads, "the snapshot connections saw different binlog positions (writes in between) and snapshot.locking.mode=none allows no lock: snapshotting with one connection");
+                return Box::pin(self.open_snapshot_connections(1)).await;
+            }
+        }
+        if !self.is_mariadb && locking == LockingMode::None {
+            if threads > 1 {
+                tracing::info!("snapshot.locking.mode=none on MySQL: one snapshot connection (parallel readers need the brief global read lock)");
+            }
+            let mut c = connect(&self.cfg, &self.opts).await?;
+            Self::begin_consistent(&mut c).await?;
+            let start = self.current_position().await?;
+            return Ok((vec![c], start, None));
+        }
+        let mut lock = connect(&self.cfg, &self.opts).await?;
+        if let Err(e) = lock.query_drop("FLUSH TABLES WITH READ LOCK").await {
+            if self.is_mariadb && !extended {
+                tracing::warn!(error = %e, "cannot take the brief global read lock for parallel snapshot readers (RELOAD privilege?): snapshotting with one connection");
+                let _ = lock.disconnect().await;
+                return Box::pin(self.open_snapshot_connections(1)).await;
+            }
+            return Err(my_err(
+                "FLUSH TABLES WITH READ LOCK (snapshot.locking.mode=none avoids it)",
+                e,
+            ));
+        }
+        let mut conns = Vec::with_capacity(threads);
+        for _ in 0..threads {
+            let mut c = connect(&self.cfg, &self.opts).await?;
+            Self::begin_consistent(&mut c).await?;
+            conns.push(c);
+        }
         let start = if self.is_mariadb {
-            // MariaDB reports the binlog position of the consistent snapshot: no lock needed.
-            let rows: Vec<(String, String)> = conn
-                .query("SHOW STATUS LIKE 'binlog_snapshot_%'")
-                .await
-                .map_err(q("reading binlog_snapshot_file/position"))?;
-            let get = |k: &str| {
-                rows.iter()
-                    .find(|r| r.0.eq_ignore_ascii_case(k))
-                    .map(|r| r.1.clone())
-            };
-            let file = get("binlog_snapshot_file").unwrap_or_default();
-            let pos: u64 = get("binlog_snapshot_position")
-                .and_then(|p| p.parse().ok())
-                .unwrap_or(4);
+            let (file, pos) = Self::mariadb_snapshot_position(&mut conns[0]).await?;
             let gtids = self.gtids_at(&file, pos).await?;
             Position { file, pos, gtids }
         } else {
             self.current_position().await?
         };
-        if global_lock && self.cfg.locking_mode != LockingMode::Extended {
-            conn.query_drop("UNLOCK TABLES")
+        if extended {
+            Ok((conns, start, Some(lock)))
+        } else {
+            lock.query_drop("UNLOCK TABLES")
                 .await
-                .map_err(q("UNLOCK TABLES"))?;
+                .map_err(|e| my_err("UNLOCK TABLES", e))?;
+            let _ = lock.disconnect().await;
+            Ok((conns, start, None))
         }
+    }
+
+    /// Rows of a table as InnoDB estimates them (`information_schema.TABLES.TABLE_ROWS`).
+    async fn estimate_rows(&mut self, id: &TableId) -> Result<u64, ConnectError> {
+        let n: Option<Option<u64>> = self
+            .sql
+            .exec_first(
+                "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+                (&id.db, &id.table),
+            )
+            .await
+            .map_err(|e| my_err("estimating table sizes", e))?;
+        Ok(n.flatten().unwrap_or(0))
+    }
+
+    async fn start_snapshot(&mut self, resume: Option<Resume>) -> Result<(), ConnectError> {
+        let ids = self.captured_tables().await?;
+        let (mut conns, snap_pos, lock_conn) = self
+            .open_snapshot_connections(self.cfg.snapshot_max_threads.max(1))
+            .await?;
         let mut tables = Vec::new();
+        let mut names = Vec::new();
         for id in &ids {
-            let cat = schema::load_table(&mut conn, &id.db, &id.table, &self.cfg.mapping)
+            let cat = schema::load_table(&mut conns[0], &id.db, &id.table, &self.cfg.mapping)
                 .await
                 .map_err(ConnectError::data)?;
             let ts = Arc::new(self.build_schema(id, cat.columns.clone(), &cat.primary_key)?);
+            let int_key =
+                snapshots::int_key(&ts, &cat.primary_key).map(|f| (f, cat.primary_key[0].clone()));
             self.schemas.insert(id.clone(), ts.clone());
             self.catalog.insert(id.clone(), cat);
-            tables.push(ts);
+            names.push(id.to_string());
+            tables.push(SnapshotTable {
+                schema: ts,
+                int_key,
+            });
         }
-        let schema_records = if self.cfg.include_schema_changes {
-            self.snapshot_schema_records(&mut conn, &ids, &start)
-                .await?
+        let resumed = resume.is_some();
+        // A resumed snapshot's schema-change records are in the log already.
+        let schema_records = if self.cfg.include_schema_changes && !resumed {
+            let conn = &mut conns[0];
+            self.snapshot_schema_records(conn, &ids, &snap_pos).await?
         } else {
             Vec::new()
         };
-        let (tx, rx) = mpsc::channel(self.cfg.max_batch_size.max(16));
-        let queries: Vec<String> = ids
-            .iter()
-            .map(|id| {
-                format!(
-                    "SELECT * FROM {}.{}",
-                    quote_ident(&id.db),
-                    quote_ident(&id.table)
+        let (start, done, resume_at, mut skips) = match resume {
+            Some(r) => (r.start, r.done, r.table, r.skips),
+            None => (snap_pos.clone(), Vec::new(), None, Vec::new()),
+        };
+        // Plan the tables still to read, in order.
+        let mut plan_tables = Vec::new();
+        let mut chunks = Vec::new();
+        let mut estimated = Vec::new();
+        for (t, name) in tables.into_iter().zip(names) {
+            if done.contains(&name) {
+                continue;
+            }
+            let after = resume_at
+                .as_ref()
+                .filter(|(table, _)| *table == name)
+                .and_then(|(_, a)| *a)
+                .filter(|_| t.int_key.is_some());
+            if resumed {
+                // Read at the newer snapshot: the stream skips its older changes.
+                skips.push(SkipRegion {
+                    table: name,
+                    after,
+                    file: snap_pos.file.clone(),
+                    pos: snap_pos.pos,
+                });
+            }
+            let rows = self.estimate_rows(&t.schema.id).await?;
+            let i = plan_tables.len();
+            chunks.extend(
+                snapshots::plan_table(
+                    &mut conns[0],
+                    i,
+                    &t,
+                    after,
+                    rows,
+                    self.cfg.snapshot_chunk_rows,
                 )
-            })
-            .collect();
-        let extended = self.cfg.locking_mode == LockingMode::Extended && global_lock;
-        let reader_tables = tables.clone();
-        let mapping = self.cfg.mapping;
-        let reader = tokio::spawn(async move {
-            let mut failed = None;
-            for (i, sql) in queries.iter().enumerate() {
-                let mut result = match conn.query_iter(sql.as_str()).await {
-                    Ok(r) => r,
-                    Err(e) => {
-                        failed = Some(my_err(&format!("snapshot query {sql}"), e));
-                        break;
-                    }
-                };
-                let mut stream = match result.stream::<mysql_async::Row>().await {
-                    Ok(Some(s)) => s,
-                    Ok(None) => {
-                        let _ = tx.send(SnapMsg::TableEnd).await;
-                        continue;
-                    }
-                    Err(e) => {
-                        failed = Some(my_err(&format!("snapshot query {sql}"), e));
-                        break;
-                    }
-                };
-                while let Some(row) = stream.next().await {
-                    match row {
-                        Ok(r) => {
-                            // Rows are decoded here, on the reader's task, in parallel with
-                            // the task turning earlier rows into records.
-                            let msg = match reader_tables[i].row(&mapping, Origin::Text, r.unwrap())
-                            {
-                                Ok(st) => SnapMsg::Row(i, st),
-                                Err(e) => SnapMsg::Failed(ConnectError::data(e.to_string())),
-                            };
-                            let fail = matches!(msg, SnapMsg::Failed(_));
-                            if tx.send(msg).await.is_err() || fail {
-                                return;
-                            }
-                        }
-                        Err(e) => {
-                            failed = Some(my_err(&format!("reading {sql}"), e));
-                            break;
-                        }
-                    }
-                }
-                drop(stream);
-                if failed.is_some() {
-                    break;
-                }
-                if tx.send(SnapMsg::TableEnd).await.is_err() {
-                    return;
-                }
+                .await?,
+            );
+            estimated.push(rows);
+            plan_tables.push(t);
+        }
+        // More readers than chunks would sit idle.
+        while conns.len() > chunks.len().max(1) {
+            if let Some(mut c) = conns.pop() {
+                let _ = c.query_drop("COMMIT").await;
+                let _ = c.disconnect().await;
             }
-            let _ = conn.query_drop("COMMIT").await;
-            if extended {
-                let _ = conn.query_drop("UNLOCK TABLES").await;
+        }
+        let threads = conns.len();
+        match &resume_at {
+            Some((t, after)) => {
+                tracing::info!(tables = plan_tables.len(), chunks = chunks.len(), threads, file = %start.file, pos = start.pos, snapshot_file = %snap_pos.file, snapshot_pos = snap_pos.pos, resume_table = %t, resume_after = ?after, done = done.len(), "resuming snapshot")
             }
-            let _ = conn.disconnect().await;
-            let _ = tx
-                .send(match failed {
-                    Some(e) => SnapMsg::Failed(e),
-                    None => SnapMsg::Finished,
-                })
-                .await;
-        });
+            None => {
+                tracing::info!(tables = plan_tables.len(), chunks = chunks.len(), threads, file = %start.file, pos = start.pos, gtids = %start.gtids, "snapshot started")
+            }
+        }
+        let tables = Arc::new(plan_tables);
+        let chunks = Arc::new(chunks);
+        let readers = Readers::start(conns, tables.clone(), chunks.clone(), self.cfg.mapping);
         let ts_sec = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs() as i64;
-        tracing::info!(file = %start.file, pos = start.pos, gtids = %start.gtids, tables = tables.len(), "snapshot started");
-        let n_tables = tables.len();
+        let n = tables.len();
         self.phase = Phase::Snapshot(Box::new(Snapshot {
-            rx,
-            reader,
             tables,
+            chunks,
+            readers,
+            current: None,
+            rows: Vec::new().into_iter(),
+            row_table: 0,
+            pending: None,
+            seen: vec![false; n],
+            rows_done: vec![0; n],
+            estimated,
+            done_json: snapshots::encode_tables(&done),
+            done,
+            skips_json: (!skips.is_empty()).then(|| snapshots::encode_skips(&skips)),
+            skips,
             start,
             ts_sec,
-            pending: None,
-            table_ended: false,
             emitted: 0,
-            source_blocks: vec![None; n_tables],
+            resumed,
+            open: false,
+            source_blocks: vec![None; n],
             schema_records,
+            lock_conn,
+            started: Instant::now(),
         }));
         Ok(())
     }
 
-    fn snapshot_offset(&self, s: &Snapshot, last: bool) -> OffsetMap {
+    /// The offset after a snapshot record (see [`SnapshotTail`]).
+    fn snapshot_offset(s: &Snapshot, tail: &SnapshotTail) -> OffsetMap {
         let mut o = OffsetMap::new();
         o.insert("file".into(), s.start.file.clone().into());
         o.insert("pos".into(), (s.start.pos as i64).into());
@@ -653,25 +827,54 @@ impl Inner {
         }
         o.insert("snapshot".into(), "INITIAL".into());
         o.insert("ts_sec".into(), s.ts_sec.into());
-        if last {
+        if tail.last {
             o.insert("snapshot_completed".into(), true.into());
+        }
+        // Progress: every row of the tables in `snapshot_done`, and of `snapshot_table` up to
+        // key `snapshot_after`, is handed out up to this record.
+        let done = if tail.tables_done == s.done.len() {
+            s.done_json.clone()
+        } else {
+            snapshots::encode_tables(&s.done[..tail.tables_done])
+        };
+        o.insert("snapshot_done".into(), OffsetValue::String(done));
+        o.insert(
+            "snapshot_table".into(),
+            OffsetValue::String(s.tables[tail.table].schema.id.to_string()),
+        );
+        if let Some(k) = tail.key {
+            o.insert("snapshot_after".into(), k.into());
+        }
+        if let Some(j) = &s.skips_json {
+            o.insert("snapshot_skip".into(), OffsetValue::String(j.clone()));
         }
         o
     }
 
-    /// A snapshot record without its offset: the last record of each batch gets the offset
-    /// that covers the batch (see `poll_snapshot`), as the engine keeps only that one.
+    /// A snapshot record without its offset: only the last record of a batch carries one (the
+    /// engine keeps only that one). Returns what that offset needs to know about this record.
     fn snapshot_record(
         &self,
         s: &mut Snapshot,
         idx: usize,
         row: Struct,
         marker: &'static str,
-    ) -> SourceRecord {
+        last: bool,
+    ) -> (SourceRecord, SnapshotTail) {
+        let t = &s.tables[idx];
+        let tail = SnapshotTail {
+            table: idx,
+            key: t
+                .int_key
+                .as_ref()
+                .and_then(|(f, _)| snapshots::key_value(&row, *f)),
+            tables_done: s.done.len(),
+            last,
+        };
         let source = match (marker, &s.source_blocks[idx]) {
             ("true", Some(block)) => block.clone(),
             _ => {
-                let ts = &s.tables[idx];
+                let ts = &s.tables[idx].schema;
                 let block = self.events.source(
                     &ts.id.db,
                     Some(&ts.id.table),
@@ -691,10 +894,13 @@ impl Inner {
                 block
             }
         };
-        let ts = &s.tables[idx];
+        let ts = &s.tables[idx].schema;
         let key = ts.key_of(&row);
         let value = self.events.envelope(ts, None, Some(row), source, "r");
-        self.events.record(ts, OffsetMap::new(), key, Some(value))
+        (
+            self.events.record(ts, OffsetMap::new(), key, Some(value)),
+            tail,
+        )
     }
 
     async fn poll_snapshot(&mut self) -> Result<SourceBatch, ConnectError> {
@@ -702,82 +908,156 @@ impl Inner {
             return Ok(SourceBatch::empty());
         };
         let mut out = std::mem::take(&mut s.schema_records);
-        let deadline = Instant::now() + self.cfg.poll_interval.max(Duration::from_millis(10));
-        loop {
-            let msg = if out.is_empty() {
-                match tokio::time::timeout_at(deadline.into(), s.rx.recv()).await {
-                    Ok(m) => m,
-                    Err(_) => break,
-                }
+        let mut tail = None;
+        let finished = match self.fill_snapshot(&mut s, &mut out, &mut tail).await {
+            Ok(f) => f,
+            Err(e) => {
+                self.phase = Phase::Snapshot(s);
+                return Err(e);
+            }
+        };
+        if let (Some(last), Some(tail)) = (out.last_mut(), &tail) {
+            last.source_partition = self.events.partition.clone();
+            last.source_offset = Self::snapshot_offset(&s, tail);
+            // A table without an integer key is committed only with its last row.
+            s.open = !tail.last
+                && s.tables[tail.table].int_key.is_none()
+                && tail.tables_done <= s.done.len()
+                && !s.done[..tail.tables_done]
+                    .contains(&s.tables[tail.table].schema.id.to_string());
+        }
+        if !finished {
+            let boundary = if s.open {
+                Boundary::Open
             } else {
-                match s.rx.try_recv() {
+                Boundary::Commit
+            };
+            self.phase = Phase::Snapshot(s);
+            return Ok(SourceBatch {
+                records: out,
+                boundary,
+                caught_up: false,
+            });
+        }
+        tracing::info!(
+            rows = s.rows_done.iter().sum::<u64>(),
+            tables = s.tables.len(),
+            elapsed_ms = s.started.elapsed().as_millis() as u64,
+            "snapshot finished"
+        );
+        if let Some(mut lock) = s.lock_conn.take() {
+            let _ = lock.query_drop("UNLOCK TABLES").await;
+            let _ = lock.disconnect().await;
+        }
+        if out.is_empty() {
+            // Nothing to snapshot: no record can carry the offset, so streaming starts from
+            // the snapshot position without one.
+            tracing::info!("snapshot completed without rows");
+        }
+        let start = s.start.clone();
+        self.skips = std::mem::take(&mut s.skips);
+        drop(s);
+        if self.cfg.snapshot_mode == SnapshotMode::InitialOnly {
+            self.phase = Phase::Done;
+        } else {
+            self.set_position(start)?;
+            self.start_streaming().await?;
+        }
+        Ok(SourceBatch::committed(out))
+    }
+
+    /// Hands out rows into `out` (up to `max.batch.size`, or what is ready once some are);
+    /// true when the snapshot is complete (all records handed out). `tail` describes the last
+    /// record handed out.
+    async fn fill_snapshot(
+        &mut self,
+        s: &mut Snapshot,
+        out: &mut Vec<SourceRecord>,
+        tail: &mut Option<SnapshotTail>,
+    ) -> Result<bool, ConnectError> {
+        let limit = self.cfg.max_batch_size.max(1);
+        loop {
+            if out.len() >= limit {
+                return Ok(false);
+            }
+            if let Some(row) = s.rows.next() {
+                let ti = s.row_table;
+                let first_in_table = !std::mem::replace(&mut s.seen[ti], true);
+                s.rows_done[ti] += 1;
+                if let Some((pti, pfirst, prow)) = s.pending.take() {
+                    // The pending row is the last of its table if this row starts a new one.
+                    let last_in_table = pti != ti;
+                    let marker =
+                        self.marker(!s.resumed && s.emitted == 0, false, pfirst, last_in_table);
+                    let (rec, t) = self.snapshot_record(s, pti, prow, marker, false);
+                    out.push(rec);
+                    s.emitted += 1;
+                    *tail = Some(t);
+                }
+                s.pending = Some((ti, first_in_table, row));
+                continue;
+            }
+            if s.current.is_none() {
+                match s.readers.receivers.pop_front() {
+                    Some(c) => s.current = Some(c),
+                    None => {
+                        if let Some((ti, pfirst, row)) = s.pending.take() {
+                            let marker =
+                                self.marker(!s.resumed && s.emitted == 0, true, pfirst, true);
+                            let (rec, t) = self.snapshot_record(s, ti, row, marker, true);
+                            out.push(rec);
+                            s.emitted += 1;
+                            *tail = Some(t);
+                        }
+                        return Ok(true);
+                    }
+                }
+            }
+            let Some((ci, rx)) = s.current.as_mut() else {
+                continue;
+            };
+            let ci = *ci;
+            let msg = if out.is_empty() {
+                rx.recv().await
+            } else {
+                match rx.try_recv() {
                     Ok(m) => Some(m),
-                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Empty) => return Ok(false),
                     Err(mpsc::error::TryRecvError::Disconnected) => None,
                 }
             };
             match msg {
-                Some(SnapMsg::Row(i, vals)) => {
-                    if let Some((pi, pv, first_in_table)) = s.pending.take() {
-                        let last_in_table = s.table_ended || pi != i;
-                        let marker =
-                            self.marker(s.emitted == 0, false, first_in_table, last_in_table);
-                        out.push(self.snapshot_record(&mut s, pi, pv, marker));
-                        s.emitted += 1;
-                    }
-                    let first_in_table = s.table_ended
-                        || s.emitted == 0 && s.pending.is_none()
-                        || out
-                            .last()
-                            .is_some_and(|r: &SourceRecord| r.topic != s.tables[i].topic);
-                    s.pending = Some((i, vals, first_in_table));
-                    s.table_ended = false;
+                Some(ChunkMsg::Rows(rows)) => {
+                    s.rows = rows.into_iter();
+                    s.row_table = s.chunks[ci].table;
                 }
-                Some(SnapMsg::TableEnd) => s.table_ended = true,
-                Some(SnapMsg::Finished) => {
-                    match s.pending.take() {
-                        Some((pi, pv, first_in_table)) => {
-                            let marker = self.marker(s.emitted == 0, true, first_in_table, true);
-                            let mut rec = self.snapshot_record(&mut s, pi, pv, marker);
-                            rec.source_offset = self.snapshot_offset(&s, true);
-                            out.push(rec);
-                        }
-                        None => {
-                            // Nothing to snapshot: no record can carry the offset, so streaming
-                            // starts from the snapshot position without one.
-                        }
-                    }
-                    tracing::info!(records = s.emitted + 1, "snapshot completed");
-                    let start = s.start.clone();
-                    s.reader.abort();
-                    if self.cfg.snapshot_mode == SnapshotMode::InitialOnly {
-                        self.phase = Phase::Done;
-                    } else {
-                        self.set_position(start)?;
-                        self.start_streaming().await?;
-                    }
-                    return Ok(SourceBatch::committed(out));
-                }
-                Some(SnapMsg::Failed(e)) => return Err(e),
+                Some(ChunkMsg::Failed(e)) => return Err(e),
                 None => {
                     return Err(ConnectError::retriable(
-                        "the snapshot reader stopped unexpectedly",
+                        "a snapshot reader ended unexpectedly",
                     ))
                 }
-            }
-            if out.len() >= self.cfg.max_batch_size {
-                break;
+                Some(ChunkMsg::Done) => {
+                    s.current = None;
+                    let chunk = &s.chunks[ci];
+                    let ti = chunk.table;
+                    let table = s.tables[ti].schema.id.to_string();
+                    tracing::info!(
+                        table = %table,
+                        chunk = chunk.index + 1,
+                        chunks = chunk.of,
+                        rows_done = s.rows_done[ti],
+                        rows_estimated = s.estimated[ti],
+                        "snapshot chunk done"
+                    );
+                    if chunk.index + 1 == chunk.of {
+                        tracing::info!(table = %table, rows = s.rows_done[ti], "snapshot of table done");
+                        s.done.push(table);
+                        s.done_json = snapshots::encode_tables(&s.done);
+                    }
+                }
             }
         }
-        if let Some(last) = out.last_mut() {
-            last.source_offset = self.snapshot_offset(&s, false);
-        }
-        self.phase = Phase::Snapshot(s);
-        Ok(SourceBatch {
-            records: out,
-            boundary: Boundary::Open,
-            caught_up: false,
-        })
     }
 
     /// Debezium's `source.snapshot` marker.
@@ -1004,6 +1284,12 @@ impl Inner {
         }
         o.insert("server_id".into(), i64::from(server_id).into());
         o.insert("ts_sec".into(), ts_sec.into());
+        if !self.skips.is_empty() {
+            o.insert(
+                "snapshot_skip".into(),
+                snapshots::encode_skips(&self.skips).into(),
+            );
+        }
         o
     }
 
@@ -1015,6 +1301,10 @@ impl Inner {
         }
         self.pos.pos = hdr.next;
         self.pos.gtids = self.gtid_text();
+        if !self.skips.is_empty() {
+            let (file, pos) = (&self.pos.file, self.pos.pos);
+            self.skips.retain(|r| !r.passed(file, pos));
+        }
         let offset = self.boundary_offset(i64::from(hdr.ts), hdr.server_id);
         if let Some(mut rec) = self.held.take() {
             rec.source_offset = offset;
@@ -1185,6 +1475,9 @@ impl Inner {
                     };
                     let before = conv(before)?;
                     let after = conv(after)?;
+                    if !self.skips.is_empty() && self.in_skip_region(&ts, &before, &after) {
+                        continue;
+                    }
                     let source = match &block {
                         Some(b) => EventBuilder::source_for_row(b, ri as i32),
                         None => {
@@ -1238,6 +1531,33 @@ impl Inner {
                 Ok(true)
             }
         }
+    }
+
+    /// Whether a row change of the open transaction is already in a resumed snapshot's
+    /// re-read region (the transaction began before that snapshot was taken).
+    fn in_skip_region(
+        &self,
+        ts: &TableSchema,
+        before: &Option<Struct>,
+        after: &Option<Struct>,
+    ) -> bool {
+        let Some(txn) = &self.txn else {
+            return false;
+        };
+        let name = ts.id.to_string();
+        let key = self
+            .catalog
+            .get(&ts.id)
+            .and_then(|c| snapshots::int_key(ts, &c.primary_key))
+            .and_then(|f| {
+                after
+                    .as_ref()
+                    .or(before.as_ref())
+                    .and_then(|r| snapshots::key_value(r, f))
+            });
+        self.skips
+            .iter()
+            .any(|r| r.covers(&name, key, &txn.start.file, txn.start.pos))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1810,9 +2130,8 @@ impl Inner {
     }
 
     async fn stop(mut self) {
-        if let Phase::Snapshot(s) = &self.phase {
-            s.reader.abort();
-        }
+        // A running snapshot's readers are aborted when its `Readers` drop.
+        self.phase = Phase::Done;
         if let Some(s) = self.stream.take() {
             s.reader.abort();
         }

@@ -1,11 +1,14 @@
 //! Crash test of the MySQL/MariaDB connector through the `headwater` binary against a harness
-//! MariaDB: the worker is SIGKILLed twice during the snapshot of a 100,000-row table and three
-//! more times at random moments while a writer keeps committing multi-statement transactions
-//! of inserts and updates (the first of those kills can land while the snapshot still runs).
+//! MariaDB, while a writer keeps committing multi-statement transactions of inserts and updates
+//! from before the snapshot to the end: the worker is SIGKILLed twice during the chunked,
+//! two-reader snapshot of a 100,000-row table (the first time once some chunk progress is
+//! committed, so the second run resumes the snapshot in a newer consistent snapshot) and three
+//! more times at random moments while streaming.
 //!
 //! What it proves:
-//! - a snapshot killed half-way leaves nothing visible (its records are one open log
-//!   transaction that recovery aborts) and the restarted snapshot emits every row once;
+//! - a resumed snapshot neither repeats nor loses rows: rows committed before the kill are not
+//!   read again, the rest are read at the newer snapshot, and the stream skips exactly the
+//!   changes that newer snapshot already holds;
 //! - every committed change is in the topic exactly once and in commit order per key: per key
 //!   the events are an `r` (the row's committed state at the snapshot point) or a `c` with
 //!   `v = 1`, then `u` events whose `v` rises by exactly one each, ending at the table's value.
@@ -100,6 +103,20 @@ fn committed_position(w: &Worker) -> Option<u64> {
     Some(position(o["file"].as_str()?, o["pos"].as_u64()?))
 }
 
+/// The key up to which an unfinished snapshot's rows are committed (`None` before any
+/// progress or once the snapshot finished).
+fn snapshot_progress(w: &Worker) -> Option<i64> {
+    let (status, _, body) = http(w.addr, "GET", "/connectors/crash/offsets", None);
+    if status != 200 {
+        return None;
+    }
+    let o = &body["offsets"][0]["offset"];
+    if o.get("snapshot_completed").is_some() {
+        return None;
+    }
+    o.get("snapshot_after")?.as_i64()
+}
+
 /// `(key, op, v)` of every committed record of the topic, read from a stopped worker's log.
 fn events(data: &Path) -> Vec<(u64, String, u64)> {
     let log = Log::open(data.join("log"), LogOptions::default()).expect("open the log");
@@ -163,30 +180,46 @@ fn sigkill_during_snapshot_and_streaming_loses_and_repeats_nothing() {
             "database.hostname": "127.0.0.1", "database.port": server.port().to_string(),
             "database.user": "root", "database.server.id": "5401", "topic.prefix": "crash",
             "database.include.list": "crash", "table.include.list": "crash.items",
-            "poll.interval.ms": "100"}})
+            "poll.interval.ms": "100", "snapshot.chunk.rows": "20000",
+            "snapshot.max.threads": "2"}})
         .to_string(),
     )
     .unwrap();
 
-    // Two kills while the snapshot runs.
-    for round in 0..2 {
-        let w = Worker::start(&data, &[&file]);
-        wait_until("the snapshot to start", Duration::from_secs(30), || {
-            w.logs().iter().any(|l| l.contains("snapshot started"))
-        });
-        std::thread::sleep(Duration::from_millis(50 + rng.below(250)));
-        let completed = w.logs().iter().any(|l| l.contains("snapshot completed"));
-        eprintln!("snapshot kill {round}: snapshot completed before the kill: {completed}");
-        w.sigkill();
-    }
-
-    // Streaming under a writer, killed three times at random moments.
+    // The writer runs from before the snapshot to the end.
     let stop = Arc::new(AtomicBool::new(false));
     let writer_thread = {
         let (server, stop, model) = (server.clone(), stop.clone(), model.clone());
         let seed = rng.next_u64();
         std::thread::spawn(move || writer(&server, &stop, &model, seed))
     };
+
+    // Two kills while the snapshot runs: the first once some of it is committed, so the
+    // second run resumes it.
+    let mut resumed = false;
+    for round in 0..2 {
+        let w = Worker::start(&data, &[&file]);
+        wait_until("the snapshot to start", Duration::from_secs(30), || {
+            w.logs()
+                .iter()
+                .any(|l| l.contains("snapshot started") || l.contains("resuming snapshot"))
+        });
+        resumed |= w.logs().iter().any(|l| l.contains("resuming snapshot"));
+        if round == 0 {
+            wait_until("snapshot progress", Duration::from_secs(60), || {
+                snapshot_progress(&w).is_some()
+            });
+            std::thread::sleep(Duration::from_millis(rng.below(100)));
+        } else {
+            std::thread::sleep(Duration::from_millis(50 + rng.below(250)));
+        }
+        let completed = w.logs().iter().any(|l| l.contains("snapshot finished"));
+        eprintln!("snapshot kill {round}: snapshot finished before the kill: {completed}");
+        w.sigkill();
+    }
+    assert!(resumed, "the second run resumed the snapshot");
+
+    // Streaming under the writer, killed three times at random moments.
     for round in 0..3 {
         let w = Worker::start(&data, &[&file]);
         let started = Instant::now();

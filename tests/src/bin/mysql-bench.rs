@@ -61,7 +61,7 @@ fn insert_range(from: u64, to: u64, note_prefix: &str) -> String {
 }
 
 fn main() {
-    let args = BenchArgs::parse("mysql-bench", false);
+    let args = BenchArgs::parse("mysql-bench", true);
     let work = args.work_dir("mysql-bench-");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -102,7 +102,8 @@ fn main() {
         "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
         "database.hostname": "127.0.0.1", "database.port": server.port().to_string(),
         "database.user": "root", "database.server.id": "5400", "topic.prefix": "bench",
-        "database.include.list": "bench", "table.include.list": "bench.orders"}});
+        "database.include.list": "bench", "table.include.list": "bench.orders",
+        "snapshot.max.threads": args.threads.to_string()}});
     let file = work.path().join("bench.json");
     std::fs::write(&file, config.to_string()).unwrap();
 
@@ -168,5 +169,5 @@ fn main() {
         peak_rss_mb: peak_rss_mb(pid),
     };
     drop(w);
-    figures.print(json!({}));
+    figures.print(json!({"snapshot_threads": args.threads}));
 }
