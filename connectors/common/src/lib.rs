@@ -2,7 +2,9 @@
 //!
 //! - [`name_filter`]: Debezium's include/exclude lists (comma-separated, anchored,
 //!   case-insensitive regular expressions over qualified names).
+//! - [`heartbeat`]: Debezium's heartbeat records (`heartbeat.interval.ms`).
 //! - [`text`]: allocation-free number text for timestamps and times.
 
+pub mod heartbeat;
 pub mod name_filter;
 pub mod text;

@@ -124,6 +124,9 @@ pub struct MySqlConfig {
     pub poll_interval: Duration,
     pub keep_alive: bool,
     pub keep_alive_interval: Duration,
+    pub heartbeat_interval: Duration,
+    pub heartbeat_action_query: Option<String>,
+    pub heartbeat_topic_prefix: String,
 }
 
 const SNAPSHOT_MODES: &[&str] = &[
@@ -259,12 +262,9 @@ pub fn config_def() -> ConfigDef {
             .validator(Validator::custom(|v| parse_message_key_columns(&v.to_config_string()).map(|_| ())))
             .doc("Custom keys: db.table:col1,col2;db.t2:id"))
         .define(key("provide.transaction.metadata", Boolean).default_str("false").validator(not_supported_when_true("transaction metadata (BEGIN/END events and transaction blocks)")).doc("Transaction metadata events (not supported yet)."))
-        .define(key("heartbeat.interval.ms", Int).default_str("0")
-            .validator(Validator::custom(|v| match v {
-                ConfigValue::Int(n) if *n > 0 => Err("heartbeat records are not supported yet by the MySQL connector; set heartbeat.interval.ms=0".into()),
-                _ => Ok(()),
-            }))
-            .doc("Heartbeat interval (0 = off; heartbeats are not supported yet)."))
+        .define(key("heartbeat.interval.ms", Int).default_str("0").validator(Validator::at_least(0.0)).doc("Interval of heartbeat records on <topic.heartbeat.prefix>.<topic.prefix> carrying the current binlog position (0 = off), so the stored offset follows the binlog while captured tables are quiet."))
+        .define(key("heartbeat.action.query", String).default_null().doc("SQL run on each heartbeat."))
+        .define(key("topic.heartbeat.prefix", String).default_str(headwater_connector_common::heartbeat::DEFAULT_TOPIC_PREFIX).doc("Prefix of the heartbeat topic."))
         .define(key("event.deserialization.failure.handling.mode", String).default_str("fail")
             .validator(Validator::custom(|v| {
                 let s = v.to_config_string().to_ascii_lowercase();
@@ -477,6 +477,9 @@ impl MySqlConfig {
             poll_interval: ms("poll.interval.ms"),
             keep_alive: p.get_bool("connect.keep.alive").unwrap_or(true),
             keep_alive_interval: ms("connect.keep.alive.interval.ms"),
+            heartbeat_interval: ms("heartbeat.interval.ms"),
+            heartbeat_action_query: p.get_string("heartbeat.action.query").map(str::to_owned),
+            heartbeat_topic_prefix: s("topic.heartbeat.prefix"),
         })
     }
 
@@ -554,7 +557,7 @@ mod tests {
             ("table.include.list", "a.b"),
             ("table.exclude.list", "a.c"),
             ("skipped.operations", "x"),
-            ("heartbeat.interval.ms", "1000"),
+            ("heartbeat.interval.ms", "-1"),
             ("event.deserialization.failure.handling.mode", "skip"),
         ]);
         p.remove("database.server.id");

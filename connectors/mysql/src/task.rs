@@ -47,6 +47,8 @@ use crate::binlog::{self, mariadb_event, MariaGtid, MariaGtidPos, MySqlGtidSet};
 use crate::config::{Flavor, LockingMode, MySqlConfig, SnapshotMode};
 use crate::event::{EventBuilder, SourceInfo, TableId, TableSchema};
 use crate::schema::{self, CatalogTable};
+use headwater_connector_common::heartbeat::Heartbeats;
+
 use crate::snapshot::{self as snapshots, Chunk, ChunkMsg, Readers, SkipRegion, SnapshotTable};
 use crate::types::{ColumnSpec, Origin};
 
@@ -267,6 +269,10 @@ struct Inner {
     last_committed: Option<OffsetMap>,
     /// Regions re-read by a resumed snapshot whose older changes the stream skips.
     skips: Vec<SkipRegion>,
+    /// `heartbeat.interval.ms` > 0: heartbeat records at transaction boundaries.
+    heartbeats: Option<Heartbeats>,
+    /// Timestamp and server id of the last transaction end (for heartbeat offsets).
+    last_end: (i64, u32),
 }
 
 /// The MySQL / MariaDB source task.
@@ -376,6 +382,12 @@ impl Inner {
             held: None,
             last_committed: committed.clone(),
             skips: Vec::new(),
+            heartbeats: Heartbeats::new(
+                cfg.heartbeat_interval,
+                &cfg.heartbeat_topic_prefix,
+                &cfg.topic_prefix,
+            ),
+            last_end: (0, 0),
             cfg,
         };
         inner.prepare(committed).await?;
@@ -1215,7 +1227,11 @@ impl Inner {
                 break;
             }
         }
-        let boundary = if self.txn.is_none() && self.held.is_none() {
+        let at_boundary = self.txn.is_none() && self.held.is_none();
+        if at_boundary && self.heartbeats.as_ref().is_some_and(Heartbeats::due) {
+            self.heartbeat(&mut out).await?;
+        }
+        let boundary = if at_boundary {
             Boundary::Commit
         } else {
             Boundary::Open
@@ -1225,6 +1241,27 @@ impl Inner {
             boundary,
             caught_up,
         })
+    }
+
+    /// Appends a heartbeat record with the position after the last transaction (between
+    /// transactions only), after running `heartbeat.action.query`.
+    async fn heartbeat(&mut self, out: &mut Vec<SourceRecord>) -> Result<(), ConnectError> {
+        if let Some(q) = self.cfg.heartbeat_action_query.clone() {
+            self.sql
+                .query_drop(q.as_str())
+                .await
+                .map_err(|e| my_err("heartbeat.action.query", e))?;
+        }
+        if self.pos.file.is_empty() {
+            return Ok(());
+        }
+        let (ts_sec, server_id) = self.last_end;
+        let offset = self.boundary_offset(ts_sec, server_id);
+        let partition = self.events.partition.clone();
+        if let Some(h) = self.heartbeats.as_mut() {
+            out.push(h.record(partition, offset));
+        }
+        Ok(())
     }
 
     fn push(&mut self, rec: SourceRecord, out: &mut Vec<SourceRecord>) {
@@ -1263,6 +1300,7 @@ impl Inner {
             let (file, pos) = (&self.pos.file, self.pos.pos);
             self.skips.retain(|r| !r.passed(file, pos));
         }
+        self.last_end = (i64::from(hdr.ts), hdr.server_id);
         let offset = self.boundary_offset(i64::from(hdr.ts), hdr.server_id);
         if let Some(mut rec) = self.held.take() {
             rec.source_offset = offset;

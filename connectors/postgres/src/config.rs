@@ -94,6 +94,7 @@ pub struct PostgresConfig {
     pub status_update_interval: Duration,
     pub heartbeat_interval: Duration,
     pub heartbeat_action_query: Option<String>,
+    pub heartbeat_topic_prefix: String,
     pub lsn_flush_mode: LsnFlushMode,
     pub message_prefixes: Selector,
 }
@@ -253,7 +254,8 @@ pub fn config_def() -> ConfigDef {
         .define(key("max.queue.size.in.bytes", Long).default_str("0").validator(Validator::at_least(0.0)).doc("Maximum bytes buffered ahead of poll (0 = count-bounded only)."))
         .define(key("poll.interval.ms", Long).default_str("500").validator(Validator::at_least(0.0)).doc("How long poll waits for new changes."))
         .define(key("status.update.interval.ms", Int).default_str("10000").validator(Validator::at_least(1.0)).doc("Interval of standby status updates to the server."))
-        .define(key("heartbeat.interval.ms", Int).default_str("0").validator(Validator::at_least(0.0)).doc("Interval of heartbeat.action.query (0 = off)."))
+        .define(key("heartbeat.interval.ms", Int).default_str("0").validator(Validator::at_least(0.0)).doc("Interval of heartbeat records on <topic.heartbeat.prefix>.<topic.prefix> carrying the current position, and of heartbeat.action.query (0 = off)."))
+        .define(key("topic.heartbeat.prefix", String).default_str(headwater_connector_common::heartbeat::DEFAULT_TOPIC_PREFIX).doc("Prefix of the heartbeat topic."))
         .define(key("heartbeat.action.query", String).default_null().doc("SQL run on each heartbeat, e.g. to keep an idle slot advancing."))
         .define(key("lsn.flush.mode", String).default_str("connector").validator(Validator::one_of_case_insensitive(&["connector", "connector_and_driver", "manual"])).doc("Who confirms the slot position."))
         .define(key("flush.lsn.source", Boolean).default_null().doc("Deprecated: true = lsn.flush.mode connector, false = manual."))
@@ -483,6 +485,10 @@ impl PostgresConfig {
             status_update_interval: ms("status.update.interval.ms"),
             heartbeat_interval: ms("heartbeat.interval.ms"),
             heartbeat_action_query: p.get_string("heartbeat.action.query").map(str::to_owned),
+            heartbeat_topic_prefix: p
+                .get_string("topic.heartbeat.prefix")
+                .unwrap_or(headwater_connector_common::heartbeat::DEFAULT_TOPIC_PREFIX)
+                .to_owned(),
             lsn_flush_mode,
             message_prefixes: selector(
                 &p,

@@ -36,6 +36,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
+use headwater_connector_common::heartbeat::Heartbeats;
+
 use crate::catalog::{self, quote_ident, quote_literal, TypeRegistry};
 use crate::config::{LsnFlushMode, PostgresConfig, PublicationAutocreate, SnapshotMode};
 use crate::event::{ColumnDef, EventBuilder, RawColumn, SourceInfo, TableId, TableSchema};
@@ -223,6 +225,8 @@ struct Inner {
     last_handed_proc: Lsn,
     committed_proc: Lsn,
     next_heartbeat: Option<Instant>,
+    /// `heartbeat.interval.ms` > 0: heartbeat records between transactions.
+    heartbeats: Option<Heartbeats>,
     /// Regions re-read by a resumed snapshot whose older changes the stream skips.
     skips: Vec<SkipRegion>,
     /// The source block of the last event: ((its transaction's begin LSN, xid, commit time),
@@ -445,6 +449,11 @@ impl Inner {
             last_handed_proc: Lsn::INVALID,
             committed_proc: Lsn::INVALID,
             next_heartbeat: None,
+            heartbeats: Heartbeats::new(
+                cfg.heartbeat_interval,
+                &cfg.heartbeat_topic_prefix,
+                &cfg.topic_prefix,
+            ),
             skips: Vec::new(),
             source_cache: None,
             events,
@@ -1320,6 +1329,28 @@ impl Inner {
                     return Err(ConnectError::retriable(
                         "the server ended the replication stream",
                     ));
+                }
+            }
+        }
+        // A heartbeat between transactions carries the end of the last one, or the position
+        // the server was already confirmed at when everything handed out is committed (a
+        // keepalive past only uncaptured WAL).
+        if self.txn.is_none()
+            && self.held.is_none()
+            && self.heartbeats.as_ref().is_some_and(Heartbeats::due)
+        {
+            let durable = Lsn(self.shared.durable.load(Ordering::SeqCst));
+            let pos = if self.committed_proc >= self.last_handed_proc {
+                self.last_end.max(durable)
+            } else {
+                self.last_end
+            };
+            if pos != Lsn::INVALID {
+                let mut offset = self.stream_offset(pos);
+                offset.insert("lsn_proc".into(), pos.as_i64().into());
+                let partition = self.events.partition.clone();
+                if let Some(h) = self.heartbeats.as_mut() {
+                    out.push(h.record(partition, offset));
                 }
             }
         }

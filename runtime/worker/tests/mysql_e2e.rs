@@ -227,3 +227,73 @@ fn mysql_class_snapshots_streams_and_resumes_by_file_and_position() {
 fn mariadb_alias_resumes_by_gtid() {
     run("mariadb", "mariadb-source", "mariadb");
 }
+
+/// With `heartbeat.interval.ms`, heartbeat records carry the binlog position forward while
+/// only tables outside `table.include.list` change, so the committed offset follows the binlog
+/// instead of staying at the last captured change.
+#[test]
+fn heartbeats_carry_the_offset_past_uncaptured_changes() {
+    let (runtime, server, tmp, file) = seeded("mariadb", "heartbeat-source");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    config["config"]["heartbeat.interval.ms"] = json!("200");
+    std::fs::write(&file, config.to_string()).unwrap();
+    sql(
+        &runtime,
+        &server,
+        "CREATE TABLE public.audit (id int PRIMARY KEY, note text);",
+    );
+    let data = tmp.path().join("data");
+    let w = Worker::start(&data, &[&file]);
+    wait_until("the snapshot", Duration::from_secs(60), || {
+        ops(&w, "warehouse.orders") == ["r"]
+    });
+    for i in 0..20 {
+        sql(
+            &runtime,
+            &server,
+            &format!("INSERT INTO public.audit VALUES ({i}, 'not captured');"),
+        );
+    }
+    let (file_now, pos_now): (String, u64) = runtime.block_on(async {
+        let mut conn = server.connect("").await.unwrap();
+        let row: mysql_async::Row = conn
+            .query_first("SHOW MASTER STATUS")
+            .await
+            .unwrap()
+            .unwrap();
+        let out = (row.get(0).unwrap(), row.get(1).unwrap());
+        conn.disconnect().await.unwrap();
+        out
+    });
+    wait_until(
+        "the committed offset to pass the uncaptured writes",
+        Duration::from_secs(30),
+        || {
+            let (status, _, body) =
+                http(w.addr, "GET", "/connectors/heartbeat-source/offsets", None);
+            let o = &body["offsets"][0]["offset"];
+            status == 200
+                && o["file"].as_str() == Some(file_now.as_str())
+                && o["pos"].as_u64().is_some_and(|p| p >= pos_now)
+        },
+    );
+    let beats = records(&w, "__debezium-heartbeat.cdc");
+    assert!(!beats.is_empty(), "heartbeat records");
+    let (key, value) = &beats[0];
+    assert_eq!(
+        key["schema"]["name"],
+        "io.debezium.connector.common.ServerNameKey"
+    );
+    assert_eq!(key["payload"], json!({"serverName": "cdc"}));
+    assert_eq!(
+        value["schema"]["name"],
+        "io.debezium.connector.common.Heartbeat"
+    );
+    assert!(value["payload"]["ts_ms"].as_i64().is_some_and(|t| t > 0));
+    assert_eq!(
+        ops(&w, "warehouse.orders"),
+        ["r"],
+        "no data records for the audit table"
+    );
+    w.sigterm();
+}

@@ -143,3 +143,80 @@ fn confirmed_flush_advances_without_captured_changes() {
     assert_eq!(value["after"]["note"], "kept");
     w.sigterm();
 }
+
+/// With `heartbeat.interval.ms`, heartbeat records on `__debezium-heartbeat.<prefix>` carry the
+/// position forward while only uncaptured tables change, so the connector's stored offset (not
+/// only the slot) follows the WAL.
+#[test]
+fn heartbeats_move_the_stored_offset_past_uncaptured_wal() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = PostgresServer::start().expect("PostgreSQL");
+    rt.block_on(server.create_database("beat")).unwrap();
+    let db = rt.block_on(server.connect("beat")).unwrap();
+    rt.block_on(db.batch_execute(
+        "SET synchronous_commit = on;
+         CREATE TABLE captured (id int PRIMARY KEY, note text);
+         CREATE TABLE noise (id serial PRIMARY KEY, note text);
+         INSERT INTO captured VALUES (1, 'snapshot row');",
+    ))
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let config = serde_json::json!({"name": "beat", "config": {
+        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+        "database.hostname": "127.0.0.1", "database.port": server.port().to_string(),
+        "database.user": "postgres", "database.dbname": "beat", "topic.prefix": "beat",
+        "table.include.list": "public.captured", "slot.name": "beat_slot",
+        "publication.name": "beat_pub", "status.update.interval.ms": "200",
+        "heartbeat.interval.ms": "200"}});
+    let file = tmp.path().join("beat.json");
+    std::fs::write(&file, config.to_string()).unwrap();
+    let w = Worker::start(&tmp.path().join("data"), &[&file]);
+    wait_until("the snapshot", Duration::from_secs(30), || {
+        topic_len(&w, "beat.public.captured") == 1
+    });
+    let stored_lsn = || -> u64 {
+        let (status, _, body) = http(w.addr, "GET", "/connectors/beat/offsets", None);
+        if status != 200 {
+            return 0;
+        }
+        body["offsets"][0]["offset"]["lsn_proc"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    for _ in 0..3 {
+        rt.block_on(db.batch_execute(
+            "INSERT INTO noise (note) SELECT 'noise' FROM generate_series(1, 200);",
+        ))
+        .unwrap();
+    }
+    let target = parse_lsn(
+        &rt.block_on(db.query_one("SELECT pg_current_wal_lsn()::text", &[]))
+            .unwrap()
+            .get::<_, String>(0),
+    );
+    wait_until(
+        "the stored offset past the uncaptured writes",
+        Duration::from_secs(30),
+        || stored_lsn() >= target,
+    );
+    let (_, _, body) = http(
+        w.addr,
+        "GET",
+        "/topics/__debezium-heartbeat.beat/partitions/0/records?offset=0&max=1",
+        None,
+    );
+    let beat = &body["records"][0];
+    assert_eq!(beat["key"]["payload"]["serverName"], "beat", "{body}");
+    assert!(beat["value"]["payload"]["ts_ms"]
+        .as_i64()
+        .is_some_and(|t| t > 0));
+    assert_eq!(
+        topic_len(&w, "beat.public.noise"),
+        0,
+        "nothing emitted for noise"
+    );
+    w.sigterm();
+}
