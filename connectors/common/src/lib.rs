@@ -4,7 +4,9 @@
 //!   case-insensitive regular expressions over qualified names).
 //! - [`heartbeat`]: Debezium's heartbeat records (`heartbeat.interval.ms`).
 //! - [`text`]: allocation-free number text for timestamps and times.
+//! - [`txmeta`]: Debezium's transaction metadata (`provide.transaction.metadata`).
 
 pub mod heartbeat;
 pub mod name_filter;
 pub mod text;
+pub mod txmeta;

@@ -127,6 +127,8 @@ pub struct MySqlConfig {
     pub heartbeat_interval: Duration,
     pub heartbeat_action_query: Option<String>,
     pub heartbeat_topic_prefix: String,
+    /// `provide.transaction.metadata`: the transaction topic's suffix when on.
+    pub transaction_topic: Option<String>,
 }
 
 const SNAPSHOT_MODES: &[&str] = &[
@@ -261,7 +263,8 @@ pub fn config_def() -> ConfigDef {
         .define(key("message.key.columns", String).default_null()
             .validator(Validator::custom(|v| parse_message_key_columns(&v.to_config_string()).map(|_| ())))
             .doc("Custom keys: db.table:col1,col2;db.t2:id"))
-        .define(key("provide.transaction.metadata", Boolean).default_str("false").validator(not_supported_when_true("transaction metadata (BEGIN/END events and transaction blocks)")).doc("Transaction metadata events (not supported yet)."))
+        .define(key("provide.transaction.metadata", Boolean).default_str("false").doc("BEGIN/END records on <topic.prefix>.<topic.transaction> and the transaction block in every change event."))
+        .define(key("topic.transaction", String).default_str(headwater_connector_common::txmeta::DEFAULT_TOPIC_SUFFIX).doc("Suffix of the transaction metadata topic."))
         .define(key("heartbeat.interval.ms", Int).default_str("0").validator(Validator::at_least(0.0)).doc("Interval of heartbeat records on <topic.heartbeat.prefix>.<topic.prefix> carrying the current binlog position (0 = off), so the stored offset follows the binlog while captured tables are quiet."))
         .define(key("heartbeat.action.query", String).default_null().doc("SQL run on each heartbeat."))
         .define(key("topic.heartbeat.prefix", String).default_str(headwater_connector_common::heartbeat::DEFAULT_TOPIC_PREFIX).doc("Prefix of the heartbeat topic."))
@@ -480,6 +483,10 @@ impl MySqlConfig {
             heartbeat_interval: ms("heartbeat.interval.ms"),
             heartbeat_action_query: p.get_string("heartbeat.action.query").map(str::to_owned),
             heartbeat_topic_prefix: s("topic.heartbeat.prefix"),
+            transaction_topic: p
+                .get_bool("provide.transaction.metadata")
+                .unwrap_or(false)
+                .then(|| s("topic.transaction")),
         })
     }
 
@@ -553,7 +560,6 @@ mod tests {
             ("snapshot.locking.mode", "minimal_percona"),
             ("decimal.handling.mode", "exact"),
             ("database.ssl.mode", "required"),
-            ("provide.transaction.metadata", "true"),
             ("table.include.list", "a.b"),
             ("table.exclude.list", "a.c"),
             ("skipped.operations", "x"),
@@ -569,7 +575,6 @@ mod tests {
             "snapshot.locking.mode",
             "decimal.handling.mode",
             "database.ssl.mode",
-            "provide.transaction.metadata",
             "table.exclude.list",
             "skipped.operations",
             "heartbeat.interval.ms",

@@ -48,6 +48,7 @@ use crate::config::{Flavor, LockingMode, MySqlConfig, SnapshotMode};
 use crate::event::{EventBuilder, SourceInfo, TableId, TableSchema};
 use crate::schema::{self, CatalogTable};
 use headwater_connector_common::heartbeat::Heartbeats;
+use headwater_connector_common::txmeta::TransactionMetadata;
 
 use crate::snapshot::{self as snapshots, Chunk, ChunkMsg, Readers, SkipRegion, SnapshotTable};
 use crate::types::{ColumnSpec, Origin};
@@ -273,6 +274,8 @@ struct Inner {
     heartbeats: Option<Heartbeats>,
     /// Timestamp and server id of the last transaction end (for heartbeat offsets).
     last_end: (i64, u32),
+    /// `provide.transaction.metadata`: BEGIN/END records and transaction blocks.
+    txmeta: Option<TransactionMetadata>,
 }
 
 /// The MySQL / MariaDB source task.
@@ -388,6 +391,10 @@ impl Inner {
                 &cfg.topic_prefix,
             ),
             last_end: (0, 0),
+            txmeta: cfg
+                .transaction_topic
+                .as_deref()
+                .map(|t| TransactionMetadata::new(&cfg.topic_prefix, t)),
             cfg,
         };
         inner.prepare(committed).await?;
@@ -1264,7 +1271,18 @@ impl Inner {
         Ok(())
     }
 
-    fn push(&mut self, rec: SourceRecord, out: &mut Vec<SourceRecord>) {
+    fn push(&mut self, mut rec: SourceRecord, out: &mut Vec<SourceRecord>) {
+        if let Some(t) = self.txmeta.as_mut() {
+            if let Some(collection) = source_collection(&rec) {
+                if let Some(begin) = t.annotate(&mut rec, &collection) {
+                    // Nothing of this transaction is held yet: BEGIN goes first.
+                    if let Some(prev) = self.held.take() {
+                        out.push(prev);
+                    }
+                    out.push(begin);
+                }
+            }
+        }
         if let Some(prev) = self.held.replace(rec) {
             out.push(prev);
         }
@@ -1302,9 +1320,23 @@ impl Inner {
         }
         self.last_end = (i64::from(hdr.ts), hdr.server_id);
         let offset = self.boundary_offset(i64::from(hdr.ts), hdr.server_id);
+        let end = match self.txmeta.as_mut() {
+            Some(t) => t.end(&self.events.partition, offset.clone()),
+            None => None,
+        };
         if let Some(mut rec) = self.held.take() {
-            rec.source_offset = offset;
-            out.push(rec);
+            match end {
+                // With transaction metadata the END record closes the transaction and carries
+                // its offset.
+                Some(end) => {
+                    out.push(rec);
+                    out.push(end);
+                }
+                None => {
+                    rec.source_offset = offset;
+                    out.push(rec);
+                }
+            }
         }
     }
 
@@ -1441,6 +1473,18 @@ impl Inner {
                     .get(&id)
                     .cloned()
                     .ok_or_else(|| ConnectError::data(format!("no schema for {id}")))?;
+                if let Some(t) = self.txmeta.as_mut() {
+                    if !t.is_open() {
+                        // Debezium's MySQL transaction id: the GTID, else the binlog position
+                        // the transaction starts at.
+                        let txn = self.txn.as_ref().expect("transaction open");
+                        let id = txn
+                            .gtid
+                            .clone()
+                            .unwrap_or_else(|| format!("{}:{}", txn.start.file, txn.start.pos));
+                        t.begin(id, i64::from(hdr.ts) * 1000);
+                    }
+                }
                 let gtid = if self.cfg.flavor == Flavor::MariaDb
                     || gtid.as_deref().is_some_and(|g| g.contains(':'))
                 {
@@ -2566,4 +2610,12 @@ mod mysql8_event_bytes {
         set.add(uuid, 6);
         assert_eq!(set.to_string(), "88ebc247-06ef-11ef-97ee-0242ac130004:1-6");
     }
+}
+
+/// `<db>.<table>` of a change event, from its `source` block; `None` for records without one.
+fn source_collection(rec: &SourceRecord) -> Option<String> {
+    let source = rec.value.as_struct()?.get("source")?.as_struct()?;
+    let db = source.get("db")?.as_str()?;
+    let table = source.get("table")?.as_str()?;
+    Some(format!("{db}.{table}"))
 }

@@ -95,6 +95,8 @@ pub struct PostgresConfig {
     pub heartbeat_interval: Duration,
     pub heartbeat_action_query: Option<String>,
     pub heartbeat_topic_prefix: String,
+    /// `provide.transaction.metadata`: the transaction topic's suffix when on.
+    pub transaction_topic: Option<String>,
     pub lsn_flush_mode: LsnFlushMode,
     pub message_prefixes: Selector,
 }
@@ -243,12 +245,8 @@ pub fn config_def() -> ConfigDef {
         .define(key("message.key.columns", String).default_null()
             .validator(Validator::custom(|v| parse_message_key_columns(&v.to_config_string()).map(|_| ())))
             .doc("Custom keys: schema.table:col1,col2;schema.t2:id"))
-        .define(key("provide.transaction.metadata", Boolean).default_str("false")
-            .validator(Validator::custom(|v| match v {
-                ConfigValue::Boolean(true) => Err("transaction metadata (BEGIN/END events and transaction blocks) is not supported yet".into()),
-                _ => Ok(()),
-            }))
-            .doc("Transaction metadata events (not supported yet)."))
+        .define(key("provide.transaction.metadata", Boolean).default_str("false").doc("BEGIN/END records on <topic.prefix>.<topic.transaction> and the transaction block in every change event."))
+        .define(key("topic.transaction", String).default_str(headwater_connector_common::txmeta::DEFAULT_TOPIC_SUFFIX).doc("Suffix of the transaction metadata topic."))
         .define(key("max.batch.size", Int).default_str("2048").validator(Validator::at_least(1.0)).doc("Maximum records per poll."))
         .define(key("max.queue.size", Int).default_str("8192").validator(Validator::at_least(1.0)).doc("Maximum replication messages buffered ahead of poll."))
         .define(key("max.queue.size.in.bytes", Long).default_str("0").validator(Validator::at_least(0.0)).doc("Maximum bytes buffered ahead of poll (0 = count-bounded only)."))
@@ -485,6 +483,14 @@ impl PostgresConfig {
             status_update_interval: ms("status.update.interval.ms"),
             heartbeat_interval: ms("heartbeat.interval.ms"),
             heartbeat_action_query: p.get_string("heartbeat.action.query").map(str::to_owned),
+            transaction_topic: p
+                .get_bool("provide.transaction.metadata")
+                .unwrap_or(false)
+                .then(|| {
+                    p.get_string("topic.transaction")
+                        .unwrap_or(headwater_connector_common::txmeta::DEFAULT_TOPIC_SUFFIX)
+                        .to_owned()
+                }),
             heartbeat_topic_prefix: p
                 .get_string("topic.heartbeat.prefix")
                 .unwrap_or(headwater_connector_common::heartbeat::DEFAULT_TOPIC_PREFIX)

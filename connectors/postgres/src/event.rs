@@ -115,14 +115,7 @@ pub fn source_schema() -> SchemaRef {
 
 /// Debezium's `event.block` transaction schema.
 pub fn transaction_schema() -> SchemaRef {
-    SchemaBuilder::struct_()
-        .name("event.block")
-        .version(1)
-        .optional()
-        .field("id", Schema::string())
-        .field("total_order", Schema::int64())
-        .field("data_collection_order", Schema::int64())
-        .build_ref()
+    headwater_connector_common::txmeta::block_schema()
 }
 
 /// A failure building a schema or an event.

@@ -37,6 +37,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
 use headwater_connector_common::heartbeat::Heartbeats;
+use headwater_connector_common::txmeta::TransactionMetadata;
 
 use crate::catalog::{self, quote_ident, quote_literal, TypeRegistry};
 use crate::config::{LsnFlushMode, PostgresConfig, PublicationAutocreate, SnapshotMode};
@@ -227,6 +228,8 @@ struct Inner {
     next_heartbeat: Option<Instant>,
     /// `heartbeat.interval.ms` > 0: heartbeat records between transactions.
     heartbeats: Option<Heartbeats>,
+    /// `provide.transaction.metadata`: BEGIN/END records and transaction blocks.
+    txmeta: Option<TransactionMetadata>,
     /// Regions re-read by a resumed snapshot whose older changes the stream skips.
     skips: Vec<SkipRegion>,
     /// The source block of the last event: ((its transaction's begin LSN, xid, commit time),
@@ -454,6 +457,10 @@ impl Inner {
                 &cfg.heartbeat_topic_prefix,
                 &cfg.topic_prefix,
             ),
+            txmeta: cfg
+                .transaction_topic
+                .as_deref()
+                .map(|t| TransactionMetadata::new(&cfg.topic_prefix, t)),
             skips: Vec::new(),
             source_cache: None,
             events,
@@ -1374,7 +1381,18 @@ impl Inner {
     }
 
     /// Hands out the held record and holds `rec` (a change at `lsn` without offset) instead.
-    fn push_record(&mut self, rec: SourceRecord, lsn: Lsn, out: &mut Vec<SourceRecord>) {
+    fn push_record(&mut self, mut rec: SourceRecord, lsn: Lsn, out: &mut Vec<SourceRecord>) {
+        if let Some(t) = self.txmeta.as_mut() {
+            if let Some(collection) = source_collection(&rec, "schema") {
+                if let Some(begin) = t.annotate(&mut rec, &collection) {
+                    // Nothing of this transaction is held yet: BEGIN goes first.
+                    if let Some((h, _)) = self.held.take() {
+                        out.push(h);
+                    }
+                    out.push(begin);
+                }
+            }
+        }
         if let Some((h, _)) = self.held.replace((rec, lsn)) {
             out.push(h);
         }
@@ -1490,11 +1508,20 @@ impl Inner {
                 commit_time,
                 xid,
             } => {
+                let ts_us = pgoutput::pg_time_to_unix_micros(commit_time);
+                if let Some(t) = self.txmeta.as_mut() {
+                    // Debezium's PostgreSQL transaction id: `txId:LSN` (here the commit LSN,
+                    // constant across the transaction).
+                    t.begin(
+                        format!("{xid}:{}", final_lsn.as_i64()),
+                        ts_us.div_euclid(1000),
+                    );
+                }
                 self.txn = Some(Txn {
                     xid,
                     commit_lsn: final_lsn,
                     begin_lsn: wal_start,
-                    ts_us: pgoutput::pg_time_to_unix_micros(commit_time),
+                    ts_us,
                     records: 0,
                 });
             }
@@ -1503,9 +1530,26 @@ impl Inner {
                 if let Some((mut h, lsn)) = self.held.take() {
                     let mut offset = self.stream_offset(lsn);
                     offset.insert("lsn_proc".into(), end_lsn.as_i64().into());
-                    h.source_partition = self.events.partition.clone();
-                    h.source_offset = offset;
-                    out.push(h);
+                    let partition = self.events.partition.clone();
+                    // With transaction metadata the END record closes the transaction and
+                    // carries its offset.
+                    let end = self
+                        .txmeta
+                        .as_mut()
+                        .and_then(|t| t.end(&partition, offset.clone()));
+                    match end {
+                        Some(end) => {
+                            out.push(h);
+                            out.push(end);
+                        }
+                        None => {
+                            h.source_partition = partition;
+                            h.source_offset = offset;
+                            out.push(h);
+                        }
+                    }
+                } else if let Some(t) = self.txmeta.as_mut() {
+                    t.abandon();
                 }
                 self.txn = None;
                 self.last_end = end_lsn;
@@ -1947,4 +1991,13 @@ impl SourceTask for PostgresSourceTask {
             }
         })
     }
+}
+
+/// `<schema>.<table>` (or `<db>.<table>`, by `namespace_field`) of a change event, from its
+/// `source` block; `None` for records without one.
+pub(crate) fn source_collection(rec: &SourceRecord, namespace_field: &str) -> Option<String> {
+    let source = rec.value.as_struct()?.get("source")?.as_struct()?;
+    let ns = source.get(namespace_field)?.as_str()?;
+    let table = source.get("table")?.as_str()?;
+    Some(format!("{ns}.{table}"))
 }
