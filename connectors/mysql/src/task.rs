@@ -2471,6 +2471,14 @@ impl SourceTask for MySqlSourceTask {
     }
 }
 
+/// `<db>.<table>` of a change event, from its `source` block; `None` for records without one.
+fn source_collection(rec: &SourceRecord) -> Option<String> {
+    let source = rec.value.as_struct()?.get("source")?.as_struct()?;
+    let db = source.get("db")?.as_str()?;
+    let table = source.get("table")?.as_str()?;
+    Some(format!("{db}.{table}"))
+}
+
 /// MySQL 8 paths (v2 rows events, MySQL GTID events) fed with event bytes through the same
 /// decoding the binlog reader uses ([`event_message`]): no MySQL 8 server can be installed on
 /// the build machines (MariaDB writes v1 rows events and its own GTID events, which the
@@ -2610,12 +2618,4 @@ mod mysql8_event_bytes {
         set.add(uuid, 6);
         assert_eq!(set.to_string(), "88ebc247-06ef-11ef-97ee-0242ac130004:1-6");
     }
-}
-
-/// `<db>.<table>` of a change event, from its `source` block; `None` for records without one.
-fn source_collection(rec: &SourceRecord) -> Option<String> {
-    let source = rec.value.as_struct()?.get("source")?.as_struct()?;
-    let db = source.get("db")?.as_str()?;
-    let table = source.get("table")?.as_str()?;
-    Some(format!("{db}.{table}"))
 }
