@@ -217,8 +217,9 @@ impl TableSchema {
             table: self.id.to_string(),
             detail,
         };
-        let mut st =
-            Struct::new(self.row_schema.clone()).map_err(|e| schema_err(e.message().to_owned()))?;
+        // Values are converted for their field's schema (`types::convert` with the column's
+        // spec), so the struct is built without re-checking them.
+        let mut row = vec![Value::Null; self.field_schemas.len()];
         let mut n = 0;
         for (i, raw) in values.into_iter().enumerate() {
             n += 1;
@@ -240,8 +241,7 @@ impl TableSchema {
             } else {
                 v
             };
-            st.put_at(fi, v)
-                .map_err(|e| schema_err(format!("column {}: {}", col.name, e.message())))?;
+            row[fi] = v;
         }
         if n != self.columns.len() {
             return Err(schema_err(format!(
@@ -249,17 +249,22 @@ impl TableSchema {
                 self.columns.len()
             )));
         }
-        Ok(st)
+        Ok(Struct::from_trusted_values(self.row_schema.clone(), row))
     }
 
     /// The key struct of a row (`None` without key fields).
     pub fn key_of(&self, row: &Struct) -> Option<Value> {
         let schema = self.key_schema.as_ref()?;
-        let mut k = Struct::new(schema.clone()).ok()?;
-        for (ki, &ci) in self.key_fields.iter().enumerate() {
-            k.put_at(ki, row.values()[ci].clone()).ok()?;
-        }
-        Some(Value::Struct(k))
+        // The key's fields are the row's own key fields, with their schemas.
+        let values = self
+            .key_fields
+            .iter()
+            .map(|&ci| row.values()[ci].clone())
+            .collect();
+        Some(Value::Struct(Struct::from_trusted_values(
+            schema.clone(),
+            values,
+        )))
     }
 }
 
@@ -357,17 +362,27 @@ impl EventBuilder {
         after: Option<Struct>,
         source: Struct,
         op: &str,
+        now: (i64, i64),
     ) -> Value {
-        let (us, ns) = now_micros_nanos();
-        let mut e = Struct::new(ts.envelope_schema.clone()).expect("envelope schema is a struct");
-        let _ = e.put_at(0, before.map_or(Value::Null, Value::Struct));
-        let _ = e.put_at(1, after.map_or(Value::Null, Value::Struct));
-        let _ = e.put_at(2, Value::Struct(source));
-        let _ = e.put_at(4, Value::String(op.into()));
-        let _ = e.put_at(5, Value::Int64(us / 1000));
-        let _ = e.put_at(6, Value::Int64(us));
-        let _ = e.put_at(7, Value::Int64(ns));
-        Value::Struct(e)
+        // `now` is the processing time (µs, ns since 1970), read once per poll rather than per
+        // event.
+        let (us, ns) = now;
+        // In the envelope schema's field order (see `TableSchema::build`): the row images are
+        // of the table's row schema and `source` of this connector's source schema.
+        let values = vec![
+            before.map_or(Value::Null, Value::Struct),
+            after.map_or(Value::Null, Value::Struct),
+            Value::Struct(source),
+            Value::Null,
+            Value::String(op.into()),
+            Value::Int64(us / 1000),
+            Value::Int64(us),
+            Value::Int64(ns),
+        ];
+        Value::Struct(Struct::from_trusted_values(
+            ts.envelope_schema.clone(),
+            values,
+        ))
     }
 
     /// A record with this connector's source partition.
@@ -469,7 +484,7 @@ mod tests {
         );
         assert_eq!(src.get("ts_ms"), Some(&Value::Int64(2000)));
         assert_eq!(src.get("connector"), Some(&Value::String("mysql".into())));
-        let env = b.envelope(&ts, None, Some(row), src, "c");
+        let env = b.envelope(&ts, None, Some(row), src, "c", now_micros_nanos());
         env.as_struct().unwrap().validate().unwrap();
     }
 }

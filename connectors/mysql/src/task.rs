@@ -276,6 +276,8 @@ struct Inner {
     last_end: (i64, u32),
     /// `provide.transaction.metadata`: BEGIN/END records and transaction blocks.
     txmeta: Option<TransactionMetadata>,
+    /// The processing time of the current poll (µs, ns), for envelopes' `ts_*`.
+    now: (i64, i64),
 }
 
 /// The MySQL / MariaDB source task.
@@ -391,6 +393,7 @@ impl Inner {
                 &cfg.topic_prefix,
             ),
             last_end: (0, 0),
+            now: crate::event::now_micros_nanos(),
             txmeta: cfg
                 .transaction_topic
                 .as_deref()
@@ -908,14 +911,21 @@ impl Inner {
                     },
                 );
                 if marker == "true" {
+                    // Shared: every row of the table carries it (a reference-count increment
+                    // per record) and the converter serialises it once.
+                    let block = block.into_shared();
                     s.source_blocks[idx] = Some(block.clone());
+                    block
+                } else {
+                    block
                 }
-                block
             }
         };
         let ts = &s.tables[idx].schema;
         let key = ts.key_of(&row);
-        let value = self.events.envelope(ts, None, Some(row), source, "r");
+        let value = self
+            .events
+            .envelope(ts, None, Some(row), source, "r", self.now);
         (
             self.events.record(ts, OffsetMap::new(), key, Some(value)),
             tail,
@@ -1049,6 +1059,7 @@ impl Inner {
                 Some(ChunkMsg::Rows(rows)) => {
                     s.rows = rows.into_iter();
                     s.row_table = s.chunks[ci].table;
+                    self.now = crate::event::now_micros_nanos();
                 }
                 Some(ChunkMsg::Failed(e)) => return Err(e),
                 None => {
@@ -1184,6 +1195,8 @@ impl Inner {
     }
 
     async fn poll(&mut self) -> Result<SourceBatch, ConnectError> {
+        // One clock read per poll for the envelopes' processing time.
+        self.now = crate::event::now_micros_nanos();
         match self.phase {
             Phase::Snapshot(_) => self.poll_snapshot().await,
             Phase::Stream => self.poll_stream().await,
@@ -1473,6 +1486,8 @@ impl Inner {
                     .get(&id)
                     .cloned()
                     .ok_or_else(|| ConnectError::data(format!("no schema for {id}")))?;
+                // One clock read per rows event for the envelopes' processing time.
+                self.now = crate::event::now_micros_nanos();
                 if let Some(t) = self.txmeta.as_mut() {
                     if !t.is_open() {
                         // Debezium's MySQL transaction id: the GTID, else the binlog position
@@ -1618,7 +1633,9 @@ impl Inner {
                     return;
                 }
                 let key = after.as_ref().and_then(|a| ts.key_of(a));
-                let v = self.events.envelope(ts, None, after, source_block, "c");
+                let v = self
+                    .events
+                    .envelope(ts, None, after, source_block, "c", self.now);
                 let rec = self.events.record(ts, offset, key, Some(v));
                 self.push(rec, out);
             }
@@ -1630,9 +1647,9 @@ impl Inner {
                 let new_key = after.as_ref().and_then(|a| ts.key_of(a));
                 if old_key != new_key && ts.key_schema.is_some() {
                     // Primary-key change: delete (+ tombstone) of the old key, create of the new.
-                    let v = self
-                        .events
-                        .envelope(ts, before, None, source_block.clone(), "d");
+                    let v =
+                        self.events
+                            .envelope(ts, before, None, source_block.clone(), "d", self.now);
                     let mut del = self
                         .events
                         .record(ts, offset.clone(), old_key.clone(), Some(v));
@@ -1647,7 +1664,9 @@ impl Inner {
                         t.headers = del.headers.clone();
                         t
                     });
-                    let v = self.events.envelope(ts, None, after, source_block, "c");
+                    let v = self
+                        .events
+                        .envelope(ts, None, after, source_block, "c", self.now);
                     let mut cre = self.events.record(ts, offset, new_key, Some(v));
                     if let Some(ok) = &old_key {
                         cre.headers
@@ -1659,7 +1678,9 @@ impl Inner {
                     }
                     self.push(cre, out);
                 } else {
-                    let v = self.events.envelope(ts, before, after, source_block, "u");
+                    let v = self
+                        .events
+                        .envelope(ts, before, after, source_block, "u", self.now);
                     let rec = self.events.record(ts, offset, new_key, Some(v));
                     self.push(rec, out);
                 }
@@ -1669,7 +1690,9 @@ impl Inner {
                     return;
                 }
                 let key = before.as_ref().and_then(|b| ts.key_of(b));
-                let v = self.events.envelope(ts, before, None, source_block, "d");
+                let v = self
+                    .events
+                    .envelope(ts, before, None, source_block, "d", self.now);
                 let rec = self.events.record(ts, offset.clone(), key.clone(), Some(v));
                 self.push(rec, out);
                 if self.cfg.tombstones_on_delete {
@@ -1752,7 +1775,7 @@ impl Inner {
                         row: 0,
                     };
                     let source = self.events.source(&id.db, Some(&id.table), &info);
-                    let v = self.events.envelope(&ts, None, None, source, "t");
+                    let v = self.events.envelope(&ts, None, None, source, "t", self.now);
                     let rec = self.events.record(&ts, offset, None, Some(v));
                     self.push(rec, out);
                 }
