@@ -7,12 +7,14 @@
 //! - [`record`]: [`SourceRecord`], headers and the source partition/offset maps;
 //! - [`plugin`]: the Source / Transform / Predicate contracts;
 //! - [`config`]: typed configuration definitions and per-field validation;
-//! - [`error`]: the error classes that decide retry versus fail.
+//! - [`error`]: the error classes that decide retry versus fail;
+//! - [`java`]: Java's number text (`Double.toString`), for formats written by Java code.
 //!
 //! This crate depends on no other Headwater crate; plugins depend on it only.
 
 pub mod config;
 pub mod error;
+pub mod java;
 pub mod logical;
 pub mod plugin;
 pub mod record;

@@ -5,11 +5,11 @@
 //! Invariants: every function appends valid JSON text to the output buffer and allocates nothing
 //! beyond it except a small stack-sized scratch for float digits.
 
-use std::fmt::Write as _;
-
 /// Appends `text` as a JSON string literal, escaped exactly as Jackson does by default:
 /// `"` and `\` backslash-escaped, `\b \t \n \f \r` short forms, other control characters as
-/// `\u00XX` with upper-case hex, everything else (including non-ASCII) as UTF-8.
+/// `\u00XX` with upper-case hex, characters outside the Basic Multilingual Plane as their
+/// UTF-16 surrogate pair `\uD83D\uDE00` (Jackson writes Java's UTF-16 chars one by one;
+/// `COMBINE_UNICODE_SURROGATES_IN_UTF8` is off by default), everything else as UTF-8.
 pub fn write_json_string(out: &mut Vec<u8>, text: &str) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     out.push(b'"');
@@ -26,6 +26,20 @@ pub fn write_json_string(out: &mut Vec<u8>, text: &str) {
             0x0a => out.extend_from_slice(b"\\n"),
             0x0c => out.extend_from_slice(b"\\f"),
             0x0d => out.extend_from_slice(b"\\r"),
+            0xF0..=0xF4 => {
+                // A four-byte UTF-8 sequence (the input is a valid `str`): one supplementary
+                // character, written as its surrogate pair.
+                let c = text[i..].chars().next().unwrap_or('\u{FFFD}');
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.extend_from_slice(b"\\u");
+                    for shift in [12, 8, 4, 0] {
+                        out.push(HEX[usize::from((*unit >> shift) as u8 & 0x0f)]);
+                    }
+                }
+                start = i + c.len_utf8();
+                continue;
+            }
             _ => {
                 out.extend_from_slice(b"\\u00");
                 out.push(HEX[usize::from(b >> 4)]);
@@ -43,7 +57,7 @@ pub fn write_json_string(out: &mut Vec<u8>, text: &str) {
 fn find_escape(bytes: &[u8], from: usize) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let needs = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
+    let needs = |b: u8| b < 0x20 || b == b'"' || b == b'\\' || b >= 0xF0;
     let mut i = from;
     while i + 8 <= bytes.len() {
         let mut word = [0u8; 8];
@@ -53,8 +67,12 @@ fn find_escape(bytes: &[u8], from: usize) -> Option<usize> {
         // (no false positives below the first zero byte, which is all that is used here).
         let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
         let control = w.wrapping_sub(ONES * 0x20) & !w & HIGHS;
-        let hits =
-            control | zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\')));
+        // Lead bytes of four-byte UTF-8 sequences (0xF0..=0xF7; valid text has 0xF0..=0xF4).
+        let four = w & (w << 1) & (w << 2) & (w << 3) & HIGHS;
+        let hits = control
+            | four
+            | zero(w ^ (ONES * u64::from(b'"')))
+            | zero(w ^ (ONES * u64::from(b'\\')));
         if hits != 0 {
             return Some(i + (hits.trailing_zeros() / 8) as usize);
         }
@@ -71,9 +89,7 @@ pub fn write_java_double(out: &mut Vec<u8>, value: f64) {
         out.extend_from_slice(non_finite(value.is_nan(), value.is_sign_negative()).as_bytes());
         return;
     }
-    let mut scratch = String::with_capacity(32);
-    let _ = write!(scratch, "{value:e}");
-    java_format(out, &scratch, value == 0.0, f64::abs(value));
+    headwater_api::java::write_double(out, value);
 }
 
 /// Appends a `float` as Jackson writes it (`Float.toString`, non-finite values quoted).
@@ -82,9 +98,7 @@ pub fn write_java_float(out: &mut Vec<u8>, value: f32) {
         out.extend_from_slice(non_finite(value.is_nan(), value.is_sign_negative()).as_bytes());
         return;
     }
-    let mut scratch = String::with_capacity(24);
-    let _ = write!(scratch, "{value:e}");
-    java_format(out, &scratch, value == 0.0, f64::from(value.abs()));
+    headwater_api::java::write_float(out, value);
 }
 
 fn non_finite(nan: bool, negative: bool) -> &'static str {
@@ -94,57 +108,6 @@ fn non_finite(nan: bool, negative: bool) -> &'static str {
         "\"-Infinity\""
     } else {
         "\"Infinity\""
-    }
-}
-
-/// Rewrites Rust's shortest scientific form (`-3.4e38`, `1e-300`, `2.5e0`) into Java's
-/// `Double.toString` layout: plain decimal with at least one fraction digit for magnitudes in
-/// [1e-3, 1e7), otherwise `d.dddE±n` with at least one fraction digit.
-fn java_format(out: &mut Vec<u8>, sci: &str, is_zero: bool, magnitude: f64) {
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let (negative, mantissa) = match mantissa.strip_prefix('-') {
-        Some(m) => (true, m),
-        None => (false, mantissa),
-    };
-    if negative {
-        out.push(b'-');
-    }
-    if is_zero {
-        out.extend_from_slice(b"0.0");
-        return;
-    }
-    // Significant digits without the point.
-    let digits: Vec<u8> = mantissa.bytes().filter(|b| *b != b'.').collect();
-    if (1e-3..1e7).contains(&magnitude) {
-        if exp >= 0 {
-            let int_len = usize::try_from(exp).unwrap_or(0) + 1;
-            for i in 0..int_len {
-                out.push(*digits.get(i).unwrap_or(&b'0'));
-            }
-            out.push(b'.');
-            if digits.len() > int_len {
-                out.extend_from_slice(&digits[int_len..]);
-            } else {
-                out.push(b'0');
-            }
-        } else {
-            out.extend_from_slice(b"0.");
-            for _ in 0..(-exp - 1) {
-                out.push(b'0');
-            }
-            out.extend_from_slice(&digits);
-        }
-    } else {
-        out.push(digits[0]);
-        out.push(b'.');
-        if digits.len() > 1 {
-            out.extend_from_slice(&digits[1..]);
-        } else {
-            out.push(b'0');
-        }
-        out.push(b'E');
-        out.extend_from_slice(exp.to_string().as_bytes());
     }
 }
 
@@ -198,17 +161,28 @@ mod tests {
     /// The byte-at-a-time escaping the word-at-a-time scan must agree with.
     fn escape_reference(text: &str) -> Vec<u8> {
         let mut out = vec![b'"'];
-        for &b in text.as_bytes() {
-            match b {
-                b'"' => out.extend_from_slice(b"\\\""),
-                b'\\' => out.extend_from_slice(b"\\\\"),
-                0x08 => out.extend_from_slice(b"\\b"),
-                0x09 => out.extend_from_slice(b"\\t"),
-                0x0a => out.extend_from_slice(b"\\n"),
-                0x0c => out.extend_from_slice(b"\\f"),
-                0x0d => out.extend_from_slice(b"\\r"),
-                0x00..=0x1f => out.extend_from_slice(format!("\\u{b:04X}").as_bytes()),
-                _ => out.push(b),
+        for c in text.chars() {
+            match c {
+                '"' => out.extend_from_slice(b"\\\""),
+                '\\' => out.extend_from_slice(b"\\\\"),
+                '\u{8}' => out.extend_from_slice(b"\\b"),
+                '\t' => out.extend_from_slice(b"\\t"),
+                '\n' => out.extend_from_slice(b"\\n"),
+                '\u{c}' => out.extend_from_slice(b"\\f"),
+                '\r' => out.extend_from_slice(b"\\r"),
+                '\u{0}'..='\u{1f}' => {
+                    out.extend_from_slice(format!("\\u{:04X}", c as u32).as_bytes())
+                }
+                c if (c as u32) >= 0x10000 => {
+                    let mut units = [0u16; 2];
+                    for u in c.encode_utf16(&mut units) {
+                        out.extend_from_slice(format!("\\u{u:04X}").as_bytes());
+                    }
+                }
+                c => {
+                    let mut buf = [0u8; 4];
+                    out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                }
             }
         }
         out.push(b'"');
@@ -218,7 +192,21 @@ mod tests {
     #[test]
     fn string_escaping_matches_the_reference_at_every_position() {
         let pieces = [
-            "a", "\"", "\\", "\n", "\u{1}", "\u{1f}", " ", "~", "é", "€", "\u{7f}", "!",
+            "a",
+            "\"",
+            "\\",
+            "\n",
+            "\u{1}",
+            "\u{1f}",
+            " ",
+            "~",
+            "é",
+            "€",
+            "\u{7f}",
+            "!",
+            "😀",
+            "\u{10ffff}",
+            "\u{2028}",
         ];
         let mut seed = 12345u32;
         for len in 0..40 {
