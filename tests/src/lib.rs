@@ -5,7 +5,9 @@
 //! * [`PostgresServer`] — a private PostgreSQL cluster with `wal_level=logical`, ready for
 //!   logical replication (`pgoutput` slots, publications);
 //! * [`MariaDbServer`] — a private MariaDB server with a row-based, full-image, full-metadata
-//!   binary log, ready for binlog CDC.
+//!   binary log, ready for binlog CDC;
+//! * [`MongoServer`] — a private SecantusDB server (MongoDB wire protocol, a one-member replica
+//!   set with change streams), ready for change-stream CDC.
 //!
 //! Invariants every server of this crate keeps:
 //!
@@ -26,4 +28,4 @@ pub mod bench;
 pub mod harness;
 pub mod rng;
 
-pub use harness::{HarnessError, MariaDbServer, PostgresServer};
+pub use harness::{HarnessError, MariaDbServer, MongoOptions, MongoServer, PostgresServer};

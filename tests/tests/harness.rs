@@ -234,3 +234,46 @@ fn many_servers_at_once() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secantus_answers_as_a_replica_set_and_keeps_data_across_a_restart() {
+    use mongodb::bson::doc;
+    let mut server = tokio::task::spawn_blocking(headwater_tests::MongoServer::start)
+        .await
+        .unwrap()
+        .expect("SecantusDB");
+    let port = server.port();
+    assert!(accepts_connections(port));
+    let client = mongodb::Client::with_uri_str(server.uri()).await.unwrap();
+    let hello = client
+        .database("admin")
+        .run_command(doc! {"hello": 1})
+        .await
+        .unwrap();
+    assert_eq!(hello.get_str("setName").unwrap(), "secantus");
+    client
+        .database("shop")
+        .collection::<mongodb::bson::Document>("orders")
+        .insert_one(doc! {"_id": 1, "v": "kept"})
+        .await
+        .unwrap();
+    drop(client);
+    let server = tokio::task::spawn_blocking(move || {
+        server.restart().expect("restart");
+        server
+    })
+    .await
+    .unwrap();
+    let client = mongodb::Client::with_uri_str(server.uri()).await.unwrap();
+    let got = client
+        .database("shop")
+        .collection::<mongodb::bson::Document>("orders")
+        .find_one(doc! {"_id": 1})
+        .await
+        .unwrap()
+        .expect("the document survives the restart");
+    assert_eq!(got.get_str("v").unwrap(), "kept");
+    drop(client);
+    drop(server);
+    assert!(!accepts_connections(port), "stopped on drop");
+}

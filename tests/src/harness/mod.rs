@@ -1,4 +1,5 @@
-//! Real database servers for tests: [`PostgresServer`] and [`MariaDbServer`], plus the
+//! Real database servers for tests: [`PostgresServer`], [`MariaDbServer`] and [`MongoServer`]
+//! (SecantusDB, a MongoDB-wire-compatible server), plus the
 //! [`HarnessError`] they report.
 //!
 //! Invariants:
@@ -12,6 +13,7 @@
 //!   server of the same process.
 
 mod mariadb;
+mod mongo;
 mod postgres;
 mod support;
 
@@ -20,6 +22,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 pub use mariadb::MariaDbServer;
+pub use mongo::{MongoOptions, MongoServer};
 pub use postgres::PostgresServer;
 
 /// Everything that can go wrong while starting or using a test server.

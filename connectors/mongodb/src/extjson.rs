@@ -1,0 +1,532 @@
+//! MongoDB extended JSON written byte for byte as Debezium's MongoDB connector writes it with the
+//! Java driver's `JsonWriter`, in the three dialects one Debezium event mixes
+//! (`../shared/golden/debezium/mongodb/FORMAT_NOTES.md`):
+//!
+//! - [`Dialect::Strict`]: `before`/`after` (legacy STRICT mode, "indent" with empty indent and
+//!   newline strings: `{"a": 1,"b": [1,2]}`; `{"$numberLong": "7"}`, `{"$date": 1709214356789}`,
+//!   `{"$binary": "…","$type": "00"}`, `{"$regex": …,"$options": …}`, bare `NaN`/`Infinity`);
+//! - [`Dialect::RelaxedCompact`]: the key's `id` (RELAXED mode with the same compact layout:
+//!   plain int64, ISO `$date`, `{"$binary": {"base64": …,"subType": …}}`);
+//! - [`Dialect::Relaxed`]: `updateDescription.updatedFields` (RELAXED, no indent:
+//!   `{"a": 1, "b": [1, 2]}`, `{"$numberDouble": "NaN"}`).
+//!
+//! Doubles are Java's `Double.toString` digits with an explicit `+` on positive exponents
+//! (`1.0E+21`); strings are escaped as the Java writer does (`\"`, `\\`, `\b \f \n \r \t`, control
+//! and format characters, line/paragraph separators, private-use characters and every UTF-16
+//! surrogate as lower-case `\uXXXX`; so characters outside the BMP become surrogate pairs).
+//!
+//! Invariants: output is appended to a `String` and depends only on the value and the dialect;
+//! document members keep their stored order. Known difference: Java also escapes code points
+//! unassigned in its Unicode version; this writer escapes only the categories listed above.
+
+use base64::Engine as _;
+use mongodb::bson::{Bson, Document};
+
+/// Which of the Java writer's settings to reproduce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    /// `JsonMode.STRICT`, compact indent (`","` between members).
+    Strict,
+    /// `JsonMode.RELAXED`, compact indent (`","` between members).
+    RelaxedCompact,
+    /// `JsonMode.RELAXED`, no indent (`", "` between members and array items).
+    Relaxed,
+}
+
+impl Dialect {
+    fn separator(self) -> &'static str {
+        match self {
+            Dialect::Strict | Dialect::RelaxedCompact => ",",
+            Dialect::Relaxed => ", ",
+        }
+    }
+    fn relaxed(self) -> bool {
+        self != Dialect::Strict
+    }
+}
+
+/// The largest `$date` the relaxed writer prints as an ISO string (9999-12-31T23:59:59.999Z).
+const LAST_MS_OF_YEAR_9999: i64 = 253_402_300_799_999;
+
+/// A document as extended JSON.
+pub fn document(doc: &Document, dialect: Dialect) -> String {
+    let mut out = String::with_capacity(256);
+    write_document(&mut out, doc, dialect);
+    out
+}
+
+/// A value as extended JSON.
+pub fn value(v: &Bson, dialect: Dialect) -> String {
+    let mut out = String::with_capacity(32);
+    write_value(&mut out, v, dialect);
+    out
+}
+
+pub fn write_document(out: &mut String, doc: &Document, dialect: Dialect) {
+    out.push('{');
+    for (i, (k, v)) in doc.iter().enumerate() {
+        if i > 0 {
+            out.push_str(dialect.separator());
+        }
+        write_string(out, k);
+        out.push_str(": ");
+        write_value(out, v, dialect);
+    }
+    out.push('}');
+}
+
+/// Writes one member's value.
+type WriteMember<'a> = &'a dyn Fn(&mut String);
+
+/// Writes `{"name": value, ...}`, each value by its writer.
+fn wrapper(out: &mut String, dialect: Dialect, members: &[(&str, WriteMember<'_>)]) {
+    out.push('{');
+    for (i, (name, write)) in members.iter().enumerate() {
+        if i > 0 {
+            out.push_str(dialect.separator());
+        }
+        write_string(out, name);
+        out.push_str(": ");
+        write(out);
+    }
+    out.push('}');
+}
+
+pub fn write_value(out: &mut String, v: &Bson, dialect: Dialect) {
+    match v {
+        Bson::Double(d) => write_double(out, *d, dialect),
+        Bson::String(s) => write_string(out, s),
+        Bson::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(dialect.separator());
+                }
+                write_value(out, item, dialect);
+            }
+            out.push(']');
+        }
+        Bson::Document(d) => write_document(out, d, dialect),
+        Bson::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
+        Bson::Null => out.push_str("null"),
+        Bson::RegularExpression(re) => {
+            let (pattern, options) = (re.pattern.as_str(), re.options.as_str());
+            if dialect.relaxed() {
+                wrapper(
+                    out,
+                    dialect,
+                    &[("$regularExpression", &|o: &mut String| {
+                        wrapper(
+                            o,
+                            dialect,
+                            &[
+                                ("pattern", &|o: &mut String| write_string(o, pattern)),
+                                ("options", &|o: &mut String| write_string(o, options)),
+                            ],
+                        )
+                    })],
+                );
+            } else {
+                wrapper(
+                    out,
+                    dialect,
+                    &[
+                        ("$regex", &|o: &mut String| write_string(o, pattern)),
+                        ("$options", &|o: &mut String| write_string(o, options)),
+                    ],
+                );
+            }
+        }
+        Bson::JavaScriptCode(code) => wrapper(
+            out,
+            dialect,
+            &[("$code", &|o: &mut String| write_string(o, code))],
+        ),
+        Bson::JavaScriptCodeWithScope(cs) => wrapper(
+            out,
+            dialect,
+            &[
+                ("$code", &|o: &mut String| write_string(o, &cs.code)),
+                ("$scope", &|o: &mut String| {
+                    write_document(o, &cs.scope, dialect)
+                }),
+            ],
+        ),
+        Bson::Int32(i) => out.push_str(itoa::Buffer::new().format(*i)),
+        Bson::Int64(i) => {
+            if dialect.relaxed() {
+                out.push_str(itoa::Buffer::new().format(*i));
+            } else {
+                wrapper(
+                    out,
+                    dialect,
+                    &[("$numberLong", &|o: &mut String| {
+                        write_string(o, itoa::Buffer::new().format(*i))
+                    })],
+                );
+            }
+        }
+        Bson::Timestamp(ts) => wrapper(
+            out,
+            dialect,
+            &[("$timestamp", &|o: &mut String| {
+                wrapper(
+                    o,
+                    dialect,
+                    &[
+                        ("t", &|o: &mut String| {
+                            o.push_str(itoa::Buffer::new().format(ts.time))
+                        }),
+                        ("i", &|o: &mut String| {
+                            o.push_str(itoa::Buffer::new().format(ts.increment))
+                        }),
+                    ],
+                )
+            })],
+        ),
+        Bson::Binary(b) => {
+            let data = base64::engine::general_purpose::STANDARD.encode(&b.bytes);
+            let subtype = format!("{:02x}", u8::from(b.subtype));
+            if dialect.relaxed() {
+                wrapper(
+                    out,
+                    dialect,
+                    &[("$binary", &|o: &mut String| {
+                        wrapper(
+                            o,
+                            dialect,
+                            &[
+                                ("base64", &|o: &mut String| write_string(o, &data)),
+                                ("subType", &|o: &mut String| write_string(o, &subtype)),
+                            ],
+                        )
+                    })],
+                );
+            } else {
+                wrapper(
+                    out,
+                    dialect,
+                    &[
+                        ("$binary", &|o: &mut String| write_string(o, &data)),
+                        ("$type", &|o: &mut String| write_string(o, &subtype)),
+                    ],
+                );
+            }
+        }
+        Bson::ObjectId(oid) => wrapper(
+            out,
+            dialect,
+            &[("$oid", &|o: &mut String| write_string(o, &oid.to_hex()))],
+        ),
+        Bson::DateTime(dt) => {
+            let ms = dt.timestamp_millis();
+            if dialect.relaxed() && (0..=LAST_MS_OF_YEAR_9999).contains(&ms) {
+                wrapper(
+                    out,
+                    dialect,
+                    &[("$date", &|o: &mut String| write_string(o, &iso_instant(ms)))],
+                );
+            } else if dialect.relaxed() {
+                wrapper(
+                    out,
+                    dialect,
+                    &[("$date", &|o: &mut String| {
+                        wrapper(
+                            o,
+                            dialect,
+                            &[("$numberLong", &|o: &mut String| {
+                                write_string(o, itoa::Buffer::new().format(ms))
+                            })],
+                        )
+                    })],
+                );
+            } else {
+                wrapper(
+                    out,
+                    dialect,
+                    &[("$date", &|o: &mut String| {
+                        o.push_str(itoa::Buffer::new().format(ms))
+                    })],
+                );
+            }
+        }
+        Bson::Symbol(s) => wrapper(
+            out,
+            dialect,
+            &[("$symbol", &|o: &mut String| write_string(o, s))],
+        ),
+        Bson::Decimal128(d) => {
+            let text = d.to_string();
+            wrapper(
+                out,
+                dialect,
+                &[("$numberDecimal", &|o: &mut String| write_string(o, &text))],
+            );
+        }
+        Bson::Undefined => wrapper(
+            out,
+            dialect,
+            &[("$undefined", &|o: &mut String| o.push_str("true"))],
+        ),
+        Bson::MaxKey => wrapper(out, dialect, &[("$maxKey", &|o: &mut String| o.push('1'))]),
+        Bson::MinKey => wrapper(out, dialect, &[("$minKey", &|o: &mut String| o.push('1'))]),
+        Bson::DbPointer(_) => {
+            let (ns, id) = db_pointer_parts(v);
+            let ref_and_id = |o: &mut String| {
+                wrapper(
+                    o,
+                    dialect,
+                    &[
+                        ("$ref", &|o: &mut String| write_string(o, &ns)),
+                        ("$id", &|o: &mut String| {
+                            wrapper(
+                                o,
+                                dialect,
+                                &[("$oid", &|o: &mut String| write_string(o, &id))],
+                            )
+                        }),
+                    ],
+                )
+            };
+            if dialect.relaxed() {
+                wrapper(out, dialect, &[("$dbPointer", &ref_and_id)]);
+            } else {
+                ref_and_id(out);
+            }
+        }
+    }
+}
+
+/// The namespace and ObjectId hex of a (deprecated) DBPointer, which the driver keeps private:
+/// read from its BSON encoding (string namespace, then 12 id bytes).
+fn db_pointer_parts(v: &Bson) -> (String, String) {
+    let mut doc = Document::new();
+    doc.insert("p", v.clone());
+    let Ok(bytes) = doc.to_vec() else {
+        return (String::new(), String::new());
+    };
+    // int32 length, 0x0C, "p\0", int32 string length, string bytes with NUL, 12 id bytes.
+    let parse = || -> Option<(String, String)> {
+        let len = i32::from_le_bytes(bytes.get(7..11)?.try_into().ok()?) as usize;
+        let ns = std::str::from_utf8(bytes.get(11..11 + len.checked_sub(1)?)?).ok()?;
+        let id: [u8; 12] = bytes.get(11 + len..23 + len)?.try_into().ok()?;
+        Some((
+            ns.to_owned(),
+            mongodb::bson::oid::ObjectId::from_bytes(id).to_hex(),
+        ))
+    };
+    parse().unwrap_or_default()
+}
+
+/// A double as the Java writer prints it: `Double.toString` with `E+` for positive exponents;
+/// non-finite values bare in STRICT mode, as `{"$numberDouble": …}` in RELAXED mode.
+fn write_double(out: &mut String, d: f64, dialect: Dialect) {
+    if !d.is_finite() && dialect.relaxed() {
+        let text = if d.is_nan() {
+            "NaN"
+        } else if d > 0.0 {
+            "Infinity"
+        } else {
+            "-Infinity"
+        };
+        wrapper(
+            out,
+            dialect,
+            &[("$numberDouble", &|o: &mut String| write_string(o, text))],
+        );
+        return;
+    }
+    let mut bytes = Vec::with_capacity(24);
+    headwater_api::java::write_double(&mut bytes, d);
+    for b in bytes {
+        out.push(char::from(b));
+        // A positive exponent gets its sign (a negative one starts with '-').
+        if b == b'E' && d.abs() >= 1.0 {
+            out.push('+');
+        }
+    }
+}
+
+/// Java's `DateTimeFormatter.ISO_OFFSET_DATE_TIME` of a UTC instant in ms: seconds always, the
+/// fraction with as many digits as needed (none when zero), `Z`.
+fn iso_instant(ms: i64) -> String {
+    let days = ms.div_euclid(86_400_000);
+    let ms_of_day = ms.rem_euclid(86_400_000);
+    let (y, m, d) = civil_from_days(days);
+    let secs = ms_of_day / 1000;
+    let frac = ms_of_day % 1000;
+    let mut s = format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
+        secs / 3600,
+        (secs / 60) % 60,
+        secs % 60
+    );
+    if frac != 0 {
+        let digits = format!("{frac:03}");
+        s.push('.');
+        s.push_str(digits.trim_end_matches('0'));
+    }
+    s.push('Z');
+    s
+}
+
+/// (year, month, day) of a day count from 1970-01-01 (proleptic Gregorian).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Whether the Java writer prints `c` (a UTF-16 code unit's character) as is.
+fn printable(c: char) -> bool {
+    let u = c as u32;
+    !(u < 0x20
+        || (0x7f..0xa0).contains(&u)
+        // Format characters (Cf) Java escapes.
+        || u == 0xad
+        || (0x600..=0x605).contains(&u)
+        || u == 0x61c
+        || u == 0x6dd
+        || u == 0x70f
+        || u == 0x8e2
+        || u == 0x180e
+        || (0x200b..=0x200f).contains(&u)
+        // Line and paragraph separators (Zl, Zp), then more Cf.
+        || (0x2028..=0x202e).contains(&u)
+        || (0x2060..=0x2064).contains(&u)
+        || (0x2066..=0x206f).contains(&u)
+        // Private use (Co).
+        || (0xe000..=0xf8ff).contains(&u)
+        || u == 0xfeff
+        || (0xfff9..=0xfffb).contains(&u)
+        // Noncharacters (Cn in every Unicode version).
+        || u == 0xfffe
+        || u == 0xffff)
+}
+
+/// A JSON string as the Java writer escapes it.
+pub fn write_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) >= 0x10000 => {
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    push_unicode_escape(out, *u);
+                }
+            }
+            c if printable(c) => out.push(c),
+            c => push_unicode_escape(out, c as u16),
+        }
+    }
+    out.push('"');
+}
+
+fn push_unicode_escape(out: &mut String, unit: u16) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push_str("\\u");
+    for shift in [12, 8, 4, 0] {
+        out.push(char::from(HEX[usize::from((unit >> shift) & 0xf)]));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mongodb::bson::{doc, oid::ObjectId, spec::BinarySubtype, Binary, Decimal128, Timestamp};
+
+    #[test]
+    fn the_three_dialects() {
+        let d = doc! {
+            "_id": ObjectId::parse_str("65f0a1b2c3d4e5f601234567").unwrap(),
+            "l": 5i64,
+            "d": mongodb::bson::DateTime::from_millis(-315_619_200_000),
+            "b": Binary { subtype: BinarySubtype::Generic, bytes: vec![0xff] },
+            "f": 1e21,
+            "a": [1, "x"],
+        };
+        assert_eq!(
+            document(&d, Dialect::Strict),
+            r#"{"_id": {"$oid": "65f0a1b2c3d4e5f601234567"},"l": {"$numberLong": "5"},"d": {"$date": -315619200000},"b": {"$binary": "/w==","$type": "00"},"f": 1.0E+21,"a": [1,"x"]}"#
+        );
+        assert_eq!(
+            document(&d, Dialect::RelaxedCompact),
+            r#"{"_id": {"$oid": "65f0a1b2c3d4e5f601234567"},"l": 5,"d": {"$date": {"$numberLong": "-315619200000"}},"b": {"$binary": {"base64": "/w==","subType": "00"}},"f": 1.0E+21,"a": [1,"x"]}"#
+        );
+        assert_eq!(
+            document(&d, Dialect::Relaxed),
+            r#"{"_id": {"$oid": "65f0a1b2c3d4e5f601234567"}, "l": 5, "d": {"$date": {"$numberLong": "-315619200000"}}, "b": {"$binary": {"base64": "/w==", "subType": "00"}}, "f": 1.0E+21, "a": [1, "x"]}"#
+        );
+    }
+
+    #[test]
+    fn scalars() {
+        let s = |v: Bson, d| value(&v, d);
+        assert_eq!(s(Bson::Double(f64::NAN), Dialect::Strict), "NaN");
+        assert_eq!(
+            s(Bson::Double(f64::NAN), Dialect::Relaxed),
+            r#"{"$numberDouble": "NaN"}"#
+        );
+        assert_eq!(s(Bson::Double(1e7), Dialect::Strict), "1.0E+7");
+        assert_eq!(s(Bson::Double(-2.5e-10), Dialect::Strict), "-2.5E-10");
+        assert_eq!(s(Bson::Double(5e-324), Dialect::Strict), "4.9E-324");
+        assert_eq!(
+            s(
+                Bson::DateTime(mongodb::bson::DateTime::from_millis(1_709_214_356_789)),
+                Dialect::Relaxed
+            ),
+            r#"{"$date": "2024-02-29T13:45:56.789Z"}"#
+        );
+        assert_eq!(
+            s(
+                Bson::DateTime(mongodb::bson::DateTime::from_millis(1_709_251_200_000)),
+                Dialect::Relaxed
+            ),
+            r#"{"$date": "2024-03-01T00:00:00Z"}"#
+        );
+        assert_eq!(
+            s(
+                Bson::Timestamp(Timestamp {
+                    time: 1_709_214_356,
+                    increment: 7
+                }),
+                Dialect::Strict
+            ),
+            r#"{"$timestamp": {"t": 1709214356,"i": 7}}"#
+        );
+        let dec: Decimal128 = "12.50".parse().unwrap();
+        assert_eq!(
+            s(Bson::Decimal128(dec), Dialect::Strict),
+            r#"{"$numberDecimal": "12.50"}"#
+        );
+        for text in ["1.000E+6144", "NaN", "-Infinity", "-0.00001"] {
+            let dec: Decimal128 = text.parse().unwrap();
+            let _ = value(&Bson::Decimal128(dec), Dialect::Strict);
+        }
+        assert_eq!(
+            s(Bson::String("cust-a".into()), Dialect::RelaxedCompact),
+            r#""cust-a""#
+        );
+        assert_eq!(
+            s(
+                Bson::String("\u{1F600} e, \u{0} n, \u{7f} d, \u{e9} \u{2028}".into()),
+                Dialect::Strict
+            ),
+            r#""\ud83d\ude00 e, \u0000 n, \u007f d, é \u2028""#
+        );
+    }
+}
