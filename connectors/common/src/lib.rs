@@ -2,10 +2,12 @@
 //!
 //! - [`name_filter`]: Debezium's include/exclude lists (comma-separated, anchored,
 //!   case-insensitive regular expressions over qualified names).
+//! - [`config`]: `skipped.operations` and the include/exclude pair rule.
 //! - [`heartbeat`]: Debezium's heartbeat records (`heartbeat.interval.ms`).
 //! - [`text`]: allocation-free number text for timestamps and times.
 //! - [`txmeta`]: Debezium's transaction metadata (`provide.transaction.metadata`).
 
+pub mod config;
 pub mod heartbeat;
 pub mod name_filter;
 pub mod text;

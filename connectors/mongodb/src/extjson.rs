@@ -20,7 +20,7 @@
 //! unassigned in its Unicode version; this writer escapes only the categories listed above.
 
 use base64::Engine as _;
-use mongodb::bson::{Bson, Document};
+use mongodb::bson::{Bson, Document, RawBsonRef, RawDocument, RawDocumentBuf};
 
 /// Which of the Java writer's settings to reproduce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,31 +48,60 @@ impl Dialect {
 /// The largest `$date` the relaxed writer prints as an ISO string (9999-12-31T23:59:59.999Z).
 const LAST_MS_OF_YEAR_9999: i64 = 253_402_300_799_999;
 
-/// A document as extended JSON.
+/// Malformed BSON (what the driver's raw reader reported).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadBson(pub String);
+
+impl std::fmt::Display for BadBson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "malformed BSON: {}", self.0)
+    }
+}
+
+/// A (typed) document as extended JSON.
 pub fn document(doc: &Document, dialect: Dialect) -> String {
     let mut out = String::with_capacity(256);
-    write_document(&mut out, doc, dialect);
+    match RawDocumentBuf::try_from(doc) {
+        Ok(raw) => {
+            // A document the driver itself encoded is well-formed.
+            let _ = write_document(&mut out, &raw, dialect);
+        }
+        Err(_) => out.push_str("{}"),
+    }
     out
 }
 
-/// A value as extended JSON.
+/// A (typed) value as extended JSON.
 pub fn value(v: &Bson, dialect: Dialect) -> String {
+    let mut holder = Document::new();
+    holder.insert("v", v.clone());
     let mut out = String::with_capacity(32);
-    write_value(&mut out, v, dialect);
+    if let Ok(raw) = RawDocumentBuf::try_from(&holder) {
+        if let Ok(Some(v)) = raw.get("v") {
+            let _ = write_value(&mut out, v, dialect);
+        }
+    }
     out
 }
 
-pub fn write_document(out: &mut String, doc: &Document, dialect: Dialect) {
+/// Appends a raw document as extended JSON.
+pub fn write_document(
+    out: &mut String,
+    doc: &RawDocument,
+    dialect: Dialect,
+) -> Result<(), BadBson> {
     out.push('{');
-    for (i, (k, v)) in doc.iter().enumerate() {
+    for (i, element) in doc.iter().enumerate() {
+        let (k, v) = element.map_err(|e| BadBson(e.to_string()))?;
         if i > 0 {
             out.push_str(dialect.separator());
         }
-        write_string(out, k);
+        write_string(out, k.as_str());
         out.push_str(": ");
-        write_value(out, v, dialect);
+        write_value(out, v, dialect)?;
     }
     out.push('}');
+    Ok(())
 }
 
 /// Writes one member's value.
@@ -92,24 +121,26 @@ fn wrapper(out: &mut String, dialect: Dialect, members: &[(&str, WriteMember<'_>
     out.push('}');
 }
 
-pub fn write_value(out: &mut String, v: &Bson, dialect: Dialect) {
+/// Appends a raw value as extended JSON.
+pub fn write_value(out: &mut String, v: RawBsonRef<'_>, dialect: Dialect) -> Result<(), BadBson> {
     match v {
-        Bson::Double(d) => write_double(out, *d, dialect),
-        Bson::String(s) => write_string(out, s),
-        Bson::Array(items) => {
+        RawBsonRef::Double(d) => write_double(out, d, dialect),
+        RawBsonRef::String(s) => write_string(out, s),
+        RawBsonRef::Array(items) => {
             out.push('[');
-            for (i, item) in items.iter().enumerate() {
+            for (i, item) in items.into_iter().enumerate() {
+                let item = item.map_err(|e| BadBson(e.to_string()))?;
                 if i > 0 {
                     out.push_str(dialect.separator());
                 }
-                write_value(out, item, dialect);
+                write_value(out, item, dialect)?;
             }
             out.push(']');
         }
-        Bson::Document(d) => write_document(out, d, dialect),
-        Bson::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
-        Bson::Null => out.push_str("null"),
-        Bson::RegularExpression(re) => {
+        RawBsonRef::Document(d) => write_document(out, d, dialect)?,
+        RawBsonRef::Boolean(b) => out.push_str(if b { "true" } else { "false" }),
+        RawBsonRef::Null => out.push_str("null"),
+        RawBsonRef::RegularExpression(re) => {
             let (pattern, options) = (re.pattern.as_str(), re.options.as_str());
             if dialect.relaxed() {
                 wrapper(
@@ -137,36 +168,38 @@ pub fn write_value(out: &mut String, v: &Bson, dialect: Dialect) {
                 );
             }
         }
-        Bson::JavaScriptCode(code) => wrapper(
+        RawBsonRef::JavaScriptCode(code) => wrapper(
             out,
             dialect,
             &[("$code", &|o: &mut String| write_string(o, code))],
         ),
-        Bson::JavaScriptCodeWithScope(cs) => wrapper(
-            out,
-            dialect,
-            &[
-                ("$code", &|o: &mut String| write_string(o, &cs.code)),
-                ("$scope", &|o: &mut String| {
-                    write_document(o, &cs.scope, dialect)
-                }),
-            ],
-        ),
-        Bson::Int32(i) => out.push_str(itoa::Buffer::new().format(*i)),
-        Bson::Int64(i) => {
+        RawBsonRef::JavaScriptCodeWithScope(cs) => {
+            let mut scope = String::new();
+            write_document(&mut scope, cs.scope, dialect)?;
+            wrapper(
+                out,
+                dialect,
+                &[
+                    ("$code", &|o: &mut String| write_string(o, cs.code)),
+                    ("$scope", &|o: &mut String| o.push_str(&scope)),
+                ],
+            );
+        }
+        RawBsonRef::Int32(i) => out.push_str(itoa::Buffer::new().format(i)),
+        RawBsonRef::Int64(i) => {
             if dialect.relaxed() {
-                out.push_str(itoa::Buffer::new().format(*i));
+                out.push_str(itoa::Buffer::new().format(i));
             } else {
                 wrapper(
                     out,
                     dialect,
                     &[("$numberLong", &|o: &mut String| {
-                        write_string(o, itoa::Buffer::new().format(*i))
+                        write_string(o, itoa::Buffer::new().format(i))
                     })],
                 );
             }
         }
-        Bson::Timestamp(ts) => wrapper(
+        RawBsonRef::Timestamp(ts) => wrapper(
             out,
             dialect,
             &[("$timestamp", &|o: &mut String| {
@@ -184,8 +217,8 @@ pub fn write_value(out: &mut String, v: &Bson, dialect: Dialect) {
                 )
             })],
         ),
-        Bson::Binary(b) => {
-            let data = base64::engine::general_purpose::STANDARD.encode(&b.bytes);
+        RawBsonRef::Binary(b) => {
+            let data = base64::engine::general_purpose::STANDARD.encode(b.bytes);
             let subtype = format!("{:02x}", u8::from(b.subtype));
             if dialect.relaxed() {
                 wrapper(
@@ -213,12 +246,12 @@ pub fn write_value(out: &mut String, v: &Bson, dialect: Dialect) {
                 );
             }
         }
-        Bson::ObjectId(oid) => wrapper(
+        RawBsonRef::ObjectId(oid) => wrapper(
             out,
             dialect,
             &[("$oid", &|o: &mut String| write_string(o, &oid.to_hex()))],
         ),
-        Bson::DateTime(dt) => {
+        RawBsonRef::DateTime(dt) => {
             let ms = dt.timestamp_millis();
             if dialect.relaxed() && (0..=LAST_MS_OF_YEAR_9999).contains(&ms) {
                 wrapper(
@@ -250,12 +283,12 @@ pub fn write_value(out: &mut String, v: &Bson, dialect: Dialect) {
                 );
             }
         }
-        Bson::Symbol(s) => wrapper(
+        RawBsonRef::Symbol(s) => wrapper(
             out,
             dialect,
             &[("$symbol", &|o: &mut String| write_string(o, s))],
         ),
-        Bson::Decimal128(d) => {
+        RawBsonRef::Decimal128(d) => {
             let text = d.to_string();
             wrapper(
                 out,
@@ -263,15 +296,16 @@ pub fn write_value(out: &mut String, v: &Bson, dialect: Dialect) {
                 &[("$numberDecimal", &|o: &mut String| write_string(o, &text))],
             );
         }
-        Bson::Undefined => wrapper(
+        RawBsonRef::Undefined => wrapper(
             out,
             dialect,
             &[("$undefined", &|o: &mut String| o.push_str("true"))],
         ),
-        Bson::MaxKey => wrapper(out, dialect, &[("$maxKey", &|o: &mut String| o.push('1'))]),
-        Bson::MinKey => wrapper(out, dialect, &[("$minKey", &|o: &mut String| o.push('1'))]),
-        Bson::DbPointer(_) => {
-            let (ns, id) = db_pointer_parts(v);
+        RawBsonRef::MaxKey => wrapper(out, dialect, &[("$maxKey", &|o: &mut String| o.push('1'))]),
+        RawBsonRef::MinKey => wrapper(out, dialect, &[("$minKey", &|o: &mut String| o.push('1'))]),
+        RawBsonRef::DbPointer(_) => {
+            let typed = Bson::try_from(v).map_err(|e| BadBson(e.to_string()))?;
+            let (ns, id) = db_pointer_parts(&typed);
             let ref_and_id = |o: &mut String| {
                 wrapper(
                     o,
@@ -295,6 +329,7 @@ pub fn write_value(out: &mut String, v: &Bson, dialect: Dialect) {
             }
         }
     }
+    Ok(())
 }
 
 /// The namespace and ObjectId hex of a (deprecated) DBPointer, which the driver keeps private:

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, ConfigValue, Importance, Validator};
 use headwater_api::{ConfigValidation, Properties};
+use headwater_connector_common::config::pair_check;
+pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
 
 use crate::filters::{Filters, PatternList, Selector};
 use crate::types::{BigintMode, BinaryMode, DecimalMode, MappingConfig, TimePrecisionMode};
@@ -77,15 +79,6 @@ pub enum LockingMode {
     Extended,
     /// No lock at all.
     None,
-}
-
-/// Operations that can be skipped (`skipped.operations`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SkippedOps {
-    pub create: bool,
-    pub update: bool,
-    pub delete: bool,
-    pub truncate: bool,
 }
 
 /// The byte bound of the binlog queue when `max.queue.size.in.bytes` is 0.
@@ -288,25 +281,6 @@ pub fn config_def() -> ConfigDef {
         .define(key("schema.history.internal.kafka.bootstrap.servers", String).default_null().doc("Accepted and unused (see schema.history.internal)."))
 }
 
-fn parse_skipped(s: &str) -> Result<SkippedOps, String> {
-    let mut ops = SkippedOps::default();
-    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        match item.to_ascii_lowercase().as_str() {
-            "c" => ops.create = true,
-            "u" => ops.update = true,
-            "d" => ops.delete = true,
-            "t" => ops.truncate = true,
-            "none" => {}
-            other => {
-                return Err(format!(
-                    "Invalid operation {other}: must be a comma list of c, u, d, t or none"
-                ))
-            }
-        }
-    }
-    Ok(ops)
-}
-
 fn parse_message_key_columns(s: &str) -> Result<Vec<(PatternList, Vec<String>)>, String> {
     let mut out = Vec::new();
     for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
@@ -324,13 +298,6 @@ fn parse_message_key_columns(s: &str) -> Result<Vec<(PatternList, Vec<String>)>,
         out.push((PatternList::parse(table.trim())?, cols));
     }
     Ok(out)
-}
-
-fn pair_check(v: &mut ConfigValidation, props: &Properties, include: &str, exclude: &str) {
-    let set = |k: &str| props.get(k).is_some_and(|v| !v.trim().is_empty());
-    if set(include) && set(exclude) {
-        v.add_error(exclude, format!("\"{include}\" is already specified"));
-    }
 }
 
 /// Validates a configuration: every key's own checks plus the cross-field rules.

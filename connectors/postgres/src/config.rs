@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, ConfigValue, Importance, Validator};
 use headwater_api::{ConfigValidation, Properties};
+use headwater_connector_common::config::pair_check;
+pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
 
 use crate::filters::{Filters, PatternList, Selector};
 use crate::replication::SslMode;
@@ -46,15 +48,6 @@ pub enum LsnFlushMode {
     ConnectorAndDriver,
     /// Never confirm: the user advances the slot.
     Manual,
-}
-
-/// Operations that can be skipped (`skipped.operations`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SkippedOps {
-    pub create: bool,
-    pub update: bool,
-    pub delete: bool,
-    pub truncate: bool,
 }
 
 /// A parsed, validated configuration.
@@ -261,25 +254,6 @@ pub fn config_def() -> ConfigDef {
         .define(key("message.prefix.exclude.list", String).default_null().validator(regex_list_validator()).doc("Logical decoding message prefixes to exclude."))
 }
 
-fn parse_skipped(s: &str) -> Result<SkippedOps, String> {
-    let mut ops = SkippedOps::default();
-    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        match item.to_ascii_lowercase().as_str() {
-            "c" => ops.create = true,
-            "u" => ops.update = true,
-            "d" => ops.delete = true,
-            "t" => ops.truncate = true,
-            "none" => {}
-            other => {
-                return Err(format!(
-                    "Invalid operation {other}: must be a comma list of c, u, d, t or none"
-                ))
-            }
-        }
-    }
-    Ok(ops)
-}
-
 fn parse_message_key_columns(s: &str) -> Result<Vec<(PatternList, Vec<String>)>, String> {
     let mut out = Vec::new();
     for part in s.split(';').map(str::trim).filter(|p| !p.is_empty()) {
@@ -297,13 +271,6 @@ fn parse_message_key_columns(s: &str) -> Result<Vec<(PatternList, Vec<String>)>,
         out.push((PatternList::parse(table.trim())?, cols));
     }
     Ok(out)
-}
-
-fn pair_check(v: &mut ConfigValidation, props: &Properties, include: &str, exclude: &str) {
-    let set = |k: &str| props.get(k).is_some_and(|v| !v.trim().is_empty());
-    if set(include) && set(exclude) {
-        v.add_error(exclude, format!("\"{include}\" is already specified"));
-    }
 }
 
 /// Validates a configuration: every key's own checks plus the cross-field rules.

@@ -30,6 +30,11 @@ pub fn registry() -> Plugins {
             || Box::new(headwater_connector_mysql::MySqlConnector),
         )
         .register_source(
+            headwater_connector_mongodb::connector::MONGODB_CLASS,
+            &["mongodb", "mongo"],
+            || Box::new(headwater_connector_mongodb::MongoDbConnector),
+        )
+        .register_source(
             headwater_connector_datagen::CLASS,
             &["datagen", "Datagen"],
             || Box::new(headwater_connector_datagen::DatagenConnector),

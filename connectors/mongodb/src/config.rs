@@ -1,0 +1,425 @@
+//! The connector's configuration: the keys and defaults of Debezium's MongoDB connector
+//! (`io.debezium.connector.mongodb.MongoDbConnector`; see docs/connectors/mongodb.md),
+//! validated per field with [`ConfigDef`] plus cross-field checks, parsed into [`MongoConfig`].
+//!
+//! Invariants: [`validate`] reports every problem and never fails; [`MongoConfig::parse`]
+//! succeeds only for a configuration [`validate`] accepts. Values naming features this build
+//! does not have are rejected with a message that says so, never silently ignored.
+
+use std::time::Duration;
+
+use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, ConfigValue, Importance, Validator};
+use headwater_api::{ConfigValidation, Properties};
+use headwater_connector_common::config::pair_check;
+pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
+use headwater_connector_common::name_filter::{PatternList, Selector};
+
+/// `capture.mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureMode {
+    /// Updates carry only their `updateDescription`.
+    ChangeStreams,
+    /// Updates carry the current full document too (the server looks it up).
+    ChangeStreamsUpdateFull,
+    /// As `ChangeStreams`, plus `before` from the pre-image where the collection keeps them.
+    ChangeStreamsWithPreImage,
+    /// As `ChangeStreamsUpdateFull`, plus `before` from the pre-image.
+    ChangeStreamsUpdateFullWithPreImage,
+}
+
+impl CaptureMode {
+    pub fn update_full(self) -> bool {
+        matches!(
+            self,
+            CaptureMode::ChangeStreamsUpdateFull | CaptureMode::ChangeStreamsUpdateFullWithPreImage
+        )
+    }
+    pub fn pre_image(self) -> bool {
+        matches!(
+            self,
+            CaptureMode::ChangeStreamsWithPreImage
+                | CaptureMode::ChangeStreamsUpdateFullWithPreImage
+        )
+    }
+}
+
+/// `snapshot.mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotMode {
+    Initial,
+    InitialOnly,
+    NoData,
+    WhenNeeded,
+}
+
+/// A parsed, validated configuration.
+#[derive(Clone, Debug)]
+pub struct MongoConfig {
+    pub connection_string: String,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub auth_source: String,
+    pub topic_prefix: String,
+    pub databases: Selector,
+    pub collections: Selector,
+    /// `collection.include.list` patterns (sent to the server as a pre-filter).
+    pub collection_include: Option<String>,
+    pub capture_mode: CaptureMode,
+    /// `capture.scope=database`: the one database to watch (`capture.target`).
+    pub capture_database: Option<String>,
+    pub snapshot_mode: SnapshotMode,
+    pub snapshot_max_threads: usize,
+    pub snapshot_fetch_size: Option<u32>,
+    /// `field.exclude.list`: `db.collection.field.path` patterns.
+    pub field_excludes: Vec<String>,
+    /// `field.renames`: `(db.collection.field.path, new name)`.
+    pub field_renames: Vec<(String, String)>,
+    pub tombstones_on_delete: bool,
+    pub skipped: SkippedOps,
+    pub heartbeat_interval: Duration,
+    pub heartbeat_topic_prefix: String,
+    pub transaction_topic: Option<String>,
+    pub cursor_max_await: Option<Duration>,
+    pub max_batch_size: usize,
+    pub max_queue_size: usize,
+    pub poll_interval: Duration,
+    pub connect_timeout: Duration,
+    pub server_selection_timeout: Duration,
+}
+
+const CAPTURE_MODES: &[&str] = &[
+    "change_streams",
+    "change_streams_update_full",
+    "change_streams_with_pre_image",
+    "change_streams_update_full_with_pre_image",
+];
+
+fn key(name: &str, t: ConfigType) -> ConfigKey {
+    ConfigKey::new(name, t)
+}
+
+fn regex_list_validator() -> Validator {
+    Validator::custom(|v| match v {
+        ConfigValue::String(s) => PatternList::parse(s).map(|_| ()),
+        _ => Ok(()),
+    })
+}
+
+/// `field.renames` entries: `db.coll.path:newName`, comma separated.
+fn parse_renames(s: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (path, name) = part.rsplit_once(':').ok_or_else(|| {
+            format!("{part:?} must be <database>.<collection>.<field>:<new name>")
+        })?;
+        if path.split('.').count() < 3 || name.trim().is_empty() || name.contains('.') {
+            return Err(format!(
+                "{part:?} must be <database>.<collection>.<field>:<new name> (the new name without dots)"
+            ));
+        }
+        out.push((path.trim().to_owned(), name.trim().to_owned()));
+    }
+    Ok(out)
+}
+
+fn parse_excludes(s: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if part.split('.').count() < 3 {
+            return Err(format!(
+                "{part:?} must be <database>.<collection>.<field path>"
+            ));
+        }
+        out.push(part.to_owned());
+    }
+    Ok(out)
+}
+
+/// The connector's configuration keys.
+pub fn config_def() -> ConfigDef {
+    use ConfigType::*;
+    ConfigDef::new()
+        .define(key("mongodb.connection.string", String).importance(Importance::High).validator(Validator::custom(|v| {
+            let s = v.to_config_string();
+            if s.starts_with("mongodb://") || s.starts_with("mongodb+srv://") {
+                Ok(())
+            } else {
+                Err("must be a MongoDB connection string (mongodb://… or mongodb+srv://…)".into())
+            }
+        })).group("Connection", 1)
+            .doc("Connection string of the replica set or sharded cluster (mongodb://host:port/?replicaSet=rs0)."))
+        .define(key("mongodb.user", String).default_null().group("Connection", 2).doc("User, when the connection string has none."))
+        .define(key("mongodb.password", Password).default_null().group("Connection", 3).doc("Password of mongodb.user."))
+        .define(key("mongodb.authsource", String).default_str("admin").doc("Database the credentials are defined in."))
+        .define(key("mongodb.hosts", String).default_null().validator(Validator::custom(|_| Err("mongodb.hosts was removed in Debezium 2.2; use mongodb.connection.string".into()))).doc("Removed; use mongodb.connection.string."))
+        .define(key("mongodb.connect.timeout.ms", Long).default_str("10000").validator(Validator::at_least(1.0)).doc("Connection timeout."))
+        .define(key("mongodb.server.selection.timeout.ms", Long).default_str("30000").validator(Validator::at_least(1.0)).doc("Server selection timeout."))
+        .define(key("mongodb.socket.timeout.ms", Long).default_str("0").validator(Validator::at_least(0.0)).doc("Accepted; the driver's socket timeouts apply."))
+        .define(key("mongodb.heartbeat.frequency.ms", Long).default_str("10000").validator(Validator::at_least(1.0)).doc("Accepted; the driver's monitoring interval applies."))
+        .define(key("mongodb.poll.interval.ms", Long).default_str("30000").validator(Validator::at_least(1.0)).doc("Accepted; topology changes are followed by the driver."))
+        .define(key("mongodb.ssl.enabled", Boolean).default_str("false").doc("TLS; set it in the connection string (tls=true)."))
+        .define(key("topic.prefix", String).importance(Importance::High).validator(Validator::custom(|v| {
+            let s = v.to_config_string();
+            if s.is_empty() {
+                Err("topic.prefix must be set".into())
+            } else if !s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
+                Err(format!("topic.prefix {s:?} may only contain ASCII letters, digits, '.', '_' and '-'"))
+            } else {
+                Ok(())
+            }
+        })).doc("Prefix of every topic name (<prefix>.<db>.<collection>) and the source partition."))
+        .define(key("database.include.list", String).default_null().validator(regex_list_validator()).doc("Databases to capture (regexes)."))
+        .define(key("database.exclude.list", String).default_null().validator(regex_list_validator()).doc("Databases not to capture (regexes)."))
+        .define(key("collection.include.list", String).default_null().validator(regex_list_validator()).doc("Collections to capture: regexes matched against <db>.<collection>."))
+        .define(key("collection.exclude.list", String).default_null().validator(regex_list_validator()).doc("Collections not to capture."))
+        .define(key("capture.mode", String).default_str("change_streams_update_full").validator(Validator::one_of_case_insensitive(CAPTURE_MODES)).doc("What update events carry: change_streams, change_streams_update_full (default), and the _with_pre_image variants."))
+        .define(key("capture.scope", String).default_str("deployment").validator(Validator::one_of_case_insensitive(&["deployment", "database"])).doc("Watch the whole deployment, or one database (capture.target)."))
+        .define(key("capture.target", String).default_null().doc("The database watched when capture.scope=database."))
+        .define(key("snapshot.mode", String).default_str("initial")
+            .validator(Validator::custom(|v| match v.to_config_string().to_ascii_lowercase().as_str() {
+                "initial" | "initial_only" | "no_data" | "never" | "when_needed" => Ok(()),
+                "always" | "configuration_based" | "custom" => Err(format!("snapshot.mode={} is not supported yet; use initial, initial_only, no_data or when_needed", v.to_config_string())),
+                other => Err(format!("snapshot.mode {other:?} is not one of initial, initial_only, no_data, when_needed")),
+            }))
+            .doc("initial (default), initial_only, no_data (never), when_needed."))
+        .define(key("snapshot.max.threads", Int).default_str("1").validator(Validator::at_least(1.0)).doc("Collections (and _id ranges of large ones) copied in parallel."))
+        .define(key("snapshot.fetch.size", Int).default_null().validator(Validator::at_least(1.0)).doc("Documents per snapshot batch."))
+        .define(key("snapshot.collection.filter.overrides", String).default_null().validator(Validator::custom(|_| Err("snapshot.collection.filter.overrides is not supported yet".into()))).doc("Not supported yet."))
+        .define(key("field.exclude.list", String).default_null().validator(Validator::custom(|v| match v {
+            ConfigValue::String(s) => parse_excludes(s).map(|_| ()),
+            _ => Ok(()),
+        })).doc("Fields left out of events: <db>.<collection>.<field path>, comma separated."))
+        .define(key("field.renames", String).default_null().validator(Validator::custom(|v| match v {
+            ConfigValue::String(s) => parse_renames(s).map(|_| ()),
+            _ => Ok(()),
+        })).doc("Fields renamed in events: <db>.<collection>.<field path>:<new name>, comma separated."))
+        .define(key("tombstones.on.delete", Boolean).default_str("true").doc("Emit a tombstone after each delete."))
+        .define(key("skipped.operations", String).default_str("t")
+            .validator(Validator::custom(|v| parse_skipped(&v.to_config_string()).map(|_| ())))
+            .doc("Operations not emitted: comma list of c, u, d, t, or none."))
+        .define(key("heartbeat.interval.ms", Int).default_str("0").validator(Validator::at_least(0.0)).doc("Interval of heartbeat records carrying the current resume point (0 = off)."))
+        .define(key("topic.heartbeat.prefix", String).default_str(headwater_connector_common::heartbeat::DEFAULT_TOPIC_PREFIX).doc("Prefix of the heartbeat topic."))
+        .define(key("provide.transaction.metadata", Boolean).default_str("false").doc("BEGIN/END records on <topic.prefix>.<topic.transaction> and the transaction block in every change event."))
+        .define(key("topic.transaction", String).default_str(headwater_connector_common::txmeta::DEFAULT_TOPIC_SUFFIX).doc("Suffix of the transaction metadata topic."))
+        .define(key("cursor.max.await.time.ms", Long).default_null().validator(Validator::at_least(0.0)).doc("How long the server waits for new changes before answering an empty batch."))
+        .define(key("cursor.pipeline", String).default_null().validator(Validator::custom(|_| Err("cursor.pipeline is not supported yet".into()))).doc("Not supported yet."))
+        .define(key("max.batch.size", Int).default_str("2048").validator(Validator::at_least(1.0)).doc("Maximum records per poll."))
+        .define(key("max.queue.size", Int).default_str("8192").validator(Validator::at_least(1.0)).doc("Maximum change events buffered ahead of poll."))
+        .define(key("poll.interval.ms", Long).default_str("500").validator(Validator::at_least(0.0)).doc("How long poll waits for new changes."))
+}
+
+/// Validates a configuration: every key's own checks plus the cross-field rules.
+pub fn validate(props: &Properties) -> ConfigValidation {
+    let mut v = config_def().validate(props);
+    pair_check(
+        &mut v,
+        props,
+        "database.include.list",
+        "database.exclude.list",
+    );
+    pair_check(
+        &mut v,
+        props,
+        "collection.include.list",
+        "collection.exclude.list",
+    );
+    let scope = props
+        .get("capture.scope")
+        .map(|s| s.trim().to_ascii_lowercase())
+        .unwrap_or_default();
+    if scope == "database"
+        && props
+            .get("capture.target")
+            .is_none_or(|t| t.trim().is_empty())
+    {
+        v.add_error(
+            "capture.target",
+            "capture.scope=database needs capture.target (the database to watch)",
+        );
+    }
+    let num = |k: &str, d: i64| {
+        props
+            .get(k)
+            .and_then(|s| s.trim().parse::<i64>().ok())
+            .unwrap_or(d)
+    };
+    if num("max.queue.size", 8192) <= num("max.batch.size", 2048) {
+        v.add_error(
+            "max.queue.size",
+            "Must be larger than the maximum batch size (max.batch.size)",
+        );
+    }
+    v
+}
+
+fn selector(p: &headwater_api::config::ParsedConfig, include: &str, exclude: &str) -> Selector {
+    let list = |k: &str| {
+        p.get_string(k)
+            .and_then(|s| PatternList::parse(s).ok())
+            .filter(|l| !l.is_empty())
+    };
+    match (list(include), list(exclude)) {
+        (Some(i), _) => Selector::Include(i),
+        (None, Some(e)) => Selector::Exclude(e),
+        (None, None) => Selector::All,
+    }
+}
+
+impl MongoConfig {
+    /// Parses a configuration that [`validate`] accepts; otherwise returns the validation.
+    pub fn parse(props: &Properties) -> Result<MongoConfig, ConfigValidation> {
+        let validation = validate(props);
+        if validation.error_count() > 0 {
+            return Err(validation);
+        }
+        let p = config_def().parse(props)?;
+        let s = |k: &str| p.get_string(k).unwrap_or_default().to_owned();
+        let opt = |k: &str| p.get_string(k).map(str::to_owned).filter(|v| !v.is_empty());
+        let lower = |k: &str| s(k).to_ascii_lowercase();
+        let long = |k: &str| p.get_long(k).unwrap_or(0);
+        let ms = |k: &str| Duration::from_millis(u64::try_from(long(k)).unwrap_or(0));
+        let capture_mode = match lower("capture.mode").as_str() {
+            "change_streams" => CaptureMode::ChangeStreams,
+            "change_streams_with_pre_image" => CaptureMode::ChangeStreamsWithPreImage,
+            "change_streams_update_full_with_pre_image" => {
+                CaptureMode::ChangeStreamsUpdateFullWithPreImage
+            }
+            _ => CaptureMode::ChangeStreamsUpdateFull,
+        };
+        let snapshot_mode = match lower("snapshot.mode").as_str() {
+            "initial_only" => SnapshotMode::InitialOnly,
+            "no_data" => SnapshotMode::NoData,
+            "never" => {
+                tracing::warn!("snapshot.mode=never is deprecated; treating it as no_data");
+                SnapshotMode::NoData
+            }
+            "when_needed" => SnapshotMode::WhenNeeded,
+            _ => SnapshotMode::Initial,
+        };
+        Ok(MongoConfig {
+            connection_string: s("mongodb.connection.string"),
+            user: opt("mongodb.user"),
+            password: opt("mongodb.password"),
+            auth_source: s("mongodb.authsource"),
+            topic_prefix: s("topic.prefix"),
+            databases: selector(&p, "database.include.list", "database.exclude.list"),
+            collections: selector(&p, "collection.include.list", "collection.exclude.list"),
+            collection_include: opt("collection.include.list"),
+            capture_mode,
+            capture_database: (lower("capture.scope") == "database").then(|| s("capture.target")),
+            snapshot_mode,
+            snapshot_max_threads: usize::try_from(long("snapshot.max.threads"))
+                .unwrap_or(1)
+                .max(1),
+            snapshot_fetch_size: p
+                .get_long("snapshot.fetch.size")
+                .and_then(|n| u32::try_from(n).ok()),
+            field_excludes: opt("field.exclude.list")
+                .map(|e| parse_excludes(&e).unwrap_or_default())
+                .unwrap_or_default(),
+            field_renames: opt("field.renames")
+                .map(|r| parse_renames(&r).unwrap_or_default())
+                .unwrap_or_default(),
+            tombstones_on_delete: p.get_bool("tombstones.on.delete").unwrap_or(true),
+            skipped: parse_skipped(&s("skipped.operations")).unwrap_or_default(),
+            heartbeat_interval: ms("heartbeat.interval.ms"),
+            heartbeat_topic_prefix: s("topic.heartbeat.prefix"),
+            transaction_topic: p
+                .get_bool("provide.transaction.metadata")
+                .unwrap_or(false)
+                .then(|| s("topic.transaction")),
+            cursor_max_await: p
+                .get_long("cursor.max.await.time.ms")
+                .map(|n| Duration::from_millis(u64::try_from(n).unwrap_or(0))),
+            max_batch_size: usize::try_from(long("max.batch.size")).unwrap_or(2048),
+            max_queue_size: usize::try_from(long("max.queue.size")).unwrap_or(8192),
+            poll_interval: ms("poll.interval.ms"),
+            connect_timeout: ms("mongodb.connect.timeout.ms"),
+            server_selection_timeout: ms("mongodb.server.selection.timeout.ms"),
+        })
+    }
+
+    /// Whether `db.collection` is captured.
+    pub fn captures(&self, db: &str, collection: &str) -> bool {
+        if matches!(db, "admin" | "config" | "local") {
+            return false;
+        }
+        if let Some(target) = &self.capture_database {
+            if target != db {
+                return false;
+            }
+        }
+        self.databases.accepts(db) && self.collections.accepts(&format!("{db}.{collection}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(kv: &[(&str, &str)]) -> Properties {
+        let mut p = Properties::new();
+        p.insert(
+            "mongodb.connection.string".into(),
+            "mongodb://127.0.0.1:27017/?replicaSet=rs0".into(),
+        );
+        p.insert("topic.prefix".into(), "cdc".into());
+        for (k, v) in kv {
+            p.insert((*k).into(), (*v).into());
+        }
+        p
+    }
+
+    #[test]
+    fn defaults_are_debeziums() {
+        let c = MongoConfig::parse(&props(&[])).unwrap();
+        assert_eq!(c.capture_mode, CaptureMode::ChangeStreamsUpdateFull);
+        assert_eq!(c.snapshot_mode, SnapshotMode::Initial);
+        assert!(c.tombstones_on_delete);
+        assert!(c.skipped.truncate && !c.skipped.create);
+        assert_eq!(c.max_batch_size, 2048);
+        assert!(c.capture_database.is_none());
+        assert!(c.captures("shop", "orders"));
+        assert!(!c.captures("admin", "system.users"));
+    }
+
+    #[test]
+    fn filters_and_every_bad_field_is_reported() {
+        let c = MongoConfig::parse(&props(&[(
+            "collection.include.list",
+            "shop.orders,shop.customers",
+        )]))
+        .unwrap();
+        assert!(c.captures("shop", "orders"));
+        assert!(
+            c.captures("SHOP", "Orders"),
+            "case-insensitive, as Debezium"
+        );
+        assert!(!c.captures("shop", "orders_archive"), "anchored");
+        assert!(!c.captures("other", "orders"));
+        let mut p = props(&[
+            ("capture.mode", "oplog"),
+            ("snapshot.mode", "always"),
+            ("capture.scope", "database"),
+            ("mongodb.hosts", "rs0/h:27017"),
+            ("field.renames", "shop.orders"),
+            ("collection.include.list", "a.b"),
+            ("collection.exclude.list", "a.c"),
+        ]);
+        p.insert("mongodb.connection.string".into(), "h:27017".into());
+        let v = validate(&p);
+        let errs = v.errors_by_field();
+        for k in [
+            "mongodb.connection.string",
+            "capture.mode",
+            "snapshot.mode",
+            "capture.target",
+            "mongodb.hosts",
+            "field.renames",
+            "collection.exclude.list",
+        ] {
+            assert!(errs.contains_key(k), "{k}: {errs:?}");
+        }
+        assert!(MongoConfig::parse(&p).is_err());
+    }
+}

@@ -1,0 +1,319 @@
+//! Debezium's MongoDB change events: key and envelope schemas per collection, the `source`
+//! block, and records (`../shared/golden/debezium/mongodb/FORMAT_NOTES.md` §1-2).
+//!
+//! - Topic `<topic.prefix>.<db>.<collection>`; key `{id}` with `id` the document's `_id` as
+//!   compact relaxed extended JSON (a string: `"\"cust-a\""`, `{"$oid": "…"}`).
+//! - Envelope `<topic>.Envelope` (no version): `before`/`after` as strict extended JSON strings
+//!   (`io.debezium.data.Json`), `updateDescription`, `source`
+//!   (`io.debezium.connector.mongo.Source`), `op`, `ts_ms`, `transaction`; no `ts_us`/`ts_ns`.
+//!
+//! Invariants: every record of a collection shares its two schemas (built once); values are
+//! built for those schemas (trusted structs).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use headwater_api::logical::debezium;
+use headwater_api::{
+    OffsetMap, Schema, SchemaBuilder, SchemaRef, SchemaType, SourceRecord, Struct, Value,
+};
+
+/// The version string in `source.version`.
+pub use crate::CONNECTOR_VERSION;
+
+/// The `source` block's schema.
+pub fn source_schema() -> SchemaRef {
+    let opt_i64 = Schema::optional_int64;
+    SchemaBuilder::struct_()
+        .name("io.debezium.connector.mongo.Source")
+        .version(1)
+        .field("version", Schema::string())
+        .field("connector", Schema::string())
+        .field("name", Schema::string())
+        .field("ts_ms", Schema::int64())
+        .field(
+            "snapshot",
+            debezium::enum_builder(&[
+                "true",
+                "first",
+                "first_in_data_collection",
+                "last_in_data_collection",
+                "last",
+                "false",
+                "incremental",
+            ])
+            .optional()
+            .default_value(Value::String("false".into()))
+            .build_ref(),
+        )
+        .field("db", Schema::string())
+        .field("sequence", Schema::optional_string())
+        .field("ts_us", opt_i64())
+        .field("ts_ns", opt_i64())
+        .field("collection", Schema::string())
+        .field("ord", Schema::int32())
+        .field("lsid", Schema::optional_string())
+        .field("txnNumber", opt_i64())
+        .field("wallTime", opt_i64())
+        .build_ref()
+}
+
+fn json_schema() -> SchemaRef {
+    debezium::builder(debezium::JSON, SchemaType::String)
+        .optional()
+        .build_ref()
+}
+
+fn truncated_array_schema() -> SchemaRef {
+    SchemaBuilder::struct_()
+        .name("io.debezium.connector.mongodb.changestream.truncatedarray")
+        .version(1)
+        .field("field", Schema::string())
+        .field("size", Schema::int32())
+        .build_ref()
+}
+
+/// `updateDescription`'s schema.
+pub fn update_description_schema() -> SchemaRef {
+    SchemaBuilder::struct_()
+        .optional()
+        .name("io.debezium.connector.mongodb.changestream.updatedescription")
+        .version(1)
+        .field(
+            "removedFields",
+            SchemaBuilder::array(Schema::string())
+                .optional()
+                .build_ref(),
+        )
+        .field("updatedFields", json_schema())
+        .field(
+            "truncatedArrays",
+            SchemaBuilder::array(truncated_array_schema())
+                .optional()
+                .build_ref(),
+        )
+        .build_ref()
+}
+
+/// The key and envelope schemas of one collection.
+#[derive(Debug)]
+pub struct CollectionSchemas {
+    pub db: String,
+    pub collection: String,
+    pub topic: String,
+    pub key_schema: SchemaRef,
+    pub envelope_schema: SchemaRef,
+}
+
+/// What the `source` block says about one event.
+#[derive(Clone, Debug)]
+pub struct SourceInfo {
+    /// `source.ts_ms`: the event's wall time (streaming) or the read time (snapshot).
+    pub ts_ms: i64,
+    pub ts_us: i64,
+    pub ts_ns: i64,
+    /// `"true"`, `"last"` (snapshot) or `"false"`.
+    pub snapshot: &'static str,
+    /// The increment of the event's cluster time (-1 in the snapshot).
+    pub ord: i32,
+    /// The transaction's session id (strict extended JSON) and number.
+    pub lsid: Option<String>,
+    pub txn_number: Option<i64>,
+    pub wall_time: Option<i64>,
+}
+
+/// Builds records for one connector (`topic.prefix` = `server_name`).
+#[derive(Debug)]
+pub struct EventBuilder {
+    pub server_name: String,
+    pub partition: OffsetMap,
+    source_schema: SchemaRef,
+    update_description_schema: SchemaRef,
+    truncated_array_schema: SchemaRef,
+    collections: HashMap<(String, String), Arc<CollectionSchemas>>,
+}
+
+/// Replaces characters Kafka does not allow in topic names with `_` (as Debezium does).
+fn sanitize_topic(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+impl EventBuilder {
+    pub fn new(server_name: &str) -> Self {
+        let mut partition = OffsetMap::new();
+        partition.insert("server_id".into(), server_name.into());
+        EventBuilder {
+            server_name: server_name.to_owned(),
+            partition,
+            source_schema: source_schema(),
+            update_description_schema: update_description_schema(),
+            truncated_array_schema: truncated_array_schema(),
+            collections: HashMap::new(),
+        }
+    }
+
+    /// The schemas of `db.collection` (built on first use).
+    pub fn collection(&mut self, db: &str, collection: &str) -> Arc<CollectionSchemas> {
+        if let Some(c) = self
+            .collections
+            .get(&(db.to_owned(), collection.to_owned()))
+        {
+            return c.clone();
+        }
+        let topic = sanitize_topic(&format!("{}.{db}.{collection}", self.server_name));
+        let key_schema = SchemaBuilder::struct_()
+            .name(format!("{topic}.Key"))
+            .field("id", Schema::string())
+            .build_ref();
+        let envelope_schema = SchemaBuilder::struct_()
+            .name(format!("{topic}.Envelope"))
+            .field("before", json_schema())
+            .field("after", json_schema())
+            .field("updateDescription", self.update_description_schema.clone())
+            .field("source", self.source_schema.clone())
+            .field("op", Schema::optional_string())
+            .field("ts_ms", Schema::optional_int64())
+            .field(
+                "transaction",
+                headwater_connector_common::txmeta::block_schema(),
+            )
+            .build_ref();
+        let c = Arc::new(CollectionSchemas {
+            db: db.to_owned(),
+            collection: collection.to_owned(),
+            topic,
+            key_schema,
+            envelope_schema,
+        });
+        self.collections
+            .insert((db.to_owned(), collection.to_owned()), c.clone());
+        c
+    }
+
+    /// The `source` block of an event of collection `c`.
+    pub fn source(&self, c: &CollectionSchemas, info: &SourceInfo) -> Struct {
+        Struct::from_trusted_values(
+            self.source_schema.clone(),
+            vec![
+                Value::String(crate::CONNECTOR_VERSION.into()),
+                Value::String("mongodb".into()),
+                Value::from(self.server_name.as_str()),
+                Value::Int64(info.ts_ms),
+                Value::String(info.snapshot.into()),
+                Value::from(c.db.as_str()),
+                Value::Null,
+                Value::Int64(info.ts_us),
+                Value::Int64(info.ts_ns),
+                Value::from(c.collection.as_str()),
+                Value::Int32(info.ord),
+                info.lsid.clone().map_or(Value::Null, Value::from),
+                info.txn_number.map_or(Value::Null, Value::Int64),
+                info.wall_time.map_or(Value::Null, Value::Int64),
+            ],
+        )
+    }
+
+    /// `updateDescription` from its parts (`updatedFields` already as relaxed JSON).
+    pub fn update_description(
+        &self,
+        removed: Vec<String>,
+        updated: String,
+        truncated: Vec<(String, i32)>,
+    ) -> Struct {
+        let removed = if removed.is_empty() {
+            Value::Null
+        } else {
+            Value::Array(removed.into_iter().map(Value::from).collect())
+        };
+        let truncated = if truncated.is_empty() {
+            Value::Null
+        } else {
+            Value::Array(
+                truncated
+                    .into_iter()
+                    .map(|(field, size)| {
+                        Value::Struct(Struct::from_trusted_values(
+                            self.truncated_array_schema.clone(),
+                            vec![Value::from(field), Value::Int32(size)],
+                        ))
+                    })
+                    .collect(),
+            )
+        };
+        Struct::from_trusted_values(
+            self.update_description_schema.clone(),
+            vec![removed, Value::from(updated), truncated],
+        )
+    }
+
+    /// A change event record (no offset: the caller sets the one that covers it).
+    #[allow(clippy::too_many_arguments)]
+    pub fn record(
+        &self,
+        c: &CollectionSchemas,
+        key_id: String,
+        before: Option<String>,
+        after: Option<String>,
+        update_description: Option<Struct>,
+        source: Struct,
+        op: &str,
+        now_ms: i64,
+    ) -> SourceRecord {
+        let key = Struct::from_trusted_values(c.key_schema.clone(), vec![Value::from(key_id)]);
+        let envelope = Struct::from_trusted_values(
+            c.envelope_schema.clone(),
+            vec![
+                before.map_or(Value::Null, Value::from),
+                after.map_or(Value::Null, Value::from),
+                update_description.map_or(Value::Null, Value::Struct),
+                Value::Struct(source),
+                Value::String(op.into()),
+                Value::Int64(now_ms),
+                Value::Null,
+            ],
+        );
+        SourceRecord::new(
+            OffsetMap::new(),
+            OffsetMap::new(),
+            c.topic.clone(),
+            Some(c.key_schema.clone()),
+            Value::Struct(key),
+            Some(c.envelope_schema.clone()),
+            Value::Struct(envelope),
+        )
+    }
+
+    /// The tombstone after a delete of `key_id`.
+    pub fn tombstone(&self, c: &CollectionSchemas, key_id: String) -> SourceRecord {
+        let key = Struct::from_trusted_values(c.key_schema.clone(), vec![Value::from(key_id)]);
+        SourceRecord::new(
+            OffsetMap::new(),
+            OffsetMap::new(),
+            c.topic.clone(),
+            Some(c.key_schema.clone()),
+            Value::Struct(key),
+            None,
+            Value::Null,
+        )
+    }
+}
+
+/// Current time in ms, µs and ns since 1970.
+pub fn now() -> (i64, i64, i64) {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (
+        d.as_millis() as i64,
+        d.as_micros() as i64,
+        d.as_nanos() as i64,
+    )
+}

@@ -1,0 +1,186 @@
+//! `field.exclude.list` and `field.renames`: fields left out of or renamed in the documents
+//! and update descriptions of one collection.
+//!
+//! Paths are dotted (`a.b.c`); a path reaches into nested documents and into every document
+//! of an array on the way. Invariant: rules only ever remove or rename the named fields;
+//! everything else keeps its value and order.
+
+use mongodb::bson::{Bson, Document};
+
+/// The rules of one collection (`db.collection` prefix removed from the paths).
+#[derive(Clone, Debug, Default)]
+pub struct FieldRules {
+    excludes: Vec<Vec<String>>,
+    renames: Vec<(Vec<String>, String)>,
+}
+
+fn split(path: &str) -> Vec<String> {
+    path.split('.').map(str::to_owned).collect()
+}
+
+impl FieldRules {
+    /// The rules of `db.collection` from the connector's lists.
+    pub fn for_collection(
+        db: &str,
+        collection: &str,
+        excludes: &[String],
+        renames: &[(String, String)],
+    ) -> FieldRules {
+        let prefix = format!("{db}.{collection}.");
+        FieldRules {
+            excludes: excludes
+                .iter()
+                .filter_map(|p| p.strip_prefix(&prefix))
+                .map(split)
+                .collect(),
+            renames: renames
+                .iter()
+                .filter_map(|(p, n)| p.strip_prefix(&prefix).map(|p| (split(p), n.clone())))
+                .collect(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.excludes.is_empty() && self.renames.is_empty()
+    }
+
+    /// Applies the rules to a document.
+    pub fn apply(&self, doc: &mut Document) {
+        for path in &self.excludes {
+            remove(doc, path);
+        }
+        for (path, name) in &self.renames {
+            rename(doc, path, name);
+        }
+    }
+
+    /// Applies the rules to an update description's field paths: excluded paths (and paths
+    /// inside them) are dropped; renamed ones get their new last component.
+    pub fn apply_path(&self, path: &str) -> Option<String> {
+        let parts: Vec<&str> = path.split('.').collect();
+        // Array indexes in update paths do not count as path components of the rules.
+        let named: Vec<&str> = parts
+            .iter()
+            .copied()
+            .filter(|p| !p.chars().all(|c| c.is_ascii_digit()))
+            .collect();
+        if self
+            .excludes
+            .iter()
+            .any(|e| named.len() >= e.len() && named[..e.len()] == e[..])
+        {
+            return None;
+        }
+        let mut out: Vec<String> = parts.iter().map(|p| (*p).to_owned()).collect();
+        for (rule, name) in &self.renames {
+            if named.len() >= rule.len() && named[..rule.len()] == rule[..] {
+                // The component that matched the rule's last one.
+                let mut seen = 0;
+                for part in out.iter_mut() {
+                    if part.chars().all(|c| c.is_ascii_digit()) {
+                        continue;
+                    }
+                    seen += 1;
+                    if seen == rule.len() {
+                        *part = name.clone();
+                        break;
+                    }
+                }
+            }
+        }
+        Some(out.join("."))
+    }
+}
+
+fn remove(doc: &mut Document, path: &[String]) {
+    let Some((first, rest)) = path.split_first() else {
+        return;
+    };
+    if rest.is_empty() {
+        doc.remove(first);
+        return;
+    }
+    match doc.get_mut(first) {
+        Some(Bson::Document(inner)) => remove(inner, rest),
+        Some(Bson::Array(items)) => {
+            for item in items {
+                if let Bson::Document(inner) = item {
+                    remove(inner, rest);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn rename(doc: &mut Document, path: &[String], name: &str) {
+    let Some((first, rest)) = path.split_first() else {
+        return;
+    };
+    if rest.is_empty() {
+        if !doc.contains_key(first) || doc.contains_key(name) {
+            return;
+        }
+        // Keep the member's position: rebuild the document in order.
+        let old = std::mem::take(doc);
+        for (k, v) in old {
+            if k == *first {
+                doc.insert(name, v);
+            } else {
+                doc.insert(k, v);
+            }
+        }
+        return;
+    }
+    match doc.get_mut(first) {
+        Some(Bson::Document(inner)) => rename(inner, rest, name),
+        Some(Bson::Array(items)) => {
+            for item in items {
+                if let Bson::Document(inner) = item {
+                    rename(inner, rest, name);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mongodb::bson::doc;
+
+    #[test]
+    fn excludes_and_renames_nested_and_in_arrays() {
+        let rules = FieldRules::for_collection(
+            "shop",
+            "orders",
+            &[
+                "shop.orders.secret".into(),
+                "shop.orders.items.cost".into(),
+                "other.x.y".into(),
+            ],
+            &[("shop.orders.customer.name".into(), "fullName".into())],
+        );
+        let mut d = doc! {
+            "_id": 1, "secret": "x", "customer": {"name": "Ada", "age": 3},
+            "items": [{"sku": "a", "cost": 1}, {"sku": "b", "cost": 2}],
+        };
+        rules.apply(&mut d);
+        assert_eq!(
+            d,
+            doc! {"_id": 1, "customer": {"fullName": "Ada", "age": 3}, "items": [{"sku": "a"}, {"sku": "b"}]}
+        );
+        assert_eq!(rules.apply_path("secret"), None);
+        assert_eq!(rules.apply_path("items.1.cost"), None);
+        assert_eq!(
+            rules.apply_path("items.1.sku").as_deref(),
+            Some("items.1.sku")
+        );
+        assert_eq!(
+            rules.apply_path("customer.name").as_deref(),
+            Some("customer.fullName")
+        );
+        assert!(FieldRules::for_collection("shop", "other", &[], &[]).is_empty());
+    }
+}

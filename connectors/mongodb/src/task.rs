@@ -1,0 +1,1146 @@
+//! [`MongoSourceTask`]: snapshot then stream change events, with Debezium's MongoDB events
+//! and offsets.
+//!
+//! Lifecycle: `start` parses the configuration, connects, and decides from the committed
+//! offset whether to snapshot. Before a snapshot the task opens a change stream and keeps the
+//! resume token it starts at (`T0`); the snapshot copies the captured collections
+//! ([`crate::snapshot`]); streaming then resumes at `T0`, so a change made during the snapshot
+//! is never lost (it may also be in the snapshot: Debezium's semantics, marked by `op=r`
+//! against `c`/`u`/`d`). Offsets are `{sec, ord, resume_token}` as Debezium stores them
+//! (`resume_token` is base64 of the BSON token document, kept opaque).
+//!
+//! Durability invariants:
+//! - a committed offset always names a resume point whose events are all in the log: every
+//!   event's own token, given to the last record of its transaction (a multi-document
+//!   transaction's events share `lsid`/`txnNumber` and are handed out as one engine
+//!   transaction; an idle stream closes the one in progress);
+//! - the resume token is only ever advanced to what the stream returned; a token the server no
+//!   longer has (`ChangeStreamHistoryLost`) fails the task with a message, or re-snapshots
+//!   under `snapshot.mode=when_needed`;
+//! - a lost connection or server restart is a retriable error: the engine restarts the task,
+//!   which resumes from the last committed offset.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use headwater_api::plugin::{BoxFuture, SourceBatch, SourceTask, SourceTaskContext};
+use headwater_api::{Boundary, ConnectError, OffsetMap, OffsetValue, Properties, SourceRecord};
+use headwater_connector_common::heartbeat::Heartbeats;
+use headwater_connector_common::txmeta::TransactionMetadata;
+use mongodb::bson::{doc, Bson, Document, RawDocumentBuf, Timestamp};
+use mongodb::change_stream::event::{ChangeStreamEvent, OperationType, ResumeToken};
+use mongodb::change_stream::ChangeStream;
+use mongodb::options::{ClientOptions, FullDocumentBeforeChangeType, FullDocumentType};
+use mongodb::Client;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::config::{MongoConfig, SnapshotMode};
+use crate::event::{now, CollectionSchemas, EventBuilder, SourceInfo};
+use crate::extjson::{self, Dialect};
+use crate::fields::FieldRules;
+use crate::snapshot::{self as snapshots, ChunkMsg, Readers, Rendered, SnapshotCollection};
+
+/// Headwater-only: documents per `_id` range of a large collection's snapshot.
+const CHUNK_DOCS: u64 = 100_000;
+
+/// Server error codes that mean the resume point is gone from the oplog.
+const HISTORY_LOST_CODES: [i32; 2] = [286, 280];
+
+/// Classifies a driver error: connection problems are retriable, the rest fatal.
+pub fn classify(context: String, e: mongodb::error::Error) -> ConnectError {
+    use mongodb::error::ErrorKind;
+    let msg = format!("{context}: {e}");
+    let retriable = matches!(
+        *e.kind,
+        ErrorKind::Io(_)
+            | ErrorKind::ConnectionPoolCleared { .. }
+            | ErrorKind::ServerSelection { .. }
+            | ErrorKind::DnsResolve { .. }
+    ) || e.contains_label("RetryableWriteError")
+        || e.contains_label("ResumableChangeStreamError");
+    if retriable {
+        ConnectError::retriable(msg)
+    } else {
+        ConnectError::fatal(msg)
+    }
+}
+
+fn history_lost(e: &mongodb::error::Error) -> bool {
+    match &*e.kind {
+        mongodb::error::ErrorKind::Command(c) => {
+            HISTORY_LOST_CODES.contains(&c.code) || c.code_name == "ChangeStreamHistoryLost"
+        }
+        _ => e.to_string().contains("ChangeStreamHistoryLost"),
+    }
+}
+
+fn encode_token(token: &ResumeToken) -> String {
+    let bytes = mongodb::bson::serialize_to_vec(token).unwrap_or_default();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn decode_token(text: &str) -> Result<ResumeToken, ConnectError> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| ConnectError::config(format!("the stored resume_token is not base64: {e}")))?;
+    mongodb::bson::deserialize_from_slice(&bytes).map_err(|e| {
+        ConnectError::config(format!(
+            "the stored resume_token is not a resume token: {e}"
+        ))
+    })
+}
+
+fn offset_str<'a>(o: &'a OffsetMap, k: &str) -> Option<&'a str> {
+    match o.get(k) {
+        Some(OffsetValue::String(s)) => Some(s),
+        _ => None,
+    }
+}
+
+fn offset_bool(o: &OffsetMap, k: &str) -> Option<bool> {
+    match o.get(k) {
+        Some(OffsetValue::Bool(b)) => Some(*b),
+        Some(OffsetValue::String(s)) => Some(s == "true"),
+        _ => None,
+    }
+}
+
+/// A multi-document transaction's identity: its session id (strict extended JSON) and number.
+type TxnId = (String, i64);
+
+/// Where the stream is: the last resume point handed out and its cluster time.
+#[derive(Clone, Debug, Default)]
+struct Position {
+    token: Option<String>,
+    sec: i64,
+    ord: i64,
+}
+
+impl Position {
+    fn offset(&self) -> OffsetMap {
+        let mut o = OffsetMap::new();
+        o.insert("sec".into(), self.sec.into());
+        o.insert("ord".into(), self.ord.into());
+        if let Some(t) = &self.token {
+            o.insert("resume_token".into(), t.clone().into());
+        }
+        o
+    }
+}
+
+/// What the stream reader sends.
+enum StreamMsg {
+    Event(Box<ChangeStreamEvent<RawDocumentBuf>>),
+    /// An empty batch: nothing new right now; the stream's resume point after it.
+    Idle(Option<ResumeToken>),
+    Failed(mongodb::error::Error),
+}
+
+struct Stream {
+    rx: mpsc::Receiver<StreamMsg>,
+    reader: JoinHandle<()>,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// A running snapshot.
+struct Snapshot {
+    collections: Arc<Vec<SnapshotCollection>>,
+    schemas: Vec<Arc<CollectionSchemas>>,
+    chunks: Arc<Vec<snapshots::Chunk>>,
+    readers: Readers,
+    current: Option<(usize, mpsc::Receiver<ChunkMsg>)>,
+    docs: std::vec::IntoIter<Rendered>,
+    doc_collection: usize,
+    /// The document held back until the next tells whether it is the snapshot's last.
+    pending: Option<(usize, Rendered)>,
+    done: Vec<String>,
+    done_json: String,
+    /// Where streaming starts: the resume point taken before the (first) snapshot.
+    start: Position,
+    /// Per collection, its shared `source` block.
+    source_blocks: Vec<Option<headwater_api::Struct>>,
+    open: bool,
+    rows: u64,
+    started: Instant,
+    then_stream: bool,
+}
+
+/// What the offset after a snapshot record needs.
+struct SnapshotTail {
+    collection: usize,
+    id: Option<Bson>,
+    done: usize,
+    last: bool,
+}
+
+enum Phase {
+    Snapshot(Box<Snapshot>),
+    Stream,
+    Done,
+}
+
+struct Inner {
+    cfg: MongoConfig,
+    client: Client,
+    events: EventBuilder,
+    phase: Phase,
+    stream: Option<Stream>,
+    position: Position,
+    /// The last record handed out of the transaction in progress, with that transaction's
+    /// identity and the offset after it.
+    held: Option<(SourceRecord, Option<TxnId>, OffsetMap)>,
+    heartbeats: Option<Heartbeats>,
+    txmeta: Option<TransactionMetadata>,
+    rules: std::collections::HashMap<(String, String), Arc<FieldRules>>,
+}
+
+/// The MongoDB source task.
+#[derive(Default)]
+pub struct MongoSourceTask {
+    inner: Option<Box<Inner>>,
+}
+
+impl MongoSourceTask {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+async fn connect(cfg: &MongoConfig) -> Result<Client, ConnectError> {
+    let mut opts = ClientOptions::parse(&cfg.connection_string)
+        .await
+        .map_err(|e| ConnectError::config(format!("mongodb.connection.string: {e}")))?;
+    opts.app_name = Some("headwater".into());
+    opts.connect_timeout = Some(cfg.connect_timeout);
+    opts.server_selection_timeout = Some(cfg.server_selection_timeout);
+    if let (Some(user), None) = (&cfg.user, &opts.credential) {
+        opts.credential = Some(
+            mongodb::options::Credential::builder()
+                .username(user.clone())
+                .password(cfg.password.clone())
+                .source(cfg.auth_source.clone())
+                .build(),
+        );
+    }
+    let client = Client::with_options(opts)
+        .map_err(|e| ConnectError::config(format!("mongodb.connection.string: {e}")))?;
+    let hello = client
+        .database("admin")
+        .run_command(doc! {"hello": 1})
+        .await
+        .map_err(|e| classify("connecting to MongoDB".into(), e))?;
+    if hello.get_str("setName").is_err() && hello.get_str("msg").ok() != Some("isdbgrid") {
+        return Err(ConnectError::config(
+            "the MongoDB server is a standalone: change streams need a replica set or a sharded cluster (connect with ?replicaSet=...)",
+        ));
+    }
+    Ok(client)
+}
+
+impl Inner {
+    async fn start(context: SourceTaskContext, props: Properties) -> Result<Inner, ConnectError> {
+        let cfg =
+            MongoConfig::parse(&props).map_err(|v| ConnectError::config(v.error_message()))?;
+        let client = connect(&cfg).await?;
+        let events = EventBuilder::new(&cfg.topic_prefix);
+        let committed = context.offset(&events.partition).cloned();
+        let mut inner = Inner {
+            heartbeats: Heartbeats::new(
+                cfg.heartbeat_interval,
+                &cfg.heartbeat_topic_prefix,
+                &cfg.topic_prefix,
+            ),
+            txmeta: cfg
+                .transaction_topic
+                .as_deref()
+                .map(|t| TransactionMetadata::new(&cfg.topic_prefix, t)),
+            client,
+            events,
+            phase: Phase::Done,
+            stream: None,
+            position: Position::default(),
+            held: None,
+            rules: std::collections::HashMap::new(),
+            cfg,
+        };
+        inner.prepare(committed).await?;
+        Ok(inner)
+    }
+
+    fn rules(&mut self, db: &str, collection: &str) -> Arc<FieldRules> {
+        let key = (db.to_owned(), collection.to_owned());
+        if let Some(r) = self.rules.get(&key) {
+            return r.clone();
+        }
+        let r = Arc::new(FieldRules::for_collection(
+            db,
+            collection,
+            &self.cfg.field_excludes,
+            &self.cfg.field_renames,
+        ));
+        self.rules.insert(key, r.clone());
+        r
+    }
+
+    async fn prepare(&mut self, committed: Option<OffsetMap>) -> Result<(), ConnectError> {
+        let mode = self.cfg.snapshot_mode;
+        let Some(o) = committed else {
+            return match mode {
+                SnapshotMode::NoData => self.start_streaming(None).await,
+                _ => self.start_snapshot(None).await,
+            };
+        };
+        let token = offset_str(&o, "resume_token").map(str::to_owned);
+        let position = Position {
+            token: token.clone(),
+            sec: match o.get("sec") {
+                Some(OffsetValue::Int(i)) => *i,
+                _ => -1,
+            },
+            ord: match o.get("ord") {
+                Some(OffsetValue::Int(i)) => *i,
+                _ => -1,
+            },
+        };
+        let in_snapshot = offset_bool(&o, "snapshot") == Some(true)
+            && offset_bool(&o, "snapshot_completed") != Some(true);
+        if in_snapshot && mode != SnapshotMode::NoData {
+            return self.start_snapshot(Some(o)).await;
+        }
+        if mode == SnapshotMode::InitialOnly {
+            self.phase = Phase::Done;
+            return Ok(());
+        }
+        self.position = position;
+        match self.start_streaming(token.as_deref()).await {
+            Err(e)
+                if e.message().contains("ChangeStreamHistoryLost")
+                    && mode == SnapshotMode::WhenNeeded =>
+            {
+                tracing::warn!(error = %e, "the stored resume point is no longer in the oplog; snapshot.mode=when_needed: snapshotting again");
+                self.start_snapshot(None).await
+            }
+            other => other,
+        }
+    }
+
+    /// The change-stream pipeline: the operation types Debezium captures.
+    fn pipeline(&self) -> Vec<Document> {
+        vec![
+            doc! {"$match": {"operationType": {"$in": ["insert", "update", "replace", "delete", "invalidate"]}}},
+        ]
+    }
+
+    async fn open_stream(
+        &self,
+        resume: Option<ResumeToken>,
+        start_after: bool,
+    ) -> Result<ChangeStream<ChangeStreamEvent<RawDocumentBuf>>, mongodb::error::Error> {
+        let full_document = self
+            .cfg
+            .capture_mode
+            .update_full()
+            .then_some(FullDocumentType::UpdateLookup);
+        let before = self
+            .cfg
+            .capture_mode
+            .pre_image()
+            .then_some(FullDocumentBeforeChangeType::WhenAvailable);
+        let max_await = self
+            .cfg
+            .cursor_max_await
+            .unwrap_or(self.cfg.poll_interval.max(Duration::from_millis(100)));
+        macro_rules! configure {
+            ($watch:expr) => {{
+                let mut w = $watch
+                    .pipeline(self.pipeline())
+                    .max_await_time(max_await)
+                    .batch_size(u32::try_from(self.cfg.max_batch_size).unwrap_or(u32::MAX));
+                if let Some(f) = full_document.clone() {
+                    w = w.full_document(f);
+                }
+                if let Some(b) = before.clone() {
+                    w = w.full_document_before_change(b);
+                }
+                match (start_after, resume.clone()) {
+                    (true, Some(t)) => w = w.start_after(t),
+                    (_, r) => w = w.resume_after(r),
+                }
+                w.await?.with_type::<ChangeStreamEvent<RawDocumentBuf>>()
+            }};
+        }
+        Ok(match &self.cfg.capture_database {
+            Some(db) => {
+                let database = self.client.database(db);
+                configure!(database.watch())
+            }
+            None => configure!(self.client.watch()),
+        })
+    }
+
+    /// Starts the stream reader at `token` (base64), or at the current end of the oplog.
+    async fn start_streaming(&mut self, token: Option<&str>) -> Result<(), ConnectError> {
+        let resume = token.map(decode_token).transpose()?;
+        let stream = self.open_stream(resume, false).await.map_err(|e| {
+            if history_lost(&e) {
+                ConnectError::fatal(format!(
+                    "ChangeStreamHistoryLost: the stored resume point is no longer in the server's oplog ({e}); changes after it are gone. Snapshot again (snapshot.mode=when_needed does so automatically) or enlarge the oplog"
+                ))
+            } else {
+                classify("opening the change stream".into(), e)
+            }
+        })?;
+        if self.position.token.is_none() {
+            self.position.token = stream.resume_token().as_ref().map(encode_token);
+        }
+        tracing::info!(resume = token.is_some(), scope = ?self.cfg.capture_database, "streaming changes");
+        let (tx, rx) = mpsc::channel(self.cfg.max_queue_size.max(16));
+        let reader = tokio::spawn(read_stream(stream, tx));
+        self.stream = Some(Stream { rx, reader });
+        self.phase = Phase::Stream;
+        Ok(())
+    }
+
+    /// The captured collections, sorted by database then name.
+    async fn captured_collections(&mut self) -> Result<Vec<(String, String)>, ConnectError> {
+        let dbs = match &self.cfg.capture_database {
+            Some(db) => vec![db.clone()],
+            None => self
+                .client
+                .list_database_names()
+                .await
+                .map_err(|e| classify("listing databases".into(), e))?,
+        };
+        let mut out = Vec::new();
+        for db in dbs {
+            if matches!(db.as_str(), "admin" | "config" | "local") {
+                continue;
+            }
+            let names = self
+                .client
+                .database(&db)
+                .list_collection_names()
+                .filter(doc! {"type": "collection"})
+                .await
+                .map_err(|e| classify(format!("listing the collections of {db}"), e))?;
+            for c in names {
+                if !c.starts_with("system.") && self.cfg.captures(&db, &c) {
+                    out.push((db.clone(), c));
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Whether every `_id` of a collection is an ObjectId (so it can be read in ranges).
+    async fn all_object_ids(&self, db: &str, c: &str) -> Result<bool, ConnectError> {
+        let coll = self.client.database(db).collection::<Document>(c);
+        let other = coll
+            .find_one(doc! {"_id": {"$not": {"$type": "objectId"}}})
+            .projection(doc! {"_id": 1})
+            .await
+            .map_err(|e| classify(format!("inspecting the _ids of {db}.{c}"), e))?;
+        Ok(other.is_none())
+    }
+
+    async fn start_snapshot(&mut self, resume: Option<OffsetMap>) -> Result<(), ConnectError> {
+        // The resume point streaming starts at: before the (first) snapshot.
+        let start = match resume.as_ref().and_then(|o| offset_str(o, "resume_token")) {
+            Some(t) => Position {
+                token: Some(t.to_owned()),
+                sec: -1,
+                ord: -1,
+            },
+            None => {
+                let probe = self.open_stream(None, false).await.map_err(|e| {
+                    classify("opening the change stream before the snapshot".into(), e)
+                })?;
+                let token = probe.resume_token().as_ref().map(encode_token);
+                drop(probe);
+                Position {
+                    token,
+                    sec: -1,
+                    ord: -1,
+                }
+            }
+        };
+        let done: Vec<String> = resume
+            .as_ref()
+            .and_then(|o| offset_str(o, "snapshot_done"))
+            .and_then(|t| serde_json::from_str(t).ok())
+            .unwrap_or_default();
+        let resume_at: Option<(String, Option<Bson>)> = resume.as_ref().and_then(|o| {
+            let c = offset_str(o, "snapshot_collection")?.to_owned();
+            Some((
+                c,
+                offset_str(o, "snapshot_after").and_then(snapshots::decode_id),
+            ))
+        });
+        let names = self.captured_collections().await?;
+        let mut collections = Vec::new();
+        for (db, c) in names {
+            let ns = format!("{db}.{c}");
+            if done.contains(&ns) {
+                continue;
+            }
+            let estimated = self
+                .client
+                .database(&db)
+                .collection::<Document>(&c)
+                .estimated_document_count()
+                .await
+                .map_err(|e| classify(format!("counting {ns}"), e))?;
+            let ranged = estimated > CHUNK_DOCS && self.all_object_ids(&db, &c).await?;
+            let rules = self.rules(&db, &c);
+            collections.push(SnapshotCollection {
+                db,
+                collection: c,
+                ranged,
+                estimated,
+                rules,
+            });
+        }
+        let mut chunks = Vec::new();
+        for (i, c) in collections.iter().enumerate() {
+            let after = resume_at
+                .as_ref()
+                .filter(|(ns, _)| *ns == c.ns())
+                .and_then(|(_, a)| a.clone())
+                .filter(|_| c.ranged);
+            chunks.extend(snapshots::plan(&self.client, i, c, after, CHUNK_DOCS).await?);
+        }
+        let schemas: Vec<Arc<CollectionSchemas>> = collections
+            .iter()
+            .map(|c| self.events.collection(&c.db, &c.collection))
+            .collect();
+        let threads = self.cfg.snapshot_max_threads.clamp(1, chunks.len().max(1));
+        tracing::info!(
+            collections = collections.len(),
+            chunks = chunks.len(),
+            threads,
+            resumed = resume.is_some(),
+            done = done.len(),
+            "snapshot started"
+        );
+        let collections = Arc::new(collections);
+        let chunks = Arc::new(chunks);
+        let readers = Readers::start(
+            self.client.clone(),
+            threads,
+            collections.clone(),
+            chunks.clone(),
+            self.cfg.snapshot_fetch_size,
+        );
+        let n = collections.len();
+        self.phase = Phase::Snapshot(Box::new(Snapshot {
+            collections,
+            schemas,
+            chunks,
+            readers,
+            current: None,
+            docs: Vec::new().into_iter(),
+            doc_collection: 0,
+            pending: None,
+            done_json: serde_json::to_string(&done).unwrap_or_else(|_| "[]".into()),
+            done,
+            start,
+            source_blocks: vec![None; n],
+            open: false,
+            rows: 0,
+            started: Instant::now(),
+            then_stream: self.cfg.snapshot_mode != SnapshotMode::InitialOnly,
+        }));
+        Ok(())
+    }
+
+    fn snapshot_offset(s: &Snapshot, tail: &SnapshotTail) -> OffsetMap {
+        let mut o = s.start.offset();
+        o.insert("snapshot".into(), true.into());
+        if tail.last {
+            o.insert("snapshot_completed".into(), true.into());
+        }
+        let done = if tail.done == s.done.len() {
+            s.done_json.clone()
+        } else {
+            serde_json::to_string(&s.done[..tail.done]).unwrap_or_else(|_| "[]".into())
+        };
+        o.insert("snapshot_done".into(), done.into());
+        o.insert(
+            "snapshot_collection".into(),
+            s.collections[tail.collection].ns().into(),
+        );
+        if let Some(id) = &tail.id {
+            o.insert("snapshot_after".into(), snapshots::encode_id(id).into());
+        }
+        o
+    }
+
+    fn snapshot_record(
+        &self,
+        s: &mut Snapshot,
+        ci: usize,
+        doc: Rendered,
+        last: bool,
+    ) -> (SourceRecord, SnapshotTail) {
+        let tail = SnapshotTail {
+            collection: ci,
+            id: doc.id,
+            done: s.done.len(),
+            last,
+        };
+        let (ms, us, ns) = now();
+        let c = s.schemas[ci].clone();
+        let info = |marker| SourceInfo {
+            ts_ms: ms,
+            ts_us: us,
+            ts_ns: ns,
+            snapshot: marker,
+            ord: -1,
+            lsid: None,
+            txn_number: None,
+            wall_time: None,
+        };
+        // The block is shared per collection and refreshed with each batch (its times are the
+        // read time of the batch).
+        let source = if last {
+            self.events.source(&c, &info("last"))
+        } else {
+            match &s.source_blocks[ci] {
+                Some(b) => b.clone(),
+                None => {
+                    let b = self.events.source(&c, &info("true")).into_shared();
+                    s.source_blocks[ci] = Some(b.clone());
+                    b
+                }
+            }
+        };
+        let rec = self
+            .events
+            .record(&c, doc.key, None, Some(doc.json), None, source, "r", ms);
+        (rec, tail)
+    }
+
+    async fn poll_snapshot(&mut self) -> Result<SourceBatch, ConnectError> {
+        let Phase::Snapshot(mut s) = std::mem::replace(&mut self.phase, Phase::Done) else {
+            return Ok(SourceBatch::empty());
+        };
+        let mut out = Vec::new();
+        let mut tail = None;
+        let finished = match self.fill_snapshot(&mut s, &mut out, &mut tail).await {
+            Ok(f) => f,
+            Err(e) => {
+                self.phase = Phase::Snapshot(s);
+                return Err(e);
+            }
+        };
+        if let (Some(last), Some(tail)) = (out.last_mut(), &tail) {
+            last.source_partition = self.events.partition.clone();
+            last.source_offset = Self::snapshot_offset(&s, tail);
+            let ns = s.collections[tail.collection].ns();
+            s.open = !tail.last
+                && !s.collections[tail.collection].ranged
+                && !s.done[..tail.done].contains(&ns);
+        }
+        if !finished {
+            let boundary = if s.open {
+                Boundary::Open
+            } else {
+                Boundary::Commit
+            };
+            self.phase = Phase::Snapshot(s);
+            return Ok(SourceBatch {
+                records: out,
+                boundary,
+                caught_up: false,
+            });
+        }
+        tracing::info!(
+            documents = s.rows,
+            collections = s.collections.len(),
+            elapsed_ms = s.started.elapsed().as_millis() as u64,
+            "snapshot finished"
+        );
+        let start = s.start.clone();
+        let then_stream = s.then_stream;
+        drop(s);
+        if then_stream {
+            self.position = start.clone();
+            self.start_streaming(start.token.as_deref()).await?;
+        } else {
+            self.phase = Phase::Done;
+        }
+        Ok(SourceBatch::committed(out))
+    }
+
+    async fn fill_snapshot(
+        &mut self,
+        s: &mut Snapshot,
+        out: &mut Vec<SourceRecord>,
+        tail: &mut Option<SnapshotTail>,
+    ) -> Result<bool, ConnectError> {
+        let limit = self.cfg.max_batch_size.max(1);
+        loop {
+            if out.len() >= limit {
+                return Ok(false);
+            }
+            if let Some(doc) = s.docs.next() {
+                let ci = s.doc_collection;
+                s.rows += 1;
+                if let Some((pci, prev)) = s.pending.replace((ci, doc)) {
+                    let (rec, t) = self.snapshot_record(s, pci, prev, false);
+                    out.push(rec);
+                    *tail = Some(t);
+                }
+                continue;
+            }
+            if s.current.is_none() {
+                match s.readers.receivers.pop_front() {
+                    Some(c) => s.current = Some(c),
+                    None => {
+                        if let Some((ci, doc)) = s.pending.take() {
+                            let (rec, t) = self.snapshot_record(s, ci, doc, true);
+                            out.push(rec);
+                            *tail = Some(t);
+                        }
+                        return Ok(true);
+                    }
+                }
+            }
+            let Some((ci, rx)) = s.current.as_mut() else {
+                continue;
+            };
+            let ci = *ci;
+            let msg = if out.is_empty() {
+                rx.recv().await
+            } else {
+                match rx.try_recv() {
+                    Ok(m) => Some(m),
+                    Err(mpsc::error::TryRecvError::Empty) => return Ok(false),
+                    Err(mpsc::error::TryRecvError::Disconnected) => None,
+                }
+            };
+            match msg {
+                Some(ChunkMsg::Docs(docs)) => {
+                    s.docs = docs.into_iter();
+                    s.doc_collection = s.chunks[ci].collection;
+                    // Fresh read times for this batch's shared source blocks.
+                    s.source_blocks[s.doc_collection] = None;
+                }
+                Some(ChunkMsg::Failed(e)) => return Err(e),
+                None => {
+                    return Err(ConnectError::retriable(
+                        "a snapshot reader ended unexpectedly",
+                    ))
+                }
+                Some(ChunkMsg::Done) => {
+                    s.current = None;
+                    let chunk = &s.chunks[ci];
+                    let c = &s.collections[chunk.collection];
+                    tracing::info!(collection = %c.ns(), chunk = chunk.index + 1, chunks = chunk.of, documents = s.rows, estimated = c.estimated, "snapshot chunk done");
+                    if chunk.index + 1 == chunk.of {
+                        s.done.push(c.ns());
+                        s.done_json =
+                            serde_json::to_string(&s.done).unwrap_or_else(|_| "[]".into());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands out the held record (the end of the transaction in progress), with its offset.
+    fn release_held(&mut self, out: &mut Vec<SourceRecord>) {
+        if let Some((mut rec, _, offset)) = self.held.take() {
+            let partition = self.events.partition.clone();
+            match self
+                .txmeta
+                .as_mut()
+                .and_then(|t| t.end(&partition, offset.clone()))
+            {
+                Some(end) => {
+                    out.push(rec);
+                    out.push(end);
+                }
+                None => {
+                    rec.source_partition = partition;
+                    rec.source_offset = offset;
+                    out.push(rec);
+                }
+            }
+        }
+    }
+
+    /// Hands out `rec` (part of transaction `txn` whose offset after it is `offset`), holding
+    /// the last record of the transaction in progress.
+    fn push(
+        &mut self,
+        mut rec: SourceRecord,
+        txn: Option<(String, i64)>,
+        offset: OffsetMap,
+        out: &mut Vec<SourceRecord>,
+    ) {
+        let same_txn = txn.is_some() && self.held.as_ref().is_some_and(|(_, t, _)| *t == txn);
+        if !same_txn {
+            self.release_held(out);
+        }
+        if let Some(t) = self.txmeta.as_mut() {
+            if !t.is_open() {
+                let id = match &txn {
+                    Some((lsid, n)) => format!("{lsid}:{n}"),
+                    None => offset_str(&offset, "resume_token")
+                        .unwrap_or_default()
+                        .to_owned(),
+                };
+                let ts = match rec
+                    .value
+                    .as_struct()
+                    .and_then(|v| v.get("source"))
+                    .and_then(|s| s.as_struct())
+                    .and_then(|s| s.get("ts_ms"))
+                {
+                    Some(headwater_api::Value::Int64(ms)) => *ms,
+                    _ => 0,
+                };
+                t.begin(id, ts);
+            }
+            let collection = rec
+                .value
+                .as_struct()
+                .and_then(|v| v.get("source"))
+                .and_then(|s| s.as_struct())
+                .and_then(|s| {
+                    Some(format!(
+                        "{}.{}",
+                        s.get("db")?.as_str()?,
+                        s.get("collection")?.as_str()?
+                    ))
+                });
+            if let Some(c) = collection {
+                if let Some(begin) = t.annotate(&mut rec, &c) {
+                    out.push(begin);
+                }
+            }
+        }
+        if let Some((prev, _, _)) = self.held.replace((rec, txn, offset)) {
+            out.push(prev);
+        }
+    }
+
+    fn handle_event(
+        &mut self,
+        ev: ChangeStreamEvent<RawDocumentBuf>,
+        out: &mut Vec<SourceRecord>,
+    ) -> Result<bool, ConnectError> {
+        let token = encode_token(&ev.id);
+        let (sec, ord) = ev.cluster_time.map_or((-1, -1), |t: Timestamp| {
+            (i64::from(t.time), i64::from(t.increment))
+        });
+        let position = Position {
+            token: Some(token),
+            sec,
+            ord,
+        };
+        let op = match ev.operation_type {
+            OperationType::Insert => "c",
+            OperationType::Update | OperationType::Replace => "u",
+            OperationType::Delete => "d",
+            OperationType::Invalidate => {
+                self.release_held(out);
+                self.position = position;
+                return Ok(true);
+            }
+            _ => {
+                // Not captured (DDL): the resume point moves past it.
+                self.release_held(out);
+                self.position = position;
+                return Ok(false);
+            }
+        };
+        let Some(ns) = ev.ns.as_ref() else {
+            self.position = position;
+            return Ok(false);
+        };
+        let (db, Some(coll)) = (ns.db.clone(), ns.coll.clone()) else {
+            self.position = position;
+            return Ok(false);
+        };
+        if !self.cfg.captures(&db, &coll) {
+            self.release_held(out);
+            self.position = position;
+            return Ok(false);
+        }
+        let skipped = self.cfg.skipped;
+        let skip = match op {
+            "c" => skipped.create,
+            "u" => skipped.update,
+            _ => skipped.delete,
+        };
+        let offset = position.offset();
+        self.position = position;
+        if skip {
+            return Ok(false);
+        }
+        let rules = self.rules(&db, &coll);
+        let c = self.events.collection(&db, &coll);
+        let id = ev
+            .document_key
+            .as_ref()
+            .and_then(|k| k.get("_id"))
+            .cloned()
+            .unwrap_or(Bson::Null);
+        let key = extjson::value(&id, Dialect::RelaxedCompact);
+        let render = |d: &Option<RawDocumentBuf>| -> Result<Option<String>, ConnectError> {
+            let Some(d) = d else { return Ok(None) };
+            let (_, _, json) = snapshots::render(d, &rules)
+                .map_err(|e| ConnectError::data(format!("{db}.{coll}: {e}")))?;
+            Ok(Some(json))
+        };
+        let after = match op {
+            "c" => render(&ev.full_document)?,
+            "u" if ev.operation_type == OperationType::Replace
+                || self.cfg.capture_mode.update_full() =>
+            {
+                render(&ev.full_document)?
+            }
+            _ => None,
+        };
+        let before = if self.cfg.capture_mode.pre_image() && op != "c" {
+            render(&ev.full_document_before_change)?
+        } else {
+            None
+        };
+        let update = match (
+            &ev.update_description,
+            ev.operation_type == OperationType::Update,
+        ) {
+            (Some(u), true) => {
+                let mut updated = Document::new();
+                for (k, v) in &u.updated_fields {
+                    if let Some(k) = rules.apply_path(k) {
+                        updated.insert(k, v.clone());
+                    }
+                }
+                let removed: Vec<String> = u
+                    .removed_fields
+                    .iter()
+                    .filter_map(|f| rules.apply_path(f))
+                    .collect();
+                let truncated: Vec<(String, i32)> = u
+                    .truncated_arrays
+                    .iter()
+                    .flatten()
+                    .filter_map(|t| Some((rules.apply_path(&t.field)?, t.new_size)))
+                    .collect();
+                Some(self.events.update_description(
+                    removed,
+                    extjson::document(&updated, Dialect::Relaxed),
+                    truncated,
+                ))
+            }
+            _ => None,
+        };
+        let wall = ev.wall_time.map(|w| w.timestamp_millis());
+        let ts_ms = wall.unwrap_or(sec.max(0) * 1000);
+        let txn = match (&ev.lsid, ev.txn_number) {
+            (Some(l), Some(n)) => Some((extjson::document(l, Dialect::Strict), n)),
+            _ => None,
+        };
+        let info = SourceInfo {
+            ts_ms,
+            ts_us: ts_ms.saturating_mul(1000),
+            ts_ns: ts_ms.saturating_mul(1_000_000),
+            snapshot: "false",
+            ord: i32::try_from(ord).unwrap_or(-1),
+            lsid: txn.as_ref().map(|(l, _)| l.clone()),
+            txn_number: txn.as_ref().map(|(_, n)| *n),
+            wall_time: wall,
+        };
+        let source = self.events.source(&c, &info);
+        let (now_ms, _, _) = now();
+        let rec = self
+            .events
+            .record(&c, key.clone(), before, after, update, source, op, now_ms);
+        self.push(rec, txn.clone(), offset.clone(), out);
+        if op == "d" && self.cfg.tombstones_on_delete {
+            let t = self.events.tombstone(&c, key);
+            self.push(t, txn, offset, out);
+        }
+        Ok(false)
+    }
+
+    async fn poll_stream(&mut self) -> Result<SourceBatch, ConnectError> {
+        let mut out = Vec::new();
+        let deadline =
+            tokio::time::Instant::now() + self.cfg.poll_interval.max(Duration::from_millis(10));
+        let mut caught_up = false;
+        let mut invalidated = false;
+        loop {
+            if out.len() >= self.cfg.max_batch_size {
+                break;
+            }
+            let Some(stream) = self.stream.as_mut() else {
+                return Err(ConnectError::retriable("the change stream is not running"));
+            };
+            let msg = if out.is_empty() {
+                match tokio::time::timeout_at(deadline, stream.rx.recv()).await {
+                    Ok(m) => m,
+                    Err(_) => {
+                        caught_up = true;
+                        break;
+                    }
+                }
+            } else {
+                match stream.rx.try_recv() {
+                    Ok(m) => Some(m),
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        caught_up = true;
+                        break;
+                    }
+                    Err(mpsc::error::TryRecvError::Disconnected) => None,
+                }
+            };
+            match msg {
+                Some(StreamMsg::Event(ev)) => {
+                    if self.handle_event(*ev, &mut out)? {
+                        invalidated = true;
+                        break;
+                    }
+                }
+                Some(StreamMsg::Idle(token)) => {
+                    // Nothing more right now: the transaction in progress is complete.
+                    self.release_held(&mut out);
+                    if let Some(t) = token {
+                        self.position.token = Some(encode_token(&t));
+                    }
+                    caught_up = true;
+                    break;
+                }
+                Some(StreamMsg::Failed(e)) => {
+                    return Err(if history_lost(&e) {
+                        ConnectError::fatal(format!("ChangeStreamHistoryLost: the change stream's resume point fell off the oplog ({e})"))
+                    } else {
+                        classify("reading the change stream".into(), e)
+                    });
+                }
+                None => {
+                    return Err(ConnectError::retriable(
+                        "the change stream reader stopped unexpectedly",
+                    ))
+                }
+            }
+        }
+        if invalidated {
+            // The watched namespace is gone (dropped or renamed): start again after it.
+            tracing::warn!("the change stream was invalidated (the watched database was dropped or renamed); reopening it after the invalidate event");
+            let token = self
+                .position
+                .token
+                .as_deref()
+                .map(decode_token)
+                .transpose()?;
+            let stream = self.open_stream(token, true).await.map_err(|e| {
+                classify("reopening the change stream after an invalidate".into(), e)
+            })?;
+            let (tx, rx) = mpsc::channel(self.cfg.max_queue_size.max(16));
+            let reader = tokio::spawn(read_stream(stream, tx));
+            self.stream = Some(Stream { rx, reader });
+        }
+        if self.held.is_none() && self.heartbeats.as_ref().is_some_and(Heartbeats::due) {
+            let offset = self.position.offset();
+            let partition = self.events.partition.clone();
+            if let Some(h) = self.heartbeats.as_mut() {
+                out.push(h.record(partition, offset));
+            }
+        }
+        let boundary =
+            if self.held.is_some() && self.held.as_ref().is_some_and(|(_, t, _)| t.is_some()) {
+                Boundary::Open
+            } else {
+                // A held record outside a transaction is complete by itself.
+                self.release_held(&mut out);
+                Boundary::Commit
+            };
+        Ok(SourceBatch {
+            records: out,
+            boundary,
+            caught_up,
+        })
+    }
+
+    async fn poll(&mut self) -> Result<SourceBatch, ConnectError> {
+        match self.phase {
+            Phase::Snapshot(_) => self.poll_snapshot().await,
+            Phase::Stream => self.poll_stream().await,
+            Phase::Done => {
+                tokio::time::sleep(self.cfg.poll_interval).await;
+                Ok(SourceBatch::empty())
+            }
+        }
+    }
+}
+
+/// Reads the change stream into the task's queue.
+async fn read_stream(
+    mut stream: ChangeStream<ChangeStreamEvent<RawDocumentBuf>>,
+    tx: mpsc::Sender<StreamMsg>,
+) {
+    loop {
+        let msg = match stream.next_if_any().await {
+            Ok(Some(ev)) => StreamMsg::Event(Box::new(ev)),
+            Ok(None) => StreamMsg::Idle(stream.resume_token()),
+            Err(e) => {
+                let _ = tx.send(StreamMsg::Failed(e)).await;
+                return;
+            }
+        };
+        if tx.send(msg).await.is_err() {
+            return;
+        }
+    }
+}
+
+impl SourceTask for MongoSourceTask {
+    fn start(
+        &mut self,
+        context: SourceTaskContext,
+        props: Properties,
+    ) -> BoxFuture<'_, Result<(), ConnectError>> {
+        Box::pin(async move {
+            self.inner = Some(Box::new(Inner::start(context, props).await?));
+            Ok(())
+        })
+    }
+
+    fn poll(&mut self) -> BoxFuture<'_, Result<SourceBatch, ConnectError>> {
+        Box::pin(async move {
+            match self.inner.as_mut() {
+                Some(inner) => inner.poll().await,
+                None => Err(ConnectError::fatal("poll before start")),
+            }
+        })
+    }
+
+    fn commit<'a>(
+        &'a mut self,
+        _committed: &'a [(OffsetMap, OffsetMap)],
+    ) -> BoxFuture<'a, Result<(), ConnectError>> {
+        // Change streams have no acknowledgement: the committed offset is the resume point.
+        Box::pin(async { Ok(()) })
+    }
+
+    fn stop(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Some(mut inner) = self.inner.take() {
+                inner.phase = Phase::Done;
+                inner.stream = None;
+            }
+        })
+    }
+}
