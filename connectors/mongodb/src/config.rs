@@ -69,6 +69,8 @@ pub struct MongoConfig {
     pub capture_database: Option<String>,
     pub snapshot_mode: SnapshotMode,
     pub snapshot_max_threads: usize,
+    /// `snapshot.chunk.documents`: documents per `_id` range of a large collection.
+    pub snapshot_chunk_documents: u64,
     pub snapshot_fetch_size: Option<u32>,
     /// `field.exclude.list`: `db.collection.field.path` patterns.
     pub field_excludes: Vec<String>,
@@ -183,6 +185,7 @@ pub fn config_def() -> ConfigDef {
             }))
             .doc("initial (default), initial_only, no_data (never), when_needed."))
         .define(key("snapshot.max.threads", Int).default_str("1").validator(Validator::at_least(1.0)).doc("Collections (and _id ranges of large ones) copied in parallel."))
+        .define(key("snapshot.chunk.documents", Long).default_str("100000").validator(Validator::at_least(1.0)).doc("Headwater: a collection with more documents, all with ObjectId _ids, is copied in _id ranges of about this many documents (in parallel, resumable after any committed document)."))
         .define(key("snapshot.fetch.size", Int).default_null().validator(Validator::at_least(1.0)).doc("Documents per snapshot batch."))
         .define(key("snapshot.collection.filter.overrides", String).default_null().validator(Validator::custom(|_| Err("snapshot.collection.filter.overrides is not supported yet".into()))).doc("Not supported yet."))
         .define(key("field.exclude.list", String).default_null().validator(Validator::custom(|v| match v {
@@ -310,6 +313,9 @@ impl MongoConfig {
             snapshot_mode,
             snapshot_max_threads: usize::try_from(long("snapshot.max.threads"))
                 .unwrap_or(1)
+                .max(1),
+            snapshot_chunk_documents: u64::try_from(long("snapshot.chunk.documents"))
+                .unwrap_or(100_000)
                 .max(1),
             snapshot_fetch_size: p
                 .get_long("snapshot.fetch.size")

@@ -42,9 +42,6 @@ use crate::extjson::{self, Dialect};
 use crate::fields::FieldRules;
 use crate::snapshot::{self as snapshots, ChunkMsg, Readers, Rendered, SnapshotCollection};
 
-/// Headwater-only: documents per `_id` range of a large collection's snapshot.
-const CHUNK_DOCS: u64 = 100_000;
-
 /// Server error codes that mean the resume point is gone from the oplog.
 const HISTORY_LOST_CODES: [i32; 2] = [286, 280];
 
@@ -498,7 +495,8 @@ impl Inner {
                 .estimated_document_count()
                 .await
                 .map_err(|e| classify(format!("counting {ns}"), e))?;
-            let ranged = estimated > CHUNK_DOCS && self.all_object_ids(&db, &c).await?;
+            let ranged = estimated > self.cfg.snapshot_chunk_documents
+                && self.all_object_ids(&db, &c).await?;
             let rules = self.rules(&db, &c);
             collections.push(SnapshotCollection {
                 db,
@@ -515,7 +513,10 @@ impl Inner {
                 .filter(|(ns, _)| *ns == c.ns())
                 .and_then(|(_, a)| a.clone())
                 .filter(|_| c.ranged);
-            chunks.extend(snapshots::plan(&self.client, i, c, after, CHUNK_DOCS).await?);
+            chunks.extend(
+                snapshots::plan(&self.client, i, c, after, self.cfg.snapshot_chunk_documents)
+                    .await?,
+            );
         }
         let schemas: Vec<Arc<CollectionSchemas>> = collections
             .iter()
@@ -1023,8 +1024,15 @@ impl Inner {
                     break;
                 }
                 Some(StreamMsg::Failed(e)) => {
+                    if history_lost(&e) && self.cfg.snapshot_mode == SnapshotMode::WhenNeeded {
+                        tracing::warn!(error = %e, "the resume point is no longer in the oplog; snapshot.mode=when_needed: snapshotting again");
+                        self.stream = None;
+                        self.held = None;
+                        self.start_snapshot(None).await?;
+                        return Ok(SourceBatch::committed(out));
+                    }
                     return Err(if history_lost(&e) {
-                        ConnectError::fatal(format!("ChangeStreamHistoryLost: the change stream's resume point fell off the oplog ({e})"))
+                        ConnectError::fatal(format!("ChangeStreamHistoryLost: the change stream's resume point fell off the oplog ({e}); changes after it are gone. Snapshot again (snapshot.mode=when_needed does so automatically) or enlarge the oplog"))
                     } else {
                         classify("reading the change stream".into(), e)
                     });

@@ -1,0 +1,450 @@
+//! The MongoDB source run by the `headwater` binary against a SecantusDB server from the test
+//! harness (MongoDB wire protocol, a one-member replica set):
+//!
+//! - crash test: a writer keeps updating (`$inc v`), inserting and committing two-document
+//!   transactions from before the snapshot to the end, while the worker is SIGKILLed twice
+//!   during the ranged, two-reader snapshot of 20,000 documents (the first time once progress
+//!   is committed, so the next run resumes it) and three more times while streaming; every
+//!   change ends up in the log, none twice: per document one `r` (or a `c` with `v = 1`), then
+//!   updates whose `v` rises by exactly one, ending at the collection's value;
+//! - a server restart while streaming: the task fails over to a retriable error, the engine
+//!   restarts it, it resumes from its committed offset and nothing is lost or repeated;
+//! - history lost: a stored resume token the server pruned from its oplog gives a FAILED task
+//!   whose message says so, and `snapshot.mode=when_needed` snapshots again instead.
+//!
+//! What these tests do not prove (one SecantusDB node, not mongod): replica-set failover and
+//! elections, sharded clusters, mongod's resume-token layout (tokens are kept opaque), and
+//! mongod's `truncatedArrays` reporting.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{http, wait_until, Worker};
+use headwater_log::{Isolation, Log, LogOptions};
+use headwater_tests::rng::Rng;
+use headwater_tests::{MongoOptions, MongoServer};
+use mongodb::bson::{doc, oid::ObjectId, Document};
+use serde_json::{json, Value};
+
+const DOCS: usize = 20_000;
+const TOPIC: &str = "crash.crash.items";
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Runs a driver action (or any future) to completion.
+fn wait<F: std::future::IntoFuture>(rt: &tokio::runtime::Runtime, f: F) -> F::Output {
+    rt.block_on(f.into_future())
+}
+
+fn client(rt: &tokio::runtime::Runtime, server: &MongoServer) -> mongodb::Client {
+    wait(rt, mongodb::Client::with_uri_str(server.uri())).unwrap()
+}
+
+/// Every committed record of a topic, from a stopped worker's log: (key id, value JSON).
+fn log_records(data: &Path, topic: &str) -> Vec<(String, Option<Value>)> {
+    let log = Log::open(data.join("log"), LogOptions::default()).expect("open the log");
+    let mut out = Vec::new();
+    for p in 0..log.partition_count(topic).unwrap_or(0) {
+        let mut offset = log.earliest_offset(topic, p).unwrap();
+        loop {
+            let r = log
+                .read_with(topic, p, offset, 4 << 20, Isolation::ReadCommitted)
+                .unwrap();
+            let Some(next) = r.next_offset().unwrap() else {
+                break;
+            };
+            for rec in r.records(offset).unwrap() {
+                let key: Value = serde_json::from_slice(&rec.key.unwrap()).unwrap();
+                let value = rec
+                    .value
+                    .map(|v| serde_json::from_slice::<Value>(&v).unwrap());
+                out.push((key["payload"]["id"].as_str().unwrap().to_owned(), value));
+            }
+            offset = next;
+        }
+    }
+    log.close().expect("close the log");
+    out
+}
+
+fn config(name: &str, server: &MongoServer, db: &str, extra: &[(&str, &str)]) -> Value {
+    let mut c = json!({
+        "connector.class": "io.debezium.connector.mongodb.MongoDbConnector",
+        "mongodb.connection.string": server.uri(),
+        "topic.prefix": db,
+        "collection.include.list": format!("{db}.items,{db}.marker"),
+        "poll.interval.ms": "100",
+        "capture.mode": "change_streams",
+    });
+    for (k, v) in extra {
+        c[*k] = json!(v);
+    }
+    json!({"name": name, "config": c})
+}
+
+/// Writes, until told to stop: `$inc v` of random documents, inserts of new ones (`v = 1`),
+/// and now and then a transaction updating two documents. `model` holds each document's `v`.
+fn writer(
+    server: &MongoServer,
+    ids: Vec<ObjectId>,
+    stop: &AtomicBool,
+    model: &Mutex<HashMap<String, u64>>,
+    seed: u64,
+) {
+    let rt = runtime();
+    let c = client(&rt, server);
+    let items = c.database("crash").collection::<Document>("items");
+    let mut rng = Rng::new(seed);
+    let mut ids = ids;
+    let key = |id: &ObjectId| format!("{{\"$oid\": \"{}\"}}", id.to_hex());
+    while !stop.load(Ordering::SeqCst) {
+        let roll = rng.below(10);
+        if roll < 6 {
+            let id = ids[rng.below(ids.len() as u64) as usize];
+            wait(
+                &rt,
+                items.update_one(doc! {"_id": id}, doc! {"$inc": {"v": 1}}),
+            )
+            .unwrap();
+            *model.lock().unwrap().entry(key(&id)).or_insert(0) += 1;
+        } else if roll < 9 {
+            let id = ObjectId::new();
+            wait(&rt, items.insert_one(doc! {"_id": id, "v": 1})).unwrap();
+            model.lock().unwrap().insert(key(&id), 1);
+            ids.push(id);
+        } else {
+            let (a, b) = (
+                ids[rng.below(ids.len() as u64) as usize],
+                ids[rng.below(ids.len() as u64) as usize],
+            );
+            if a == b {
+                continue;
+            }
+            wait(&rt, async {
+                let mut s = c.start_session().await.unwrap();
+                s.start_transaction().await.unwrap();
+                for id in [a, b] {
+                    items
+                        .update_one(doc! {"_id": id}, doc! {"$inc": {"v": 1}})
+                        .session(&mut s)
+                        .await
+                        .unwrap();
+                }
+                s.commit_transaction().await.unwrap();
+            });
+            let mut m = model.lock().unwrap();
+            for id in [a, b] {
+                *m.entry(key(&id)).or_insert(0) += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1 + rng.below(3)));
+    }
+}
+
+/// The key up to which an unfinished snapshot's documents are committed.
+fn snapshot_progress(w: &Worker, name: &str) -> bool {
+    let (status, _, body) = http(w.addr, "GET", &format!("/connectors/{name}/offsets"), None);
+    status == 200 && body["offsets"][0]["offset"].get("snapshot_after").is_some()
+}
+
+#[test]
+fn sigkill_during_snapshot_and_streaming_loses_and_repeats_nothing() {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("seed {seed}");
+    let mut rng = Rng::new(seed);
+    let server = Arc::new(MongoServer::start().expect("SecantusDB"));
+    let rt = runtime();
+    let c = client(&rt, &server);
+    let items = c.database("crash").collection::<Document>("items");
+    let ids: Vec<ObjectId> = (0..DOCS).map(|_| ObjectId::new()).collect();
+    for chunk in ids.chunks(1000) {
+        let docs: Vec<Document> = chunk.iter().map(|id| doc! {"_id": id, "v": 0}).collect();
+        wait(&rt, items.insert_many(docs)).unwrap();
+    }
+    let model: Arc<Mutex<HashMap<String, u64>>> = Arc::new(Mutex::new(
+        ids.iter()
+            .map(|id| (format!("{{\"$oid\": \"{}\"}}", id.to_hex()), 0))
+            .collect(),
+    ));
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let file = tmp.path().join("crash.json");
+    std::fs::write(
+        &file,
+        config(
+            "crash",
+            &server,
+            "crash",
+            &[
+                ("snapshot.chunk.documents", "2000"),
+                ("snapshot.max.threads", "2"),
+            ],
+        )
+        .to_string(),
+    )
+    .unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer_thread = {
+        let (server, stop, model, ids) = (server.clone(), stop.clone(), model.clone(), ids.clone());
+        let seed = rng.next_u64();
+        std::thread::spawn(move || writer(&server, ids, &stop, &model, seed))
+    };
+
+    let mut resumed = false;
+    for round in 0..2 {
+        let w = Worker::start(&data, &[&file]);
+        wait_until("the snapshot to start", Duration::from_secs(60), || {
+            w.logs().iter().any(|l| l.contains("snapshot started"))
+        });
+        resumed |= w.logs().iter().any(|l| l.contains("resumed=true"));
+        if round == 0 {
+            wait_until("snapshot progress", Duration::from_secs(60), || {
+                snapshot_progress(&w, "crash")
+            });
+            std::thread::sleep(Duration::from_millis(rng.below(200)));
+        } else {
+            std::thread::sleep(Duration::from_millis(100 + rng.below(500)));
+        }
+        eprintln!(
+            "snapshot kill {round}: finished before the kill: {}",
+            w.logs().iter().any(|l| l.contains("snapshot finished"))
+        );
+        w.sigkill();
+    }
+    assert!(resumed, "the second run resumed the snapshot");
+    // Streaming kills: each run first finishes whatever snapshot is left and streams.
+    for round in 0..3 {
+        let w = Worker::start(&data, &[&file]);
+        wait_until("streaming", Duration::from_secs(120), || {
+            w.logs().iter().any(|l| l.contains("streaming changes"))
+        });
+        std::thread::sleep(Duration::from_millis(300 + rng.below(1500)));
+        eprintln!("stream kill {round}");
+        w.sigkill();
+    }
+    stop.store(true, Ordering::SeqCst);
+    writer_thread.join().unwrap();
+
+    // The last run catches up: a marker written last arrives after everything else.
+    let w = Worker::start(&data, &[&file]);
+    wait(
+        &rt,
+        c.database("crash")
+            .collection::<Document>("marker")
+            .insert_one(doc! {"_id": "end"}),
+    )
+    .unwrap();
+    wait_until("the marker", Duration::from_secs(120), || {
+        let (status, _, body) = http(
+            w.addr,
+            "GET",
+            "/topics/crash.crash.marker/partitions/0/records?offset=0&max=1",
+            None,
+        );
+        status == 200 && body["records"].as_array().is_some_and(|r| !r.is_empty())
+    });
+    w.sigterm();
+
+    let mut per_key: HashMap<String, Vec<(String, u64)>> = HashMap::new();
+    for (k, v) in log_records(&data, TOPIC) {
+        let Some(v) = v else { continue };
+        let p = &v["payload"];
+        let op = p["op"].as_str().unwrap().to_owned();
+        let value = match op.as_str() {
+            "r" | "c" => serde_json::from_str::<Value>(p["after"].as_str().unwrap()).unwrap()["v"]
+                .as_u64()
+                .unwrap(),
+            "u" => serde_json::from_str::<Value>(
+                p["updateDescription"]["updatedFields"].as_str().unwrap(),
+            )
+            .unwrap()["v"]
+                .as_u64()
+                .unwrap(),
+            other => panic!("unexpected op {other}"),
+        };
+        per_key.entry(k).or_default().push((op, value));
+    }
+    let model = model.lock().unwrap();
+    assert_eq!(per_key.len(), model.len(), "every document has events");
+    for (k, want) in model.iter() {
+        let evs = &per_key[k];
+        match evs[0].0.as_str() {
+            "r" => {}
+            "c" => assert_eq!(evs[0].1, 1, "{k}: a create carries v = 1: {evs:?}"),
+            other => panic!("{k}: first event {other}: {evs:?}"),
+        }
+        // Updates in strictly consecutive order (a change the snapshot already held may be
+        // replayed once from the pre-snapshot resume point, as Debezium does, but never twice).
+        let updates: Vec<u64> = evs
+            .iter()
+            .skip(1)
+            .filter(|(op, _)| op == "u")
+            .map(|(_, v)| *v)
+            .collect();
+        for pair in updates.windows(2) {
+            assert_eq!(
+                pair[1],
+                pair[0] + 1,
+                "{k}: updates exactly once, in order: {evs:?}"
+            );
+        }
+        let last = updates.last().copied().unwrap_or(evs[0].1);
+        assert_eq!(last.max(evs[0].1), *want, "{k}: final state: {evs:?}");
+        let creates = evs.iter().filter(|(op, _)| op == "c").count();
+        assert!(creates <= 1, "{k}: at most one create: {evs:?}");
+    }
+}
+
+#[test]
+fn resumes_after_a_server_restart() {
+    let mut server = MongoServer::start().expect("SecantusDB");
+    let rt = runtime();
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let file = tmp.path().join("r.json");
+    std::fs::write(&file, config("restart", &server, "rs", &[]).to_string()).unwrap();
+    let w = Worker::start(&data, &[&file]);
+    wait_until("the task running", Duration::from_secs(30), || {
+        let (_, _, s) = http(w.addr, "GET", "/connectors/restart/status", None);
+        s["tasks"][0]["state"] == "RUNNING"
+    });
+    wait_until("streaming", Duration::from_secs(30), || {
+        w.logs().iter().any(|l| l.contains("streaming changes"))
+    });
+    let insert = |server: &MongoServer, range: std::ops::Range<i32>| {
+        let c = client(&rt, server);
+        let items = c.database("rs").collection::<Document>("items");
+        for i in range {
+            wait(&rt, items.insert_one(doc! {"_id": i, "v": 1})).unwrap();
+        }
+    };
+    let count = |w: &Worker| {
+        let (status, _, body) = http(
+            w.addr,
+            "GET",
+            "/topics/rs.rs.items/partitions/0/records?offset=0&max=1000",
+            None,
+        );
+        if status != 200 {
+            return 0;
+        }
+        body["records"].as_array().map_or(0, Vec::len)
+    };
+    insert(&server, 0..50);
+    wait_until("the first inserts", Duration::from_secs(30), || {
+        count(&w) == 50
+    });
+    server.restart().expect("restart the server");
+    insert(&server, 50..100);
+    wait_until(
+        "the inserts after the restart",
+        Duration::from_secs(90),
+        || count(&w) >= 100,
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(count(&w), 100, "nothing repeated");
+    let started = Instant::now();
+    let (_, _, s) = http(w.addr, "GET", "/connectors/restart/status", None);
+    assert_eq!(
+        s["tasks"][0]["state"],
+        "RUNNING",
+        "{s} after {:?}",
+        started.elapsed()
+    );
+    w.sigterm();
+    let ids: Vec<String> = log_records(&data, "rs.rs.items")
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    let unique: std::collections::HashSet<&String> = ids.iter().collect();
+    assert_eq!((ids.len(), unique.len()), (100, 100), "each insert once");
+}
+
+#[test]
+fn a_pruned_resume_point_fails_the_task_or_resnapshots_when_needed() {
+    let server = MongoServer::start_with(MongoOptions {
+        oplog_max_entries: Some(20),
+    })
+    .expect("SecantusDB");
+    let rt = runtime();
+    let c = client(&rt, &server);
+    let items = c.database("hl").collection::<Document>("items");
+    wait(&rt, items.insert_one(doc! {"_id": 1, "v": 1})).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let file = tmp.path().join("hl.json");
+    std::fs::write(&file, config("hl", &server, "hl", &[]).to_string()).unwrap();
+    let w = Worker::start(&data, &[&file]);
+    wait_until("streaming", Duration::from_secs(30), || {
+        w.logs().iter().any(|l| l.contains("streaming changes"))
+    });
+    wait(&rt, items.insert_one(doc! {"_id": 2, "v": 1})).unwrap();
+    wait_until("the insert's offset", Duration::from_secs(30), || {
+        let (_, _, body) = http(w.addr, "GET", "/connectors/hl/offsets", None);
+        body["offsets"][0]["offset"]["sec"]
+            .as_i64()
+            .is_some_and(|s| s > 0)
+    });
+    w.sigterm();
+    // While the connector is down, other writes push its resume point out of the oplog.
+    let other = c.database("hl").collection::<Document>("other");
+    for i in 0..200 {
+        wait(&rt, other.insert_one(doc! {"_id": i})).unwrap();
+    }
+    wait(
+        &rt,
+        c.database("admin")
+            .run_command(doc! {"secantusAdmin.pruneOplog": 1}),
+    )
+    .unwrap();
+    let w = Worker::start(&data, &[&file]);
+    wait_until("the task to fail", Duration::from_secs(30), || {
+        let (_, _, s) = http(w.addr, "GET", "/connectors/hl/status", None);
+        s["tasks"][0]["state"] == "FAILED"
+    });
+    let (_, _, s) = http(w.addr, "GET", "/connectors/hl/status", None);
+    let trace = s["tasks"][0]["trace"].as_str().unwrap_or_default();
+    assert!(trace.contains("ChangeStreamHistoryLost"), "{trace}");
+    assert!(
+        trace.contains("when_needed"),
+        "the message says what to do: {trace}"
+    );
+    w.sigterm();
+
+    // With snapshot.mode=when_needed the connector snapshots again instead.
+    std::fs::write(
+        &file,
+        config("hl", &server, "hl", &[("snapshot.mode", "when_needed")]).to_string(),
+    )
+    .unwrap();
+    let w = Worker::start(&data, &[&file]);
+    wait_until("a new snapshot", Duration::from_secs(60), || {
+        w.logs().iter().any(|l| l.contains("snapshot finished"))
+    });
+    let (_, _, s) = http(w.addr, "GET", "/connectors/hl/status", None);
+    assert_eq!(s["tasks"][0]["state"], "RUNNING", "{s}");
+    w.sigterm();
+    let ops: Vec<String> = log_records(&data, "hl.hl.items")
+        .into_iter()
+        .filter_map(|(_, v)| v.map(|v| v["payload"]["op"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(
+        ops,
+        ["r", "c", "r", "r"],
+        "snapshot, insert, then the new snapshot"
+    );
+}
