@@ -1,4 +1,4 @@
-//! What the benchmark programs (`pg-bench`, `mysql-bench`) share: running the real `headwater`
+//! What the benchmark programs (`pg-bench`, `mysql-bench`, `mongo-bench`) share: running the real `headwater`
 //! binary with one connector file, reading the connector's committed offset over REST, a
 //! process's CPU time and peak RSS from `/proc`, and the commit-to-durable latency probe.
 //!
@@ -262,6 +262,11 @@ impl BenchArgs {
     /// Parses the process's arguments for `program`; `--threads` is accepted when `threads`.
     /// A bad argument prints the usage line and exits with code 2.
     pub fn parse(program: &str, threads: bool) -> BenchArgs {
+        Self::parse_with(program, threads, 1_000_000, 500_000)
+    }
+
+    /// [`BenchArgs::parse`] with other defaults for `--rows` and `--stream-events`.
+    pub fn parse_with(program: &str, threads: bool, rows: u64, stream_events: u64) -> BenchArgs {
         let usage = || -> ! {
             let t = if threads { " [--threads N]" } else { "" };
             eprintln!("usage: {program} [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N]{t} [--dir DIR]");
@@ -269,8 +274,8 @@ impl BenchArgs {
         };
         let mut a = BenchArgs {
             bin: default_bin(),
-            rows: 1_000_000,
-            stream_events: 500_000,
+            rows,
+            stream_events,
             rate: 200,
             seconds: 20,
             threads: 2,

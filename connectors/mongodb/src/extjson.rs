@@ -449,7 +449,18 @@ fn printable(c: char) -> bool {
 /// A JSON string as the Java writer escapes it.
 pub fn write_string(out: &mut String, s: &str) {
     out.push('"');
-    for c in s.chars() {
+    let bytes = s.as_bytes();
+    // Runs of printable ASCII other than `"` and `\` are copied as they are.
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
+            i += 1;
+            continue;
+        }
+        out.push_str(&s[start..i]);
+        let c = s[i..].chars().next().unwrap_or('\u{FFFD}');
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
@@ -467,7 +478,10 @@ pub fn write_string(out: &mut String, s: &str) {
             c if printable(c) => out.push(c),
             c => push_unicode_escape(out, c as u16),
         }
+        i += c.len_utf8();
+        start = i;
     }
+    out.push_str(&s[start..]);
     out.push('"');
 }
 

@@ -36,6 +36,8 @@ use crate::fields::FieldRules;
 pub const BATCH_DOCS: usize = 512;
 /// Batches buffered per chunk.
 pub const CHANNEL_BATCHES: usize = 4;
+/// Documents per server batch when `snapshot.fetch.size` is not set.
+pub const DEFAULT_FETCH: u32 = 256;
 
 /// One collection to snapshot.
 #[derive(Clone, Debug)]
@@ -295,9 +297,9 @@ async fn read_chunk(
     if c.ranged {
         find = find.sort(doc! {"_id": 1});
     }
-    if let Some(n) = fetch_size {
-        find = find.batch_size(n);
-    }
+    // Responses of a few hundred KB: larger ones are allocated (and faulted in) afresh by
+    // the driver for every batch.
+    find = find.batch_size(fetch_size.unwrap_or(DEFAULT_FETCH));
     let ns = c.ns();
     let mut cursor = find
         .await

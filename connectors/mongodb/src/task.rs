@@ -359,7 +359,12 @@ impl Inner {
                 let mut w = $watch
                     .pipeline(self.pipeline())
                     .max_await_time(max_await)
-                    .batch_size(u32::try_from(self.cfg.max_batch_size).unwrap_or(u32::MAX));
+                    // Responses of a few hundred KB (see snapshot::DEFAULT_FETCH).
+                    .batch_size(
+                        u32::try_from(self.cfg.max_batch_size)
+                            .unwrap_or(u32::MAX)
+                            .min(snapshots::DEFAULT_FETCH),
+                    );
                 if let Some(f) = full_document.clone() {
                     w = w.full_document(f);
                 }

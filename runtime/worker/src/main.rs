@@ -48,6 +48,14 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 const PURGE_DELAY_MS: std::ffi::c_long = 100;
 
 fn main() -> ExitCode {
+    // No transparent huge pages for this process: mimalloc asks for them on its arenas, and
+    // then every fresh allocator page after a purge faults in (and zeroes) a whole 2 MiB page.
+    // Without them the benchmarks' peak RSS halves (pg-bench 62-66 -> 33 MB, mongo-bench
+    // 62 -> 31 MB) at the same or lower CPU per event (docs/benchmarks.md).
+    // SAFETY: prctl with PR_SET_THP_DISABLE only sets a flag of this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: setting an allocator option is allowed at any time; it only changes when
         // freed memory is returned to the OS.
