@@ -185,7 +185,7 @@ pub fn config_def() -> ConfigDef {
             }))
             .doc("initial (default), initial_only, no_data (never), when_needed."))
         .define(key("snapshot.max.threads", Int).default_str("1").validator(Validator::at_least(1.0)).doc("Collections (and _id ranges of large ones) copied in parallel."))
-        .define(key("snapshot.chunk.documents", Long).default_str("100000").validator(Validator::at_least(1.0)).doc("Headwater: a collection with more documents, all with ObjectId _ids, is copied in _id ranges of about this many documents (in parallel, resumable after any committed document)."))
+        .define(key("snapshot.chunk.documents", Long).default_str("500000").validator(Validator::at_least(1.0)).doc("Headwater: a collection with more documents, all with ObjectId _ids, is copied in _id ranges of about this many documents (in parallel, resumable after any committed document)."))
         .define(key("snapshot.fetch.size", Int).default_null().validator(Validator::at_least(1.0)).doc("Documents per snapshot batch."))
         .define(key("snapshot.collection.filter.overrides", String).default_null().validator(Validator::custom(|_| Err("snapshot.collection.filter.overrides is not supported yet".into()))).doc("Not supported yet."))
         .define(key("field.exclude.list", String).default_null().validator(Validator::custom(|v| match v {
@@ -315,7 +315,7 @@ impl MongoConfig {
                 .unwrap_or(1)
                 .max(1),
             snapshot_chunk_documents: u64::try_from(long("snapshot.chunk.documents"))
-                .unwrap_or(100_000)
+                .unwrap_or(500_000)
                 .max(1),
             snapshot_fetch_size: p
                 .get_long("snapshot.fetch.size")

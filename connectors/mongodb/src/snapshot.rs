@@ -108,14 +108,41 @@ fn mongo_err(context: String, e: mongodb::error::Error) -> ConnectError {
     crate::task::classify(context, e)
 }
 
-/// Plans the chunks of one collection (`after`: resume after this `_id`).
-pub async fn plan(
+/// The smallest and largest `_id` of a collection when both are ObjectIds. Then every `_id`
+/// is one: ObjectIds sort after numbers, strings, documents and binary data and before
+/// booleans, dates, timestamps and the rest, so no other type fits between them.
+pub async fn object_id_bounds(
     client: &Client,
+    db: &str,
+    collection: &str,
+) -> Result<Option<(ObjectId, ObjectId)>, ConnectError> {
+    let coll = client.database(db).collection::<Document>(collection);
+    let ns = format!("{db}.{collection}");
+    let mut ends = Vec::with_capacity(2);
+    for dir in [1, -1] {
+        let end = coll
+            .find_one(Document::new())
+            .sort(doc! {"_id": dir})
+            .projection(doc! {"_id": 1})
+            .await
+            .map_err(|e| mongo_err(format!("reading the _id range of {ns}"), e))?;
+        match end.map(|d| d.get_object_id("_id")) {
+            Some(Ok(id)) => ends.push(id),
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some((ends[0], ends[1])))
+}
+
+/// Plans the chunks of one collection (`after`: resume after this `_id`); a ranged collection
+/// comes with its ObjectId bounds.
+pub fn plan(
     index: usize,
     c: &SnapshotCollection,
+    bounds: Option<(ObjectId, ObjectId)>,
     after: Option<Bson>,
     chunk_docs: u64,
-) -> Result<Vec<Chunk>, ConnectError> {
+) -> Vec<Chunk> {
     let single = |after| {
         vec![Chunk {
             collection: index,
@@ -126,31 +153,8 @@ pub async fn plan(
             after,
         }]
     };
-    if !c.ranged {
-        return Ok(single(None));
-    }
-    let coll = client.database(&c.db).collection::<Document>(&c.collection);
-    let end = |dir: i32| {
-        let coll = coll.clone();
-        async move {
-            coll.find_one(Document::new())
-                .sort(doc! {"_id": dir})
-                .projection(doc! {"_id": 1})
-                .await
-        }
-    };
-    let ns = c.ns();
-    let lo = end(1)
-        .await
-        .map_err(|e| mongo_err(format!("reading the first _id of {ns}"), e))?;
-    let hi = end(-1)
-        .await
-        .map_err(|e| mongo_err(format!("reading the last _id of {ns}"), e))?;
-    let (Some(Ok(lo)), Some(Ok(hi))) = (
-        lo.map(|d| d.get_object_id("_id")),
-        hi.map(|d| d.get_object_id("_id")),
-    ) else {
-        return Ok(single(after));
+    let (true, Some((lo, hi))) = (c.ranged, bounds) else {
+        return single(after.filter(|_| c.ranged));
     };
     let (t0, t1) = (
         lo.timestamp().timestamp_millis() / 1000,
@@ -164,7 +168,7 @@ pub async fn plan(
         bytes[..4].copy_from_slice(&secs.to_be_bytes());
         ObjectId::from_bytes(bytes)
     };
-    Ok((0..n)
+    (0..n)
         .map(|i| Chunk {
             collection: index,
             index: i as usize,
@@ -173,7 +177,7 @@ pub async fn plan(
             hi: (i + 1 < n).then(|| bound(i + 1)),
             after: after.clone(),
         })
-        .collect())
+        .collect()
 }
 
 /// A rendered document: its `_id` (ranged collections, for the offset), its key id and its

@@ -442,17 +442,6 @@ impl Inner {
         Ok(out)
     }
 
-    /// Whether every `_id` of a collection is an ObjectId (so it can be read in ranges).
-    async fn all_object_ids(&self, db: &str, c: &str) -> Result<bool, ConnectError> {
-        let coll = self.client.database(db).collection::<Document>(c);
-        let other = coll
-            .find_one(doc! {"_id": {"$not": {"$type": "objectId"}}})
-            .projection(doc! {"_id": 1})
-            .await
-            .map_err(|e| classify(format!("inspecting the _ids of {db}.{c}"), e))?;
-        Ok(other.is_none())
-    }
-
     async fn start_snapshot(&mut self, resume: Option<OffsetMap>) -> Result<(), ConnectError> {
         // The resume point streaming starts at: before the (first) snapshot.
         let start = match resume.as_ref().and_then(|o| offset_str(o, "resume_token")) {
@@ -500,29 +489,39 @@ impl Inner {
                 .estimated_document_count()
                 .await
                 .map_err(|e| classify(format!("counting {ns}"), e))?;
-            let ranged = estimated > self.cfg.snapshot_chunk_documents
-                && self.all_object_ids(&db, &c).await?;
+            let bounds = if estimated > self.cfg.snapshot_chunk_documents {
+                snapshots::object_id_bounds(&self.client, &db, &c).await?
+            } else {
+                None
+            };
             let rules = self.rules(&db, &c);
-            collections.push(SnapshotCollection {
-                db,
-                collection: c,
-                ranged,
-                estimated,
-                rules,
-            });
+            collections.push((
+                SnapshotCollection {
+                    db,
+                    collection: c,
+                    ranged: bounds.is_some(),
+                    estimated,
+                    rules,
+                },
+                bounds,
+            ));
         }
         let mut chunks = Vec::new();
-        for (i, c) in collections.iter().enumerate() {
+        for (i, (c, bounds)) in collections.iter().enumerate() {
             let after = resume_at
                 .as_ref()
                 .filter(|(ns, _)| *ns == c.ns())
-                .and_then(|(_, a)| a.clone())
-                .filter(|_| c.ranged);
-            chunks.extend(
-                snapshots::plan(&self.client, i, c, after, self.cfg.snapshot_chunk_documents)
-                    .await?,
-            );
+                .and_then(|(_, a)| a.clone());
+            chunks.extend(snapshots::plan(
+                i,
+                c,
+                *bounds,
+                after,
+                self.cfg.snapshot_chunk_documents,
+            ));
         }
+        let collections: Vec<SnapshotCollection> =
+            collections.into_iter().map(|(c, _)| c).collect();
         let schemas: Vec<Arc<CollectionSchemas>> = collections
             .iter()
             .map(|c| self.events.collection(&c.db, &c.collection))

@@ -100,7 +100,8 @@ fn main() {
     let pid = w.pid();
     let (snapshot_rows_s, snapshot_cpu_us_per_row) =
         snapshot_phase(&w, "bench", started, args.rows, |o| {
-            o["snapshot_completed"] == true || (o.get("snapshot").is_none() && o.get("sec").is_some())
+            o["snapshot_completed"] == true
+                || (o.get("snapshot").is_none() && o.get("sec").is_some())
         });
     let warm = write_position(vec![order(u64::MAX / 2)]) - 1;
     wait_until_past(
