@@ -104,6 +104,31 @@ pub fn write_document(
     Ok(())
 }
 
+/// [`write_document`] with member names mapped by `name` (a member whose name maps to `None`
+/// is left out): an update description's paths after `field.exclude.list`/`field.renames`.
+pub fn write_document_with(
+    out: &mut String,
+    doc: &RawDocument,
+    dialect: Dialect,
+    name: impl Fn(&str) -> Option<String>,
+) -> Result<(), BadBson> {
+    out.push('{');
+    let mut first = true;
+    for element in doc.iter() {
+        let (k, v) = element.map_err(|e| BadBson(e.to_string()))?;
+        let Some(k) = name(k.as_str()) else { continue };
+        if !first {
+            out.push_str(dialect.separator());
+        }
+        first = false;
+        write_string(out, &k);
+        out.push_str(": ");
+        write_value(out, v, dialect)?;
+    }
+    out.push('}');
+    Ok(())
+}
+
 /// Writes one member's value.
 type WriteMember<'a> = &'a dyn Fn(&mut String);
 

@@ -28,8 +28,8 @@ use headwater_api::plugin::{BoxFuture, SourceBatch, SourceTask, SourceTaskContex
 use headwater_api::{Boundary, ConnectError, OffsetMap, OffsetValue, Properties, SourceRecord};
 use headwater_connector_common::heartbeat::Heartbeats;
 use headwater_connector_common::txmeta::TransactionMetadata;
-use mongodb::bson::{doc, Bson, Document, RawDocumentBuf, Timestamp};
-use mongodb::change_stream::event::{ChangeStreamEvent, OperationType, ResumeToken};
+use mongodb::bson::{doc, Bson, Document, RawBsonRef, RawDocumentBuf};
+use mongodb::change_stream::event::ResumeToken;
 use mongodb::change_stream::ChangeStream;
 use mongodb::options::{ClientOptions, FullDocumentBeforeChangeType, FullDocumentType};
 use mongodb::Client;
@@ -129,7 +129,7 @@ impl Position {
 
 /// What the stream reader sends.
 enum StreamMsg {
-    Event(Box<ChangeStreamEvent<RawDocumentBuf>>),
+    Event(RawDocumentBuf),
     /// An empty batch: nothing new right now; the stream's resume point after it.
     Idle(Option<ResumeToken>),
     Failed(mongodb::error::Error),
@@ -192,7 +192,7 @@ struct Inner {
     position: Position,
     /// The last record handed out of the transaction in progress, with that transaction's
     /// identity and the offset after it.
-    held: Option<(SourceRecord, Option<TxnId>, OffsetMap)>,
+    held: Option<(SourceRecord, Option<TxnId>, Position)>,
     heartbeats: Option<Heartbeats>,
     txmeta: Option<TransactionMetadata>,
     rules: std::collections::HashMap<(String, String), Arc<FieldRules>>,
@@ -339,7 +339,7 @@ impl Inner {
         &self,
         resume: Option<ResumeToken>,
         start_after: bool,
-    ) -> Result<ChangeStream<ChangeStreamEvent<RawDocumentBuf>>, mongodb::error::Error> {
+    ) -> Result<ChangeStream<RawDocumentBuf>, mongodb::error::Error> {
         let full_document = self
             .cfg
             .capture_mode
@@ -375,7 +375,7 @@ impl Inner {
                     (true, Some(t)) => w = w.start_after(t),
                     (_, r) => w = w.resume_after(r),
                 }
-                w.await?.with_type::<ChangeStreamEvent<RawDocumentBuf>>()
+                w.await?.with_type::<RawDocumentBuf>()
             }};
         }
         Ok(match &self.cfg.capture_database {
@@ -760,124 +760,152 @@ impl Inner {
         }
     }
 
-    /// Hands out the held record (the end of the transaction in progress), with its offset.
-    fn release_held(&mut self, out: &mut Vec<SourceRecord>) {
-        if let Some((mut rec, _, offset)) = self.held.take() {
-            let partition = self.events.partition.clone();
-            match self
-                .txmeta
-                .as_mut()
-                .and_then(|t| t.end(&partition, offset.clone()))
-            {
-                Some(end) => {
-                    out.push(rec);
-                    out.push(end);
-                }
-                None => {
+    /// Hands out the held record (the end of the transaction in progress); with `with_offset`
+    /// it carries the offset after it (a later record of the same batch covers it otherwise).
+    fn release_held(&mut self, out: &mut Vec<SourceRecord>, with_offset: bool) {
+        let Some((mut rec, _, position)) = self.held.take() else {
+            return;
+        };
+        let partition = self.events.partition.clone();
+        let offset = if with_offset {
+            position.offset()
+        } else {
+            OffsetMap::new()
+        };
+        match self.txmeta.as_mut().and_then(|t| {
+            let p = if with_offset {
+                partition.clone()
+            } else {
+                OffsetMap::new()
+            };
+            t.end(&p, offset.clone())
+        }) {
+            Some(end) => {
+                out.push(rec);
+                out.push(end);
+            }
+            None => {
+                if with_offset {
                     rec.source_partition = partition;
                     rec.source_offset = offset;
-                    out.push(rec);
                 }
+                out.push(rec);
             }
         }
     }
 
-    /// Hands out `rec` (part of transaction `txn` whose offset after it is `offset`), holding
-    /// the last record of the transaction in progress.
+    /// Hands out `rec` (part of transaction `txn`; `position` is the resume point after it),
+    /// holding the last record of the transaction in progress.
     fn push(
         &mut self,
         mut rec: SourceRecord,
-        txn: Option<(String, i64)>,
-        offset: OffsetMap,
+        txn: Option<TxnId>,
+        position: &Position,
         out: &mut Vec<SourceRecord>,
     ) {
         let same_txn = txn.is_some() && self.held.as_ref().is_some_and(|(_, t, _)| *t == txn);
         if !same_txn {
-            self.release_held(out);
+            // The held record ends its transaction; the batch's last record carries the offset.
+            self.release_held(out, false);
         }
         if let Some(t) = self.txmeta.as_mut() {
+            let source = rec
+                .value
+                .as_struct()
+                .and_then(|v| v.get("source"))
+                .and_then(|s| s.as_struct());
             if !t.is_open() {
                 let id = match &txn {
                     Some((lsid, n)) => format!("{lsid}:{n}"),
-                    None => offset_str(&offset, "resume_token")
-                        .unwrap_or_default()
-                        .to_owned(),
+                    None => position.token.clone().unwrap_or_default(),
                 };
-                let ts = match rec
-                    .value
-                    .as_struct()
-                    .and_then(|v| v.get("source"))
-                    .and_then(|s| s.as_struct())
-                    .and_then(|s| s.get("ts_ms"))
-                {
+                let ts = match source.and_then(|s| s.get("ts_ms")) {
                     Some(headwater_api::Value::Int64(ms)) => *ms,
                     _ => 0,
                 };
                 t.begin(id, ts);
             }
-            let collection = rec
-                .value
-                .as_struct()
-                .and_then(|v| v.get("source"))
-                .and_then(|s| s.as_struct())
-                .and_then(|s| {
-                    Some(format!(
-                        "{}.{}",
-                        s.get("db")?.as_str()?,
-                        s.get("collection")?.as_str()?
-                    ))
-                });
+            let collection = source.and_then(|s| {
+                Some(format!(
+                    "{}.{}",
+                    s.get("db")?.as_str()?,
+                    s.get("collection")?.as_str()?
+                ))
+            });
             if let Some(c) = collection {
                 if let Some(begin) = t.annotate(&mut rec, &c) {
                     out.push(begin);
                 }
             }
         }
-        if let Some((prev, _, _)) = self.held.replace((rec, txn, offset)) {
+        if let Some((prev, _, _)) = self.held.replace((rec, txn, position.clone())) {
             out.push(prev);
         }
     }
 
+    /// Handles one change event (its raw BSON); returns whether it invalidated the stream.
     fn handle_event(
         &mut self,
-        ev: ChangeStreamEvent<RawDocumentBuf>,
+        ev: RawDocumentBuf,
         out: &mut Vec<SourceRecord>,
     ) -> Result<bool, ConnectError> {
-        let token = encode_token(&ev.id);
-        let (sec, ord) = ev.cluster_time.map_or((-1, -1), |t: Timestamp| {
-            (i64::from(t.time), i64::from(t.increment))
-        });
+        let bad =
+            |what: &str, e: String| ConnectError::data(format!("a change event's {what}: {e}"));
+        let get = |k: &str| ev.get(k).map_err(|e| bad(k, e.to_string()));
+        let token = match get("_id")? {
+            Some(RawBsonRef::Document(d)) => {
+                base64::engine::general_purpose::STANDARD.encode(d.as_bytes())
+            }
+            _ => {
+                return Err(ConnectError::data(
+                    "a change event without its resume token (_id)",
+                ))
+            }
+        };
+        let (sec, ord) = match get("clusterTime")? {
+            Some(RawBsonRef::Timestamp(t)) => (i64::from(t.time), i64::from(t.increment)),
+            _ => (-1, -1),
+        };
         let position = Position {
             token: Some(token),
             sec,
             ord,
         };
-        let op = match ev.operation_type {
-            OperationType::Insert => "c",
-            OperationType::Update | OperationType::Replace => "u",
-            OperationType::Delete => "d",
-            OperationType::Invalidate => {
-                self.release_held(out);
+        let op_type = match get("operationType")? {
+            Some(RawBsonRef::String(s)) => s,
+            _ => "",
+        };
+        let op = match op_type {
+            "insert" => "c",
+            "update" | "replace" => "u",
+            "delete" => "d",
+            "invalidate" => {
+                self.release_held(out, false);
                 self.position = position;
                 return Ok(true);
             }
             _ => {
                 // Not captured (DDL): the resume point moves past it.
-                self.release_held(out);
+                self.release_held(out, false);
                 self.position = position;
                 return Ok(false);
             }
         };
-        let Some(ns) = ev.ns.as_ref() else {
+        let ns = match get("ns")? {
+            Some(RawBsonRef::Document(d)) => d,
+            _ => {
+                self.position = position;
+                return Ok(false);
+            }
+        };
+        let (Ok(Some(db)), Ok(Some(coll))) =
+            (ns.get_str("db").map(Some), ns.get_str("coll").map(Some))
+        else {
             self.position = position;
             return Ok(false);
         };
-        let (db, Some(coll)) = (ns.db.clone(), ns.coll.clone()) else {
-            self.position = position;
-            return Ok(false);
-        };
-        if !self.cfg.captures(&db, &coll) {
-            self.release_held(out);
+        if !self.cfg.captures(db, coll) {
+            self.release_held(out, false);
             self.position = position;
             return Ok(false);
         }
@@ -887,74 +915,96 @@ impl Inner {
             "u" => skipped.update,
             _ => skipped.delete,
         };
-        let offset = position.offset();
         self.position = position;
         if skip {
             return Ok(false);
         }
+        let (db, coll) = (db.to_owned(), coll.to_owned());
         let rules = self.rules(&db, &coll);
         let c = self.events.collection(&db, &coll);
-        let id = ev
-            .document_key
-            .as_ref()
-            .and_then(|k| k.get("_id"))
-            .cloned()
-            .unwrap_or(Bson::Null);
-        let key = extjson::value(&id, Dialect::RelaxedCompact);
-        let render = |d: &Option<RawDocumentBuf>| -> Result<Option<String>, ConnectError> {
-            let Some(d) = d else { return Ok(None) };
-            let (_, _, json) = snapshots::render(d, &rules)
-                .map_err(|e| ConnectError::data(format!("{db}.{coll}: {e}")))?;
+        let mut key = String::with_capacity(32);
+        match get("documentKey")? {
+            Some(RawBsonRef::Document(k)) => match k.get("_id") {
+                Ok(Some(id)) => extjson::write_value(&mut key, id, Dialect::RelaxedCompact)
+                    .map_err(|e| bad("documentKey", e.to_string()))?,
+                _ => key.push_str("null"),
+            },
+            _ => key.push_str("null"),
+        }
+        let render = |field: &str| -> Result<Option<String>, ConnectError> {
+            let Some(RawBsonRef::Document(d)) = get(field)? else {
+                return Ok(None);
+            };
+            let mut json = String::with_capacity(d.as_bytes().len() * 2);
+            if rules.is_empty() {
+                extjson::write_document(&mut json, d, Dialect::Strict)
+                    .map_err(|e| bad(field, e.to_string()))?;
+            } else {
+                let mut typed = Document::try_from(d).map_err(|e| bad(field, e.to_string()))?;
+                rules.apply(&mut typed);
+                json = extjson::document(&typed, Dialect::Strict);
+            }
             Ok(Some(json))
         };
         let after = match op {
-            "c" => render(&ev.full_document)?,
-            "u" if ev.operation_type == OperationType::Replace
-                || self.cfg.capture_mode.update_full() =>
-            {
-                render(&ev.full_document)?
+            "c" => render("fullDocument")?,
+            "u" if op_type == "replace" || self.cfg.capture_mode.update_full() => {
+                render("fullDocument")?
             }
             _ => None,
         };
         let before = if self.cfg.capture_mode.pre_image() && op != "c" {
-            render(&ev.full_document_before_change)?
+            render("fullDocumentBeforeChange")?
         } else {
             None
         };
-        let update = match (
-            &ev.update_description,
-            ev.operation_type == OperationType::Update,
-        ) {
-            (Some(u), true) => {
-                let mut updated = Document::new();
-                for (k, v) in &u.updated_fields {
-                    if let Some(k) = rules.apply_path(k) {
-                        updated.insert(k, v.clone());
+        let update = match (get("updateDescription")?, op_type == "update") {
+            (Some(RawBsonRef::Document(u)), true) => {
+                let mut updated = String::with_capacity(128);
+                match u.get("updatedFields") {
+                    Ok(Some(RawBsonRef::Document(f))) => {
+                        extjson::write_document_with(&mut updated, f, Dialect::Relaxed, |k| {
+                            rules.apply_path(k)
+                        })
+                        .map_err(|e| bad("updatedFields", e.to_string()))?
+                    }
+                    _ => updated.push_str("{}"),
+                }
+                let mut removed = Vec::new();
+                if let Ok(Some(RawBsonRef::Array(a))) = u.get("removedFields") {
+                    for f in a.into_iter().flatten() {
+                        if let Some(p) = f.as_str().and_then(|f| rules.apply_path(f)) {
+                            removed.push(p);
+                        }
                     }
                 }
-                let removed: Vec<String> = u
-                    .removed_fields
-                    .iter()
-                    .filter_map(|f| rules.apply_path(f))
-                    .collect();
-                let truncated: Vec<(String, i32)> = u
-                    .truncated_arrays
-                    .iter()
-                    .flatten()
-                    .filter_map(|t| Some((rules.apply_path(&t.field)?, t.new_size)))
-                    .collect();
-                Some(self.events.update_description(
-                    removed,
-                    extjson::document(&updated, Dialect::Relaxed),
-                    truncated,
-                ))
+                let mut truncated = Vec::new();
+                if let Ok(Some(RawBsonRef::Array(a))) = u.get("truncatedArrays") {
+                    for t in a.into_iter().flatten() {
+                        let Some(t) = t.as_document() else { continue };
+                        if let (Ok(f), Ok(n)) = (t.get_str("field"), t.get_i32("newSize")) {
+                            if let Some(f) = rules.apply_path(f) {
+                                truncated.push((f, n));
+                            }
+                        }
+                    }
+                }
+                Some(self.events.update_description(removed, updated, truncated))
             }
             _ => None,
         };
-        let wall = ev.wall_time.map(|w| w.timestamp_millis());
+        let wall = match get("wallTime")? {
+            Some(RawBsonRef::DateTime(w)) => Some(w.timestamp_millis()),
+            _ => None,
+        };
         let ts_ms = wall.unwrap_or(sec.max(0) * 1000);
-        let txn = match (&ev.lsid, ev.txn_number) {
-            (Some(l), Some(n)) => Some((extjson::document(l, Dialect::Strict), n)),
+        let txn = match (get("lsid")?, get("txnNumber")?) {
+            (Some(RawBsonRef::Document(l)), Some(RawBsonRef::Int64(n))) => {
+                let mut lsid = String::with_capacity(64);
+                extjson::write_document(&mut lsid, l, Dialect::Strict)
+                    .map_err(|e| bad("lsid", e.to_string()))?;
+                Some((lsid, n))
+            }
             _ => None,
         };
         let info = SourceInfo {
@@ -972,10 +1022,11 @@ impl Inner {
         let rec = self
             .events
             .record(&c, key.clone(), before, after, update, source, op, now_ms);
-        self.push(rec, txn.clone(), offset.clone(), out);
+        let position = self.position.clone();
+        self.push(rec, txn.clone(), &position, out);
         if op == "d" && self.cfg.tombstones_on_delete {
             let t = self.events.tombstone(&c, key);
-            self.push(t, txn, offset, out);
+            self.push(t, txn, &position, out);
         }
         Ok(false)
     }
@@ -1013,14 +1064,14 @@ impl Inner {
             };
             match msg {
                 Some(StreamMsg::Event(ev)) => {
-                    if self.handle_event(*ev, &mut out)? {
+                    if self.handle_event(ev, &mut out)? {
                         invalidated = true;
                         break;
                     }
                 }
                 Some(StreamMsg::Idle(token)) => {
                     // Nothing more right now: the transaction in progress is complete.
-                    self.release_held(&mut out);
+                    self.release_held(&mut out, true);
                     if let Some(t) = token {
                         self.position.token = Some(encode_token(&t));
                     }
@@ -1076,7 +1127,15 @@ impl Inner {
                 Boundary::Open
             } else {
                 // A held record outside a transaction is complete by itself.
-                self.release_held(&mut out);
+                self.release_held(&mut out, true);
+                // The batch ends at the stream's position: its last record carries it (the
+                // records before it carry no offset, see `push`).
+                if let Some(last) = out.last_mut() {
+                    if last.source_offset.is_empty() {
+                        last.source_partition = self.events.partition.clone();
+                        last.source_offset = self.position.offset();
+                    }
+                }
                 Boundary::Commit
             };
         Ok(SourceBatch {
@@ -1099,13 +1158,10 @@ impl Inner {
 }
 
 /// Reads the change stream into the task's queue.
-async fn read_stream(
-    mut stream: ChangeStream<ChangeStreamEvent<RawDocumentBuf>>,
-    tx: mpsc::Sender<StreamMsg>,
-) {
+async fn read_stream(mut stream: ChangeStream<RawDocumentBuf>, tx: mpsc::Sender<StreamMsg>) {
     loop {
         let msg = match stream.next_if_any().await {
-            Ok(Some(ev)) => StreamMsg::Event(Box::new(ev)),
+            Ok(Some(ev)) => StreamMsg::Event(ev),
             Ok(None) => StreamMsg::Idle(stream.resume_token()),
             Err(e) => {
                 let _ = tx.send(StreamMsg::Failed(e)).await;
