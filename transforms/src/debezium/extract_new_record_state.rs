@@ -55,7 +55,7 @@ impl DeleteTombstoneHandling {
             _ => return None,
         })
     }
-    fn is_rewrite(self) -> bool {
+    pub(crate) fn is_rewrite(self) -> bool {
         matches!(self, Self::Rewrite | Self::RewriteWithTombstone)
     }
 }
@@ -141,6 +141,31 @@ impl FieldReference {
             None => envelope.get(&self.field).cloned().unwrap_or_default(),
         }
     }
+}
+
+/// The `add.headers` of one record, taken from its envelope (`None` for a tombstone, which
+/// only gets `op` = `d`).
+pub(crate) fn envelope_headers(refs: &[FieldReference], envelope: Option<&Struct>) -> Headers {
+    let mut headers = Headers::new();
+    for r in refs {
+        match envelope {
+            None => {
+                if r.field == "op" {
+                    headers.add(
+                        r.new_field.clone(),
+                        Some(Schema::string()),
+                        Value::from("d"),
+                    );
+                }
+            }
+            Some(env) => {
+                if let Some(schema) = r.schema(env.schema()) {
+                    headers.add(r.new_field.clone(), Some(schema), r.value(env));
+                }
+            }
+        }
+    }
+    headers
 }
 
 /// Java's `String.split` for one character: trailing empty strings removed.
@@ -286,29 +311,6 @@ impl ExtractNewRecordState {
         })
     }
 
-    fn headers_for(&self, envelope: Option<&Struct>) -> Headers {
-        let mut headers = Headers::new();
-        for r in &self.add_headers {
-            match envelope {
-                None => {
-                    if r.field == "op" {
-                        headers.add(
-                            r.new_field.clone(),
-                            Some(Schema::string()),
-                            Value::from("d"),
-                        );
-                    }
-                }
-                Some(env) => {
-                    if let Some(schema) = r.schema(env.schema()) {
-                        headers.add(r.new_field.clone(), Some(schema), r.value(env));
-                    }
-                }
-            }
-        }
-        headers
-    }
-
     fn add_fields<R: ConnectRecord>(
         &self,
         envelope: &Struct,
@@ -437,7 +439,7 @@ impl<R: ConnectRecord> Transform<R> for ExtractNewRecordState {
                 Value::Struct(s) => Some(s),
                 _ => None,
             };
-            let headers = self.headers_for(env);
+            let headers = envelope_headers(&self.add_headers, env);
             for h in headers.iter() {
                 record
                     .headers_mut()

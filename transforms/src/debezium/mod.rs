@@ -1,4 +1,5 @@
-//! Debezium's transforms (`io.debezium.transforms.*`): ExtractNewRecordState,
+//! Debezium's transforms (`io.debezium.transforms.*`): ExtractNewRecordState, MongoDB's
+//! ExtractNewDocumentState (with the extended-JSON reader it needs),
 //! ByLogicalTableRouter / ToLogicalTopicRouter, the outbox EventRouter, HeaderToValue,
 //! SchemaChangeEventFilter and TimezoneConverter, with Debezium 3.x semantics.
 //!
@@ -6,6 +7,8 @@
 //! (Debezium's `Envelope.isEnvelopeSchema`); the transforms leave other records (heartbeats,
 //! schema changes, transaction metadata) alone unless documented otherwise.
 
+pub mod bson_json;
+pub mod extract_new_document_state;
 pub mod extract_new_record_state;
 pub mod header_to_value;
 pub mod logical_router;
@@ -13,6 +16,7 @@ pub mod outbox;
 pub mod schema_change_filter;
 pub mod timezone_converter;
 
+pub use extract_new_document_state::ExtractNewDocumentState;
 pub use extract_new_record_state::ExtractNewRecordState;
 pub use header_to_value::HeaderToValue;
 pub use logical_router::LogicalTopicRouter;
@@ -37,6 +41,12 @@ pub(crate) fn plugins<R: ConnectRecord>() -> Vec<TransformPlugin<R>> {
             aliases: &["ExtractNewRecordState"],
             config_def: ExtractNewRecordState::config_def,
             configure: |p| ExtractNewRecordState::configure(p).map(boxed),
+        },
+        TransformPlugin {
+            class: "io.debezium.connector.mongodb.transforms.ExtractNewDocumentState",
+            aliases: &["ExtractNewDocumentState"],
+            config_def: ExtractNewDocumentState::config_def,
+            configure: |p| ExtractNewDocumentState::configure(p).map(boxed),
         },
         TransformPlugin {
             class: "io.debezium.transforms.ByLogicalTableRouter",

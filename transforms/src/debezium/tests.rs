@@ -590,3 +590,277 @@ fn timezone_converter_zoned_and_wall_clock_values() {
     .unwrap_err();
     assert!(e.errors_by_field()["include.list"][0].starts_with("Invalid include list format"));
 }
+
+// ---- ExtractNewDocumentState, on events captured from Debezium's MongoDB connector ----
+
+/// The records of one MongoDB golden file, parsed back into schema + value.
+fn mongo_golden(name: &str) -> Vec<SourceRecord> {
+    let path = format!(
+        "{}/../tests/data/golden/debezium/mongodb/{name}.raw.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let conv = JsonConverter::new(JsonConverterConfig::default());
+    text.lines()
+        .map(|line| {
+            let j: serde_json::Value = serde_json::from_str(line).unwrap();
+            let topic = j["topic"].as_str().unwrap().to_owned();
+            let bytes = |k: &str| j[k].as_str().map(|s| s.as_bytes().to_vec());
+            let key = conv
+                .to_connect_data(&topic, bytes("key").as_deref())
+                .unwrap();
+            let value = conv
+                .to_connect_data(&topic, bytes("value").as_deref())
+                .unwrap();
+            SourceRecord::new(
+                OffsetMap::new(),
+                OffsetMap::new(),
+                topic,
+                key.schema,
+                key.value,
+                value.schema,
+                value.value,
+            )
+        })
+        .collect()
+}
+
+fn unwrap_doc(pairs: &[(&str, &str)]) -> ExtractNewDocumentState {
+    ExtractNewDocumentState::configure(&props(pairs)).unwrap()
+}
+
+/// The record as the JSON converter writes it (schema and payload).
+fn as_json(r: &SourceRecord) -> (serde_json::Value, serde_json::Value) {
+    let conv = JsonConverter::new(JsonConverterConfig::default());
+    let ser = |s: Option<&SchemaRef>, v: &Value| {
+        conv.from_connect_data(&r.topic, s, v)
+            .unwrap()
+            .map(|b| serde_json::from_slice(&b).unwrap())
+            .unwrap_or(serde_json::Value::Null)
+    };
+    (
+        ser(r.key_schema.as_ref(), &r.key),
+        ser(r.value_schema.as_ref(), &r.value),
+    )
+}
+
+/// Replaces `after` of a captured event with `after`.
+fn with_after(mut r: SourceRecord, after: &str) -> SourceRecord {
+    let Value::Struct(env) = &mut r.value else {
+        panic!("envelope")
+    };
+    env.put("after", after).unwrap();
+    r
+}
+
+#[test]
+fn extract_new_document_state_deletes_per_mode() {
+    let events = mongo_golden("15_delete_one");
+    assert_eq!(events.len(), 2);
+    let apply = |t: &ExtractNewDocumentState| -> Vec<SourceRecord> {
+        events.iter().filter_map(|r| run(t, r.clone())).collect()
+    };
+    // tombstone (default): the delete becomes a tombstone with the typed key; the
+    // connector's tombstone is dropped.
+    let out = apply(&unwrap_doc(&[]));
+    assert_eq!(out.len(), 1);
+    let (key, value) = as_json(&out[0]);
+    assert_eq!(key["payload"]["id"], "65f0a1b2c3d4e5f601234568");
+    assert!(key["schema"]["name"].is_null());
+    assert!(value.is_null() && out[0].value_schema.is_none());
+    // drop: nothing.
+    assert!(apply(&unwrap_doc(&[("delete.tombstone.handling.mode", "drop")])).is_empty());
+    // rewrite: the delete (no pre-image here) is {__deleted: true}, tombstone dropped.
+    let out = apply(&unwrap_doc(&[(
+        "delete.tombstone.handling.mode",
+        "rewrite",
+    )]));
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        as_json(&out[0]).1["payload"],
+        serde_json::json!({"__deleted": true})
+    );
+    // ... with the id taken from the key when asked.
+    let out = apply(&unwrap_doc(&[
+        ("delete.tombstone.handling.mode", "rewrite"),
+        ("delete.tombstone.handling.mode.rewrite-with-id", "true"),
+    ]));
+    assert_eq!(
+        as_json(&out[0]).1["payload"],
+        serde_json::json!({"__deleted": true, "_id": "65f0a1b2c3d4e5f601234568"})
+    );
+    // rewrite-with-tombstone keeps the tombstone, with the typed key.
+    let out = apply(&unwrap_doc(&[(
+        "delete.tombstone.handling.mode",
+        "rewrite-with-tombstone",
+    )]));
+    assert_eq!(out.len(), 2);
+    assert!(out[1].value.is_null());
+    assert_eq!(
+        as_json(&out[1]).0["payload"]["id"],
+        "65f0a1b2c3d4e5f601234568"
+    );
+    // delete-to-tombstone: one tombstone.
+    let out = apply(&unwrap_doc(&[(
+        "delete.tombstone.handling.mode",
+        "delete-to-tombstone",
+    )]));
+    assert_eq!(out.len(), 1);
+    assert!(out[0].value.is_null());
+}
+
+#[test]
+fn extract_new_document_state_rewrites_a_delete_from_its_pre_image() {
+    let events = mongo_golden("53_preimage_delete");
+    let t = unwrap_doc(&[("delete.tombstone.handling.mode", "rewrite")]);
+    let out = run(&t, events[0].clone()).unwrap();
+    assert_eq!(
+        as_json(&out).1["payload"],
+        serde_json::json!({"_id": "65f0a1b2c3d4e5f60123456c", "status": "replaced", "__deleted": true})
+    );
+    // Other records get __deleted: false, as a boolean field.
+    let replace = run(&t, mongo_golden("14_replace_one").remove(0)).unwrap();
+    let (_, v) = as_json(&replace);
+    assert_eq!(v["payload"]["__deleted"], false);
+    assert_eq!(
+        v["schema"]["fields"].as_array().unwrap().last().unwrap()["type"],
+        "boolean"
+    );
+}
+
+#[test]
+fn extract_new_document_state_builds_partial_updates_under_change_streams() {
+    let t = unwrap_doc(&[]);
+    let set = run(&t, mongo_golden("31_cs_update_set").remove(0)).unwrap();
+    let (_, v) = as_json(&set);
+    assert_eq!(
+        v["payload"],
+        serde_json::json!({"status": "paid", "nested.a": 10, "new": {"k": "v"}, "_id": "65f0a1b2c3d4e5f60123456b"})
+    );
+    assert_eq!(v["schema"]["name"], "cdc.shop.orders");
+    assert_eq!(v["schema"]["fields"][2]["name"], "cdc.shop.orders.new");
+    // Only removals: the document is just the id.
+    let unset = run(&t, mongo_golden("32_cs_update_unset").remove(0)).unwrap();
+    assert_eq!(
+        as_json(&unset).1["payload"],
+        serde_json::json!({"_id": "65f0a1b2c3d4e5f60123456b"})
+    );
+    // flatten.struct: dotted update paths use the delimiter too.
+    let flat = unwrap_doc(&[("flatten.struct", "true")]);
+    let set = run(&flat, mongo_golden("31_cs_update_set").remove(0)).unwrap();
+    assert_eq!(
+        as_json(&set).1["payload"],
+        serde_json::json!({"status": "paid", "nested_a": 10, "new_k": "v", "_id": "65f0a1b2c3d4e5f60123456b"})
+    );
+}
+
+#[test]
+fn extract_new_document_state_adds_fields_and_headers_from_the_envelope() {
+    let t = unwrap_doc(&[
+        ("add.fields", "op,collection,source.ord"),
+        ("add.headers", "op,db"),
+    ]);
+    let out = run(&t, mongo_golden("14_replace_one").remove(0)).unwrap();
+    let (_, v) = as_json(&out);
+    assert_eq!(v["payload"]["__op"], "u");
+    assert_eq!(v["payload"]["__collection"], "orders");
+    assert!(v["payload"]["__source_ord"].is_i64());
+    assert_eq!(v["payload"]["v"], 2);
+    assert_eq!(v["schema"]["fields"][2]["type"], "int64");
+    assert_eq!(
+        v["schema"]["fields"][3]["name"],
+        "org.apache.kafka.connect.data.Timestamp"
+    );
+    let headers: Vec<(&str, &Value)> = out
+        .headers
+        .iter()
+        .map(|h| (h.key.as_str(), &h.value))
+        .collect();
+    assert_eq!(
+        headers,
+        vec![("__op", &Value::from("u")), ("__db", &Value::from("shop"))]
+    );
+}
+
+#[test]
+fn extract_new_document_state_merges_array_documents_and_allows_null_elements() {
+    let base = mongo_golden("14_replace_one").remove(0);
+    let t = unwrap_doc(&[]);
+    let r = with_after(
+        base.clone(),
+        r#"{"_id": 1,"items": [{"a": 1},{"b": "x","a": 2},null],"ns": [null,{"$numberLong": "5"}],"none": [null]}"#,
+    );
+    let (_, v) = as_json(&run(&t, r).unwrap());
+    assert_eq!(
+        v["payload"],
+        serde_json::json!({"_id": 1, "items": [{"a": 1, "b": null}, {"a": 2, "b": "x"}, null], "ns": [null, 5], "none": [null]})
+    );
+    let items = &v["schema"]["fields"][1]["items"];
+    assert_eq!(items["name"], "cdc.shop.orders.items");
+    assert_eq!(v["schema"]["fields"][2]["items"]["type"], "int64");
+    assert_eq!(v["schema"]["fields"][3]["items"]["type"], "string");
+    // Conflicting types inside merged documents are refused, naming the path.
+    let bad = with_after(base.clone(), r#"{"_id": 1,"items": [{"a": 1},{"a": "x"}]}"#);
+    let e = t.apply(bad).unwrap_err().to_string();
+    assert!(
+        e.contains("'items.a'") && e.contains("int32 and string"),
+        "{e}"
+    );
+    // document encoding takes them element by element.
+    let doc = unwrap_doc(&[("array.encoding", "document")]);
+    let mixed = with_after(base.clone(), r#"{"_id": 1,"m": [1,"two",{"x": 1},[5]]}"#);
+    let (_, v) = as_json(&run(&doc, mixed).unwrap());
+    assert_eq!(
+        v["payload"]["m"],
+        serde_json::json!({"_0": 1, "_1": "two", "_2": {"x": 1}, "_3": {"_0": 5}})
+    );
+    assert_eq!(
+        v["schema"]["fields"][1]["fields"][2]["name"],
+        "cdc.shop.orders.m._2"
+    );
+    // Malformed extended JSON is a data error that says where.
+    let broken = with_after(base, r#"{"_id": 1,"x": }"#);
+    let e = t.apply(broken).unwrap_err().to_string();
+    assert!(
+        e.contains("'after'") && e.contains("cdc.shop.orders"),
+        "{e}"
+    );
+}
+
+#[test]
+fn extract_new_document_state_reuses_schemas_and_passes_other_records() {
+    let t = unwrap_doc(&[]);
+    let a = run(&t, mongo_golden("14_replace_one").remove(0)).unwrap();
+    let b = run(&t, mongo_golden("14_replace_one").remove(0)).unwrap();
+    assert!(std::sync::Arc::ptr_eq(
+        a.value_schema.as_ref().unwrap(),
+        b.value_schema.as_ref().unwrap()
+    ));
+    assert!(std::sync::Arc::ptr_eq(
+        a.key_schema.as_ref().unwrap(),
+        b.key_schema.as_ref().unwrap()
+    ));
+    // A heartbeat-like record (key not a Debezium `.Key`) is left alone.
+    let key_schema = SchemaBuilder::struct_()
+        .name("io.debezium.connector.common.ServerNameKey")
+        .field("serverName", Schema::string())
+        .build_ref();
+    let key = Struct::new(key_schema.clone())
+        .unwrap()
+        .with("serverName", "cdc");
+    let hb = SourceRecord::new(
+        OffsetMap::new(),
+        OffsetMap::new(),
+        "__debezium-heartbeat.cdc",
+        Some(key_schema),
+        Value::Struct(key),
+        None,
+        Value::Null,
+    );
+    let out = run(&t, hb.clone()).unwrap();
+    assert_eq!(out.key, hb.key);
+    // Options are checked.
+    let err =
+        ExtractNewDocumentState::configure(&props(&[("array.encoding", "list")])).unwrap_err();
+    assert!(format!("{err:?}").contains("array.encoding"), "{err:?}");
+}
