@@ -77,6 +77,52 @@ pub enum Command {
     /// (or at the beginning with --from-beginning) and keeps printing new
     /// records until interrupted. Reads are read_committed.
     Consume(ConsumeArgs),
+    /// Try Headwater in a minute: a throwaway PostgreSQL with sample tables, a worker,
+    /// the sample connector, and the change events as they arrive.
+    ///
+    /// Needs only the PostgreSQL server binaries (scripts/install-deps installs them).
+    /// Everything lives in one temporary directory and is removed on Ctrl-C, unless --keep.
+    Quickstart(QuickstartArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish or powershell).
+    ///
+    /// bash: `headwater completions bash > /etc/bash_completion.d/headwater`;
+    /// zsh: `headwater completions zsh > "${fpath[1]}/_headwater"`;
+    /// fish: `headwater completions fish > ~/.config/fish/completions/headwater.fish`.
+    Completions {
+        /// The shell to complete for
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// Arguments of `headwater quickstart`.
+#[derive(Debug, Clone, Args)]
+pub struct QuickstartArgs {
+    /// Orders in the sample table (the snapshot copies them, plus 100 customers and 20
+    /// products)
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub rows: u64,
+
+    /// Leave PostgreSQL and the worker running on exit (prints how to stop them)
+    #[arg(long)]
+    pub keep: bool,
+
+    /// Stop this many seconds after the demo changes instead of waiting for Ctrl-C
+    #[arg(long, value_name = "SECONDS")]
+    pub exit_after: Option<u64>,
+
+    /// REST API port [default: 8083 when free, else any free port]
+    #[arg(long, value_name = "PORT")]
+    pub rest_port: Option<u16>,
+
+    /// Kafka protocol port [default: 9092 when free, else any free port]
+    #[arg(long, value_name = "PORT")]
+    pub kafka_port: Option<u16>,
+}
+
+/// Writes the completion script for `shell` to `out`.
+pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+    clap_complete::generate(shell, &mut Cli::command(), "headwater", out);
 }
 
 /// Built-in default of `--url`.

@@ -36,7 +36,9 @@ pub fn run(command: Command) -> Result<(), Failure> {
         }
         Command::Topics { client, json } => topics(&endpoint(&client)?, json, &mut out),
         Command::Consume(args) => consume(&endpoint(&args.client)?, &args, &mut out),
-        Command::Worker(_) => Err(Failure::usage("not a client subcommand")),
+        Command::Worker(_) | Command::Quickstart(_) | Command::Completions { .. } => {
+            Err(Failure::usage("not a client subcommand"))
+        }
     };
     match result {
         Err(_) if out.closed => Ok(()),

@@ -21,6 +21,7 @@ mod failure;
 mod http;
 mod logging;
 mod plugins;
+mod quickstart;
 mod settings;
 mod worker;
 
@@ -80,6 +81,11 @@ fn real_main() -> Result<(), Failure> {
     };
     match cli.command {
         Command::Worker(args) => run_worker(&args),
+        Command::Quickstart(args) => quickstart::run(&args),
+        Command::Completions { shell } => {
+            cli::write_completions(shell, &mut std::io::stdout());
+            Ok(())
+        }
         client => client::run(client),
     }
 }

@@ -63,6 +63,8 @@ pub struct PostgresServer {
     log: LogFile,
     /// Unregistered (after the child is reaped) before `dir` is removed.
     _exit_cleanup: ExitCleanup,
+    /// Set by [`Self::keep`]: dropping the handle leaves the server running.
+    kept: bool,
     /// Declared last: removed after everything above is dropped.
     dir: TempDir,
 }
@@ -74,12 +76,30 @@ impl PostgresServer {
     /// Blocking: from async code call it once at the start of a test (it does not need a
     /// runtime), or through `tokio::task::spawn_blocking`.
     pub fn start() -> Result<PostgresServer, HarnessError> {
-        Self::start_with_ports(support::reserve_port)
+        Self::start_with_ports(support::reserve_port, false)
+    }
+
+    /// As [`Self::start`], but the server is not tied to this process: it gets no
+    /// parent-death signal, so [`Self::keep`] can leave it running after this process exits
+    /// (`headwater quickstart --keep`). Until `keep` is called, dropping the handle still
+    /// stops it and removes its directory.
+    pub fn start_detachable() -> Result<PostgresServer, HarnessError> {
+        Self::start_with_ports(support::reserve_port, true)
+    }
+
+    /// Leaves a server started with [`Self::start_detachable`] running: its directory is kept
+    /// and nothing stops it at exit. Returns the directory (data, socket and log) and the
+    /// postmaster's pid; stop it with `kill -INT <pid>` and remove the directory.
+    pub fn keep(mut self) -> (PathBuf, u32) {
+        self.kept = true;
+        self.dir.disable_cleanup(true);
+        (self.dir.path().to_path_buf(), self.child.id())
     }
 
     /// [`Self::start`] taking its candidate ports from `next_port`.
     fn start_with_ports(
         mut next_port: impl FnMut() -> Result<PortReservation, HarnessError>,
+        detachable: bool,
     ) -> Result<PostgresServer, HarnessError> {
         let bin_dir = find_bin_dir()?;
         let run_as = support::unprivileged_account(SERVER, &["postgres", "nobody"])?;
@@ -106,6 +126,7 @@ impl PostgresServer {
                 port.port(),
                 &log,
                 run_as.as_ref(),
+                detachable,
             )?;
             match wait_until_ready(&mut child, port.port(), &data_dir, &log, log_offset) {
                 Ok(()) => {
@@ -121,6 +142,7 @@ impl PostgresServer {
                         socket_dir,
                         log,
                         _exit_cleanup: exit_cleanup,
+                        kept: false,
                         dir,
                     });
                 }
@@ -239,6 +261,9 @@ impl PostgresServer {
 
 impl Drop for PostgresServer {
     fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
         // SIGQUIT = immediate shutdown: the postmaster stops its backends and removes its
         // shared memory; nothing needs to be durable.
         support::stop_child(&mut self.child, libc::SIGQUIT, STOP_GRACE);
@@ -358,6 +383,7 @@ fn spawn_postgres(
     port: u16,
     log: &LogFile,
     run_as: Option<&RunAs>,
+    detachable: bool,
 ) -> Result<Child, HarnessError> {
     let (_, out) = LogFile::open(log.path.clone())?;
     let err = out
@@ -386,9 +412,13 @@ fn spawn_postgres(
     }
     cmd.stdin(Stdio::null()).stdout(out).stderr(err);
     let description = support::describe(&cmd);
-    // SIGQUIT on parent death: immediate shutdown, which also releases shared memory.
-    support::spawn_supervised(cmd, libc::SIGQUIT)
-        .map_err(|e| HarnessError::io(format!("starting `{description}`"), e))
+    let spawned = if detachable {
+        support::spawn_detached(cmd)
+    } else {
+        // SIGQUIT on parent death: immediate shutdown, which also releases shared memory.
+        support::spawn_supervised(cmd, libc::SIGQUIT)
+    };
+    spawned.map_err(|e| HarnessError::io(format!("starting `{description}`"), e))
 }
 
 /// Polls until the server is ready: our child is alive, its `postmaster.pid` says "ready" for

@@ -377,6 +377,13 @@ fn spawner() -> &'static Mutex<mpsc::Sender<SpawnJob>> {
     })
 }
 
+/// Spawns `cmd` as the leader of a new process group that outlives this process (no
+/// parent-death signal); Ctrl-C in this process's terminal does not reach it either.
+pub(crate) fn spawn_detached(mut cmd: Command) -> io::Result<Child> {
+    cmd.process_group(0);
+    cmd.spawn()
+}
+
 /// Spawns `cmd` as the leader of a new process group, with `death_signal` delivered to it if
 /// this process dies first.
 pub(crate) fn spawn_supervised(mut cmd: Command, death_signal: libc::c_int) -> io::Result<Child> {
