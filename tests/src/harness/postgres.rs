@@ -542,15 +542,18 @@ mod tests {
         let squatter = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let taken = squatter.local_addr().unwrap().port();
         let mut offered = Vec::new();
-        let server = PostgresServer::start_with_ports(|| {
-            let port = if offered.is_empty() {
-                PortReservation::given(taken)
-            } else {
-                support::reserve_port()?
-            };
-            offered.push(port.port());
-            Ok(port)
-        })
+        let server = PostgresServer::start_with_ports(
+            || {
+                let port = if offered.is_empty() {
+                    PortReservation::given(taken)
+                } else {
+                    support::reserve_port()?
+                };
+                offered.push(port.port());
+                Ok(port)
+            },
+            false,
+        )
         .expect("start after a collision");
         assert_eq!(offered.len(), 2, "ports offered: {offered:?}");
         assert_eq!(offered[0], taken);
