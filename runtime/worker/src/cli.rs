@@ -250,9 +250,10 @@ pub struct ConsumeArgs {
 /// applied in [`crate::settings::Settings::resolve`].
 #[derive(Debug, Clone, Default, Args)]
 pub struct WorkerArgs {
-    /// Connector configuration files (Kafka Connect JSON). Not supported by
-    /// this build yet: giving any is an error.
-    #[arg(value_name = "CONNECTOR_JSON_FILES")]
+    /// Connector configuration files, created or updated at start (like
+    /// connect-standalone): POST /connectors JSON, flat JSON with "name", or
+    /// .properties
+    #[arg(value_name = "CONNECTOR_FILES")]
     pub connector_files: Vec<PathBuf>,
 
     /// Directory for the worker's state (lock file, cluster id)
@@ -638,7 +639,7 @@ mod tests {
                     "HEADWATER_CONFIG",
                     "HEADWATER_LOG_FORMAT",
                     "HEADWATER_LOG_LEVEL",
-                    "CONNECTOR_JSON_FILES",
+                    "CONNECTOR_FILES",
                 ] {
                     assert!(text.contains(needle), "help lacks {needle}: {text}");
                 }

@@ -22,6 +22,8 @@ mod http;
 mod logging;
 mod plugins;
 mod quickstart;
+#[cfg(test)]
+mod reference;
 mod settings;
 mod worker;
 
