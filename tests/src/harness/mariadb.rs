@@ -86,12 +86,20 @@ impl MariaDbServer {
     /// Blocking: from async code call it once at the start of a test (it does not need a
     /// runtime), or through `tokio::task::spawn_blocking`.
     pub fn start() -> Result<MariaDbServer, HarnessError> {
-        Self::start_with_ports(support::reserve_port)
+        Self::start_with_ports(support::reserve_port, &[])
+    }
+
+    /// As [`Self::start`], with more `mariadbd` options after the harness's own (a later
+    /// option wins), e.g. `--version=5.7.19-MariaDB-10.11.19` for clients that insist on a
+    /// MySQL 5.7-style version string.
+    pub fn start_with_options(options: &[&str]) -> Result<MariaDbServer, HarnessError> {
+        Self::start_with_ports(support::reserve_port, options)
     }
 
     /// [`Self::start`] taking its candidate ports from `next_port`.
     fn start_with_ports(
         mut next_port: impl FnMut() -> Result<PortReservation, HarnessError>,
+        options: &[&str],
     ) -> Result<MariaDbServer, HarnessError> {
         let bins = Binaries::find()?;
         let dir = support::make_temp_dir("headwater-mariadb-", None)?;
@@ -130,7 +138,7 @@ impl MariaDbServer {
                 socket_path: &socket_path,
                 log: &log,
             };
-            let mut child = spawn_mariadbd(&bins.server, &layout, port.port(), server_id)?;
+            let mut child = spawn_mariadbd(&bins.server, &layout, port.port(), server_id, options)?;
             match wait_until_ready(&mut child, port.port(), &log, log_offset) {
                 Ok(()) => {
                     let exit_cleanup = ExitCleanup::register(
@@ -370,6 +378,7 @@ fn spawn_mariadbd(
     layout: &Layout<'_>,
     port: u16,
     server_id: u32,
+    options: &[&str],
 ) -> Result<Child, HarnessError> {
     let (_, out) = LogFile::open(layout.log.path.clone())?;
     let err = out
@@ -403,7 +412,8 @@ fn spawn_mariadbd(
             "--default-time-zone=+00:00",
             "--max-connections=100",
         ])
-        .args(INNODB_SETTINGS);
+        .args(INNODB_SETTINGS)
+        .args(options);
     if support::is_root() {
         cmd.arg("--user=root");
     }
@@ -479,15 +489,18 @@ mod tests {
         let squatter = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let taken = squatter.local_addr().unwrap().port();
         let mut offered = Vec::new();
-        let server = MariaDbServer::start_with_ports(|| {
-            let port = if offered.is_empty() {
-                PortReservation::given(taken)
-            } else {
-                support::reserve_port()?
-            };
-            offered.push(port.port());
-            Ok(port)
-        })
+        let server = MariaDbServer::start_with_ports(
+            || {
+                let port = if offered.is_empty() {
+                    PortReservation::given(taken)
+                } else {
+                    support::reserve_port()?
+                };
+                offered.push(port.port());
+                Ok(port)
+            },
+            &[],
+        )
         .expect("start after a collision");
         assert_eq!(offered.len(), 2, "ports offered: {offered:?}");
         assert_eq!(offered[0], taken);
