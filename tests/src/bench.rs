@@ -467,3 +467,74 @@ pub fn stream_phase(
     );
     (events_s, cpu_per_event)
 }
+
+/// An LSN (`16/B374D848`) as a number.
+pub fn parse_lsn(s: &str) -> u64 {
+    let (hi, lo) = s.split_once('/').expect("an LSN");
+    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
+}
+
+/// The PostgreSQL benchmarks' `orders` table (`id bigint pk, customer_id int, amount
+/// numeric(12,2), status text, created_at timestamptz, note text` ~50 bytes), with `rows` rows.
+pub fn pg_orders_sql(rows: u64) -> String {
+    format!(
+        "CREATE TABLE orders (id bigint PRIMARY KEY, customer_id int, amount numeric(12,2),
+           status text, created_at timestamptz, note text);
+         INSERT INTO orders SELECT g, g % 10000, (g % 100000) / 100.0, 'new',
+           timestamptz '2024-01-01' + g * interval '1 second',
+           'note for order ' || lpad(g::text, 10, '0') || ' with some padding text'
+           FROM generate_series(1, {rows}) g;
+         ANALYZE orders;"
+    )
+}
+
+/// Orders `from..=to` inserted by one statement (PostgreSQL).
+pub fn pg_orders_insert(from: u64, to: u64) -> String {
+    format!(
+        "INSERT INTO orders SELECT g, g % 10000, (g % 100000) / 100.0, 'new', now(),
+           'note for order ' || lpad(g::text, 10, '0') || ' with some padding text'
+           FROM generate_series({from}, {to}) g"
+    )
+}
+
+/// A binlog position as one ordered number: file sequence number (the `.000123` suffix) in
+/// the high half, byte position in the low half.
+pub fn binlog_position(file: &str, pos: u64) -> u64 {
+    let seq = file
+        .rsplit_once('.')
+        .and_then(|(_, n)| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    (seq << 32) | (pos & 0xFFFF_FFFF)
+}
+
+/// Orders `from..=to` inserted by one statement over MariaDB's sequence engine (the MySQL
+/// benchmarks' `orders` shape).
+pub fn mariadb_orders_insert(from: u64, to: u64, note_prefix: &str) -> String {
+    format!(
+        "INSERT INTO orders SELECT seq, seq % 10000, (seq % 100000) / 100.0, 'new',
+           TIMESTAMP '2024-01-01 00:00:00' + INTERVAL (seq % 100000000) SECOND,
+           CONCAT('{note_prefix} ', LPAD(seq, 10, '0'), ' with some padding text')
+           FROM seq_{from}_to_{to}"
+    )
+}
+
+/// A harness PostgreSQL with database `bench`, a current-thread runtime and a session on it
+/// whose commits flush their WAL: the harness runs PostgreSQL with `synchronous_commit=off`,
+/// where committed WAL only reaches the walsender at the WAL writer's next flush
+/// (`wal_writer_delay`, 200 ms), which would measure the server's setting, not the connector.
+pub fn pg_bench_session() -> (
+    crate::PostgresServer,
+    tokio::runtime::Runtime,
+    tokio_postgres::Client,
+) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = crate::PostgresServer::start().expect("PostgreSQL");
+    rt.block_on(server.create_database("bench")).unwrap();
+    let db = rt.block_on(server.connect("bench")).unwrap();
+    rt.block_on(db.batch_execute("SET synchronous_commit = on"))
+        .unwrap();
+    (server, rt, db)
+}

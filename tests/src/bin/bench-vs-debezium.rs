@@ -38,8 +38,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use headwater_tests::bench::{
-    committed_offset, cpu_us, get, paced_commits, peak_rss_mb, percentile, wait_until_past,
-    OffsetPoller, Worker,
+    binlog_position, committed_offset, cpu_us, get, mariadb_orders_insert, paced_commits,
+    parse_lsn, peak_rss_mb, percentile, pg_bench_session, pg_orders_insert, pg_orders_sql,
+    wait_until_past, OffsetPoller, Worker,
 };
 use headwater_tests::{MariaDbServer, PostgresServer};
 use serde_json::{json, Value};
@@ -161,11 +162,6 @@ fn epoch_s() -> f64 {
         .as_secs_f64()
 }
 
-fn parse_lsn(s: &str) -> u64 {
-    let (hi, lo) = s.split_once('/').expect("an LSN");
-    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
-}
-
 /// A source database under test: its server, the session the driver writes with, and how
 /// each tool is configured for it and observed on it.
 trait Source {
@@ -208,26 +204,11 @@ struct Pg {
 
 impl Pg {
     fn start(rows: u64) -> Pg {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let server = PostgresServer::start().expect("PostgreSQL");
-        rt.block_on(server.create_database("bench")).unwrap();
-        let db = rt.block_on(server.connect("bench")).unwrap();
-        // Commits flush their WAL (see pg-bench): the server's setting is not what is measured.
-        rt.block_on(db.batch_execute("SET synchronous_commit = on"))
-            .unwrap();
+        let (server, rt, db) = pg_bench_session();
         let load = Instant::now();
         rt.block_on(db.batch_execute(&format!(
-            "CREATE TABLE orders (id bigint PRIMARY KEY, customer_id int, amount numeric(12,2),
-               status text, created_at timestamptz, note text);
-             INSERT INTO orders SELECT g, g % 10000, (g % 100000) / 100.0, 'new',
-               timestamptz '2024-01-01' + g * interval '1 second',
-               'note for order ' || lpad(g::text, 10, '0') || ' with some padding text'
-               FROM generate_series(1, {rows}) g;
-             CREATE TABLE latency (id bigint PRIMARY KEY, at timestamptz);
-             ANALYZE orders;"
+            "{} CREATE TABLE latency (id bigint PRIMARY KEY, at timestamptz);",
+            pg_orders_sql(rows)
         )))
         .unwrap();
         eprintln!("PostgreSQL: loaded {rows} rows in {:?}", load.elapsed());
@@ -272,12 +253,7 @@ impl Source for Pg {
 
     fn stream_txn(&self, t: u64) -> u64 {
         let from = self.rows + 10 + t * 1000;
-        self.commit(&format!(
-            "INSERT INTO orders SELECT g, g % 10000, (g % 100000) / 100.0, 'new', now(),
-               'note for order ' || lpad(g::text, 10, '0') || ' with some padding text'
-               FROM generate_series({from}, {}) g",
-            from + 999
-        ))
+        self.commit(&pg_orders_insert(from, from + 999))
     }
 
     fn reset(&self) {
@@ -376,24 +352,6 @@ struct Maria {
     rows: u64,
 }
 
-/// Binlog file sequence number in the high half, byte position in the low half.
-fn binlog_position(file: &str, pos: u64) -> u64 {
-    let seq = file
-        .rsplit_once('.')
-        .and_then(|(_, n)| n.parse::<u64>().ok())
-        .unwrap_or(0);
-    (seq << 32) | (pos & 0xFFFF_FFFF)
-}
-
-fn maria_insert_range(from: u64, to: u64) -> String {
-    format!(
-        "INSERT INTO orders SELECT seq, seq % 10000, (seq % 100000) / 100.0, 'new',
-           TIMESTAMP '2024-01-01 00:00:00' + INTERVAL (seq % 100000000) SECOND,
-           CONCAT('note for order ', LPAD(seq, 10, '0'), ' with some padding text')
-           FROM seq_{from}_to_{to}"
-    )
-}
-
 impl Maria {
     fn start(rows: u64) -> Maria {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -419,7 +377,7 @@ impl Maria {
         let mut from = 1;
         while from <= rows {
             let to = (from + 99_999).min(rows);
-            m.sql(&maria_insert_range(from, to));
+            m.sql(&mariadb_orders_insert(from, to, "note for order"));
             from = to + 1;
         }
         eprintln!("MariaDB: loaded {rows} rows in {:?}", load.elapsed());
@@ -486,7 +444,7 @@ impl Source for Maria {
 
     fn stream_txn(&self, t: u64) -> u64 {
         let from = self.rows + 10 + t * 1000;
-        self.commit(&maria_insert_range(from, from + 999))
+        self.commit(&mariadb_orders_insert(from, from + 999, "streamed order"))
     }
 
     fn reset(&self) {

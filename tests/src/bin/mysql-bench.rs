@@ -25,39 +25,19 @@
 use std::time::{Duration, Instant};
 
 use headwater_tests::bench::{
-    paced_commits, peak_rss_mb, snapshot_phase, stream_phase, wait_until_past, BenchArgs, Figures,
-    OffsetPoller, Worker,
+    binlog_position, mariadb_orders_insert, paced_commits, peak_rss_mb, snapshot_phase,
+    stream_phase, wait_until_past, BenchArgs, Figures, OffsetPoller, Worker,
 };
 use headwater_tests::MariaDbServer;
 use mysql_async::prelude::Queryable;
 use serde_json::{json, Value};
-
-/// A binlog position as one ordered number: file sequence number (the `.000123` suffix) in
-/// the high half, byte position in the low half.
-fn position(file: &str, pos: u64) -> u64 {
-    let seq = file
-        .rsplit_once('.')
-        .and_then(|(_, n)| n.parse::<u64>().ok())
-        .unwrap_or(0);
-    (seq << 32) | (pos & 0xFFFF_FFFF)
-}
 
 /// The position a committed offset covers (`None` during the snapshot).
 fn offset_position(o: &Value) -> Option<u64> {
     if o.get("snapshot").is_some() {
         return None;
     }
-    Some(position(o["file"].as_str()?, o["pos"].as_u64()?))
-}
-
-/// Statements of a `INSERT ... SELECT` over MariaDB's sequence engine for ids `from..=to`.
-fn insert_range(from: u64, to: u64, note_prefix: &str) -> String {
-    format!(
-        "INSERT INTO orders SELECT seq, seq % 10000, (seq % 100000) / 100.0, 'new',
-           TIMESTAMP '2024-01-01 00:00:00' + INTERVAL (seq % 100000000) SECOND,
-           CONCAT('{note_prefix} ', LPAD(seq, 10, '0'), ' with some padding text')
-           FROM seq_{from}_to_{to}"
-    )
+    Some(binlog_position(o["file"].as_str()?, o["pos"].as_u64()?))
 }
 
 fn main() {
@@ -85,7 +65,7 @@ fn main() {
     let mut from = 1;
     while from <= args.rows {
         let to = (from + 99_999).min(args.rows);
-        sql(&mut db, &insert_range(from, to, "note for order"));
+        sql(&mut db, &mariadb_orders_insert(from, to, "note for order"));
         from = to + 1;
     }
     eprintln!("loaded {} rows in {:?}", args.rows, load.elapsed());
@@ -95,7 +75,7 @@ fn main() {
         let status = status.expect("binary logging is on");
         let file: String = status.get(0).expect("File");
         let pos: u64 = status.get(1).expect("Position");
-        position(&file, pos)
+        binlog_position(&file, pos)
     };
 
     let config = json!({"name": "bench", "config": {
@@ -134,7 +114,7 @@ fn main() {
     let (stream_events_s, stream_cpu_us_per_event) =
         stream_phase(&w, "bench", &offset_position, txns, |t| {
             let from = base_id + t * 1000;
-            rt.block_on(db.query_drop(insert_range(from, from + 999, "streamed order")))
+            rt.block_on(db.query_drop(mariadb_orders_insert(from, from + 999, "streamed order")))
                 .unwrap();
             master_position(&mut db) - 1
         });

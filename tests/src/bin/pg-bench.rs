@@ -29,44 +29,18 @@
 use std::time::{Duration, Instant};
 
 use headwater_tests::bench::{
-    paced_commits, peak_rss_mb, snapshot_phase, stream_phase, wait_until_past, BenchArgs, Figures,
-    OffsetPoller, Worker,
+    paced_commits, parse_lsn, peak_rss_mb, pg_bench_session, pg_orders_insert, pg_orders_sql,
+    snapshot_phase, stream_phase, wait_until_past, BenchArgs, Figures, OffsetPoller, Worker,
 };
-use headwater_tests::PostgresServer;
 use serde_json::{json, Value};
-
-fn parse_lsn(s: &str) -> u64 {
-    let (hi, lo) = s.split_once('/').expect("an LSN");
-    (u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap()
-}
 
 fn main() {
     let args = BenchArgs::parse("pg-bench", true);
     let work = args.work_dir("pg-bench-");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let server = PostgresServer::start().expect("PostgreSQL");
-    rt.block_on(server.create_database("bench")).unwrap();
-    let db = rt.block_on(server.connect("bench")).unwrap();
-    // The harness runs PostgreSQL with synchronous_commit=off, where committed WAL only
-    // reaches the walsender at the WAL writer's next flush (wal_writer_delay, 200 ms): that
-    // would measure the server's setting, not the connector. Commits here flush their WAL.
-    rt.block_on(db.batch_execute("SET synchronous_commit = on"))
-        .unwrap();
+    let (server, rt, db) = pg_bench_session();
     let load = Instant::now();
-    rt.block_on(db.batch_execute(&format!(
-        "CREATE TABLE orders (id bigint PRIMARY KEY, customer_id int, amount numeric(12,2),
-           status text, created_at timestamptz, note text);
-         INSERT INTO orders SELECT g, g % 10000, (g % 100000) / 100.0, 'new',
-           timestamptz '2024-01-01' + g * interval '1 second',
-           'note for order ' || lpad(g::text, 10, '0') || ' with some padding text'
-           FROM generate_series(1, {}) g;
-         ANALYZE orders;",
-        args.rows
-    )))
-    .unwrap();
+    rt.block_on(db.batch_execute(&pg_orders_sql(args.rows)))
+        .unwrap();
     eprintln!("loaded {} rows in {:?}", args.rows, load.elapsed());
 
     let config = json!({"name": "bench", "config": {
@@ -121,12 +95,7 @@ fn main() {
     let (stream_events_s, stream_cpu_us_per_event) =
         stream_phase(&w, "bench", &position, txns, |t| {
             let from = base_id + t * 1000;
-            insert_lsn(&format!(
-                "INSERT INTO orders SELECT g, g % 10000, (g % 100000) / 100.0, 'new', now(),
-               'note for order ' || lpad(g::text, 10, '0') || ' with some padding text'
-               FROM generate_series({from}, {}) g",
-                from + 999
-            ))
+            insert_lsn(&pg_orders_insert(from, from + 999))
         });
     let events = txns * 1000;
 

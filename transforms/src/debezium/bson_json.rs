@@ -90,17 +90,7 @@ impl Bson {
 
 /// Parses a document (`{...}`), the only top level Debezium writes.
 pub fn parse_document(text: &str) -> Result<Document, String> {
-    let mut p = Parser {
-        s: text.as_bytes(),
-        at: 0,
-    };
-    p.skip_ws();
-    let v = p.value()?;
-    p.skip_ws();
-    if p.at != p.s.len() {
-        return Err(p.error("unexpected text after the document"));
-    }
-    match v {
+    match parse_value(text)? {
         Bson::Document(d) => Ok(d),
         other => Err(format!(
             "expected an extended-JSON document, found a {}",

@@ -37,10 +37,13 @@ use headwater_api::{
 };
 
 use super::bson_json::{self, Bson, Document};
-use super::extract_new_record_state::{envelope_headers, DeleteTombstoneHandling, FieldReference};
+use super::extract_new_record_state::{
+    define_shared_keys, envelope_headers, parse_shared_keys, DeleteTombstoneHandling,
+    FieldReference,
+};
 use super::is_envelope;
 use crate::kafka::Flatten;
-use crate::util::{configure, get_bool, get_list, get_string, Target};
+use crate::util::{configure, get_bool, get_string, Target};
 
 /// The regex struct's schema name (Debezium's `MongoDataConverter.SCHEMA_NAME_REGEX`).
 pub const REGEX_SCHEMA_NAME: &str = "io.debezium.mongodb.regex";
@@ -154,20 +157,7 @@ pub struct ExtractNewDocumentState {
 
 impl ExtractNewDocumentState {
     pub fn config_def() -> ConfigDef {
-        let s = |name: &str, default: &str, doc: &str| {
-            ConfigKey::new(name, ConfigType::String)
-                .default_str(default)
-                .importance(Importance::Low)
-                .doc(doc)
-        };
-        let l = |name: &str, doc: &str| {
-            ConfigKey::new(name, ConfigType::List)
-                .default_str("")
-                .importance(Importance::Low)
-                .width(Width::Long)
-                .doc(doc)
-        };
-        ConfigDef::new()
+        define_shared_keys(ConfigDef::new())
             .define(
                 ConfigKey::new("array.encoding", ConfigType::String)
                     .default_str("array")
@@ -183,24 +173,11 @@ impl ExtractNewDocumentState {
                     .width(Width::Short)
                     .doc("Flattening structs by concatenating the fields into plain properties, using a (configurable) delimiter."),
             )
-            .define(s(
-                "flatten.struct.delimiter",
-                "_",
-                "Delimiter to concat between field names from the input record when generating field names for the output record.",
-            ))
             .define(
-                ConfigKey::new("delete.tombstone.handling.mode", ConfigType::String)
-                    .default_str("tombstone")
-                    .validator(Validator::one_of_case_insensitive(&[
-                        "drop",
-                        "tombstone",
-                        "rewrite",
-                        "rewrite-with-tombstone",
-                        "delete-to-tombstone",
-                    ]))
-                    .importance(Importance::Medium)
-                    .width(Width::Medium)
-                    .doc("How to handle delete records: drop, tombstone (default), rewrite, rewrite-with-tombstone or delete-to-tombstone."),
+                ConfigKey::new("flatten.struct.delimiter", ConfigType::String)
+                    .default_str("_")
+                    .importance(Importance::Low)
+                    .doc("Delimiter to concat between field names from the input record when generating field names for the output record."),
             )
             .define(
                 ConfigKey::new("delete.tombstone.handling.mode.rewrite-with-id", ConfigType::Boolean)
@@ -208,10 +185,6 @@ impl ExtractNewDocumentState {
                     .importance(Importance::Low)
                     .doc("When set to true and \"delete.tombstone.handling.mode\" is rewrite, extracts the \"id\" from the deleted record's key and includes it as \"_id\" in the event payload."),
             )
-            .define(s("add.fields.prefix", "__", "Adds this prefix to each field listed."))
-            .define(l("add.fields", "Adds each field listed, prefixed with __ (or __<struct>_ if the struct is specified). Optionally field:newName."))
-            .define(s("add.headers.prefix", "__", "Adds this prefix listed to each header."))
-            .define(l("add.headers", "Adds each field listed to the header, prefixed with __ (or __<struct>_ if the struct is specified). Optionally field:newName."))
             .define(
                 ConfigKey::new("field.name.adjustment.mode", ConfigType::String)
                     .default_str("none")
@@ -224,8 +197,7 @@ impl ExtractNewDocumentState {
     pub fn configure(props: &Properties) -> Result<Self, ConfigValidation> {
         let raw = |k: &str| props.get(k).cloned();
         configure(&Self::config_def(), props, |c, errors| {
-            let mode =
-                DeleteTombstoneHandling::parse(c.get_string("delete.tombstone.handling.mode")?)?;
+            let (mode, add_fields, add_headers) = parse_shared_keys(props, c, errors)?;
             let array_encoding = match c
                 .get_string("array.encoding")?
                 .trim()
@@ -235,14 +207,6 @@ impl ExtractNewDocumentState {
                 "document" => ArrayEncoding::Document,
                 _ => ArrayEncoding::Array,
             };
-            let fields_prefix = raw("add.fields.prefix").unwrap_or_else(|| "__".into());
-            let headers_prefix = raw("add.headers.prefix").unwrap_or_else(|| "__".into());
-            let add_fields = FieldReference::list(&fields_prefix, &get_list(c, "add.fields"))
-                .map_err(|e| errors.add_error("add.fields", e))
-                .ok()?;
-            let add_headers = FieldReference::list(&headers_prefix, &get_list(c, "add.headers"))
-                .map_err(|e| errors.add_error("add.headers", e))
-                .ok()?;
             let flatten = if get_bool(c, "flatten.struct", false) {
                 let delimiter = raw("flatten.struct.delimiter")
                     .or_else(|| get_string(c, "flatten.struct.delimiter"))

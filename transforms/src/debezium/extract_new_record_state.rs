@@ -20,7 +20,7 @@
 
 use std::collections::BTreeMap;
 
-use headwater_api::config::{ConfigKey, ConfigType, Importance, Validator, Width};
+use headwater_api::config::{ConfigKey, ConfigType, Importance, ParsedConfig, Validator, Width};
 use headwater_api::{
     ConfigDef, ConfigValidation, ConnectError, ConnectRecord, Headers, Properties, Schema,
     SchemaBuilder, SchemaRef, Struct, Transform, Value,
@@ -213,41 +213,75 @@ fn insert_deleted(value: &str, replace_null_with_default: bool) -> Option<Insert
     InsertField::configure(Target::Value, &props).ok()
 }
 
+/// The keys `ExtractNewRecordState` and MongoDB's `ExtractNewDocumentState` share: delete
+/// handling and the fields and headers copied from the envelope.
+pub(crate) fn define_shared_keys(def: ConfigDef) -> ConfigDef {
+    let s = |name: &str, default: &str, doc: &str| {
+        ConfigKey::new(name, ConfigType::String)
+            .default_str(default)
+            .importance(Importance::Low)
+            .doc(doc)
+    };
+    let l = |name: &str, doc: &str| {
+        ConfigKey::new(name, ConfigType::List)
+            .default_str("")
+            .importance(Importance::Low)
+            .width(Width::Long)
+            .doc(doc)
+    };
+    def.define(
+        ConfigKey::new("delete.tombstone.handling.mode", ConfigType::String)
+            .default_str("tombstone")
+            .validator(Validator::one_of_case_insensitive(&[
+                "drop",
+                "tombstone",
+                "rewrite",
+                "rewrite-with-tombstone",
+                "delete-to-tombstone",
+            ]))
+            .importance(Importance::Medium)
+            .width(Width::Medium)
+            .doc("How to handle delete records: drop, tombstone (default), rewrite, rewrite-with-tombstone or delete-to-tombstone."),
+    )
+    .define(s("add.fields.prefix", "__", "Adds this prefix to each field listed."))
+    .define(l("add.fields", "Adds each field listed, prefixed with __ (or __<struct>_ if the struct is specified). Optionally field:newName."))
+    .define(s("add.headers.prefix", "__", "Adds this prefix listed to each header."))
+    .define(l("add.headers", "Adds each field listed to the header, prefixed with __ (or __<struct>_ if the struct is specified). Optionally field:newName."))
+}
+
+/// The shared keys, parsed: delete handling, `add.fields`, `add.headers`. Prefixes are read
+/// untrimmed from `props`, as Debezium reads them (they may be meant to contain spaces).
+pub(crate) fn parse_shared_keys(
+    props: &Properties,
+    c: &ParsedConfig,
+    errors: &mut ConfigValidation,
+) -> Option<(
+    DeleteTombstoneHandling,
+    Vec<FieldReference>,
+    Vec<FieldReference>,
+)> {
+    let raw = |k: &str| props.get(k).cloned();
+    let mode = DeleteTombstoneHandling::parse(c.get_string("delete.tombstone.handling.mode")?)?;
+    let fields_prefix = raw("add.fields.prefix").unwrap_or_else(|| "__".into());
+    let headers_prefix = raw("add.headers.prefix").unwrap_or_else(|| "__".into());
+    let add_fields = FieldReference::list(&fields_prefix, &get_list(c, "add.fields"))
+        .map_err(|e| errors.add_error("add.fields", e))
+        .ok()?;
+    let add_headers = FieldReference::list(&headers_prefix, &get_list(c, "add.headers"))
+        .map_err(|e| errors.add_error("add.headers", e))
+        .ok()?;
+    Some((mode, add_fields, add_headers))
+}
+
 impl ExtractNewRecordState {
     pub fn config_def() -> ConfigDef {
-        let s = |name: &str, default: &str, doc: &str| {
-            ConfigKey::new(name, ConfigType::String)
-                .default_str(default)
-                .importance(Importance::Low)
-                .doc(doc)
-        };
-        let l = |name: &str, doc: &str| {
-            ConfigKey::new(name, ConfigType::List)
-                .default_str("")
-                .importance(Importance::Low)
-                .width(Width::Long)
-                .doc(doc)
-        };
-        ConfigDef::new()
+        define_shared_keys(ConfigDef::new())
             .define(
-                ConfigKey::new("delete.tombstone.handling.mode", ConfigType::String)
-                    .default_str("tombstone")
-                    .validator(Validator::one_of_case_insensitive(&[
-                        "drop",
-                        "tombstone",
-                        "rewrite",
-                        "rewrite-with-tombstone",
-                        "delete-to-tombstone",
-                    ]))
-                    .importance(Importance::Medium)
-                    .width(Width::Medium)
-                    .doc("How to handle delete records: drop, tombstone (default), rewrite, rewrite-with-tombstone or delete-to-tombstone."),
+                ConfigKey::new("route.by.field", ConfigType::String)
+                    .default_str("")
+                    .importance(Importance::Low)
+                    .doc("The column which determines how the events will be routed, the value will replace the topic name."),
             )
-            .define(s("route.by.field", "", "The column which determines how the events will be routed, the value will replace the topic name."))
-            .define(s("add.fields.prefix", "__", "Adds this prefix to each field listed."))
-            .define(l("add.fields", "Adds each field listed, prefixed with __ (or __<struct>_ if the struct is specified). Optionally field:newName."))
-            .define(s("add.headers.prefix", "__", "Adds this prefix listed to each header."))
-            .define(l("add.headers", "Adds each field listed to the header, prefixed with __ (or __<struct>_ if the struct is specified). Optionally field:newName."))
             .define(
                 ConfigKey::new("replace.null.with.default", ConfigType::Boolean)
                     .default_str("true")
@@ -275,19 +309,8 @@ impl ExtractNewRecordState {
     }
 
     pub fn configure(props: &Properties) -> Result<Self, ConfigValidation> {
-        // Debezium reads its settings untrimmed (prefixes may be meant to contain spaces).
-        let raw = |k: &str| props.get(k).cloned();
         configure(&Self::config_def(), props, |c, errors| {
-            let mode =
-                DeleteTombstoneHandling::parse(c.get_string("delete.tombstone.handling.mode")?)?;
-            let fields_prefix = raw("add.fields.prefix").unwrap_or_else(|| "__".into());
-            let headers_prefix = raw("add.headers.prefix").unwrap_or_else(|| "__".into());
-            let add_fields = FieldReference::list(&fields_prefix, &get_list(c, "add.fields"))
-                .map_err(|e| errors.add_error("add.fields", e))
-                .ok()?;
-            let add_headers = FieldReference::list(&headers_prefix, &get_list(c, "add.headers"))
-                .map_err(|e| errors.add_error("add.headers", e))
-                .ok()?;
+            let (mode, add_fields, add_headers) = parse_shared_keys(props, c, errors)?;
             let replace = get_bool(c, "replace.null.with.default", true);
             Some(ExtractNewRecordState {
                 mode,

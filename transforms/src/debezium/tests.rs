@@ -12,11 +12,11 @@ use super::*;
 use crate::debezium::extract_new_record_state::FieldReference;
 use crate::kafka::tests::{props, record};
 
-/// The records of one golden file, as the connector handed them to the transforms (before the
-/// seed's RegexRouter: topics are put back to `cdc.public.<table>`).
-fn golden(name: &str) -> Vec<SourceRecord> {
+/// The records of one captured file of `tests/data/golden/debezium/<db>/`, parsed back into
+/// schema + value with the JsonConverter, topics passed through `topic`.
+fn captured(db: &str, name: &str, topic: impl Fn(&str) -> String) -> Vec<SourceRecord> {
     let path = format!(
-        "{}/../tests/data/golden/debezium/postgres/{name}.raw.jsonl",
+        "{}/../tests/data/golden/debezium/{db}/{name}.raw.jsonl",
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -24,10 +24,7 @@ fn golden(name: &str) -> Vec<SourceRecord> {
     text.lines()
         .map(|line| {
             let j: serde_json::Value = serde_json::from_str(line).unwrap();
-            let topic = j["topic"]
-                .as_str()
-                .unwrap()
-                .replace("warehouse.", "cdc.public.");
+            let topic = topic(j["topic"].as_str().unwrap());
             let bytes = |k: &str| j[k].as_str().map(|s| s.as_bytes().to_vec());
             let key = conv
                 .to_connect_data(&topic, bytes("key").as_deref())
@@ -48,6 +45,12 @@ fn golden(name: &str) -> Vec<SourceRecord> {
             r
         })
         .collect()
+}
+
+/// The records of one PostgreSQL golden file, as the connector handed them to the transforms
+/// (before the seed's RegexRouter: topics are put back to `cdc.public.<table>`).
+fn golden(name: &str) -> Vec<SourceRecord> {
+    captured("postgres", name, |t| t.replace("warehouse.", "cdc.public."))
 }
 
 fn unwrap(pairs: &[(&str, &str)]) -> ExtractNewRecordState {
@@ -593,36 +596,9 @@ fn timezone_converter_zoned_and_wall_clock_values() {
 
 // ---- ExtractNewDocumentState, on events captured from Debezium's MongoDB connector ----
 
-/// The records of one MongoDB golden file, parsed back into schema + value.
+/// The records of one MongoDB golden file.
 fn mongo_golden(name: &str) -> Vec<SourceRecord> {
-    let path = format!(
-        "{}/../tests/data/golden/debezium/mongodb/{name}.raw.jsonl",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let conv = JsonConverter::new(JsonConverterConfig::default());
-    text.lines()
-        .map(|line| {
-            let j: serde_json::Value = serde_json::from_str(line).unwrap();
-            let topic = j["topic"].as_str().unwrap().to_owned();
-            let bytes = |k: &str| j[k].as_str().map(|s| s.as_bytes().to_vec());
-            let key = conv
-                .to_connect_data(&topic, bytes("key").as_deref())
-                .unwrap();
-            let value = conv
-                .to_connect_data(&topic, bytes("value").as_deref())
-                .unwrap();
-            SourceRecord::new(
-                OffsetMap::new(),
-                OffsetMap::new(),
-                topic,
-                key.schema,
-                key.value,
-                value.schema,
-                value.value,
-            )
-        })
-        .collect()
+    captured("mongodb", name, str::to_owned)
 }
 
 fn unwrap_doc(pairs: &[(&str, &str)]) -> ExtractNewDocumentState {
