@@ -184,6 +184,8 @@ enum Phase {
 }
 
 struct Inner {
+    /// Where the snapshot's progress is reported (the engine's status and metrics).
+    progress: headwater_api::SnapshotProgress,
     cfg: MongoConfig,
     client: Client,
     events: EventBuilder,
@@ -249,6 +251,7 @@ impl Inner {
         let events = EventBuilder::new(&cfg.topic_prefix);
         let committed = context.offset(&events.partition).cloned();
         let mut inner = Inner {
+            progress: context.snapshot_progress.clone(),
             heartbeats: Heartbeats::new(
                 cfg.heartbeat_interval,
                 &cfg.heartbeat_topic_prefix,
@@ -535,6 +538,13 @@ impl Inner {
             done = done.len(),
             "snapshot started"
         );
+        // `collections` are those still to copy; `done` were completed by an earlier run.
+        self.progress.start(
+            (collections.len() + done.len()) as u64,
+            collections.iter().map(|c| c.estimated).sum(),
+            done.len() as u64,
+            0,
+        );
         let collections = Arc::new(collections);
         let chunks = Arc::new(chunks);
         let readers = Readers::start(
@@ -673,6 +683,7 @@ impl Inner {
             elapsed_ms = s.started.elapsed().as_millis() as u64,
             "snapshot finished"
         );
+        self.progress.finish();
         let start = s.start.clone();
         let then_stream = s.then_stream;
         drop(s);
@@ -699,6 +710,7 @@ impl Inner {
             if let Some(doc) = s.docs.next() {
                 let ci = s.doc_collection;
                 s.rows += 1;
+                self.progress.add_rows(1);
                 if let Some((pci, prev)) = s.pending.replace((ci, doc)) {
                     let (rec, t) = self.snapshot_record(s, pci, prev, false);
                     out.push(rec);
@@ -751,6 +763,7 @@ impl Inner {
                     let c = &s.collections[chunk.collection];
                     tracing::info!(collection = %c.ns(), chunk = chunk.index + 1, chunks = chunk.of, documents = s.rows, estimated = c.estimated, "snapshot chunk done");
                     if chunk.index + 1 == chunk.of {
+                        self.progress.table_done();
                         s.done.push(c.ns());
                         s.done_json =
                             serde_json::to_string(&s.done).unwrap_or_else(|_| "[]".into());

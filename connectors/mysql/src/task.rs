@@ -129,6 +129,8 @@ struct Snapshot {
     seen: Vec<bool>,
     rows_done: Vec<u64>,
     estimated: Vec<u64>,
+    /// The same progress, for the engine's status and metrics.
+    progress: headwater_api::SnapshotProgress,
     /// Tables (`db.table`) whose every row was handed out, and their JSON.
     done: Vec<String>,
     done_json: String,
@@ -248,6 +250,8 @@ enum Phase {
 }
 
 struct Inner {
+    /// Where the snapshot's progress is reported (the engine's status and metrics).
+    progress: headwater_api::SnapshotProgress,
     cfg: MySqlConfig,
     opts: OptsBuilder,
     events: EventBuilder,
@@ -370,6 +374,7 @@ impl Inner {
         let events = EventBuilder::new(cfg.flavor, &cfg.topic_prefix);
         let committed = context.offset(&events.partition).cloned();
         let mut inner = Inner {
+            progress: context.snapshot_progress.clone(),
             opts,
             events,
             sql,
@@ -811,6 +816,13 @@ impl Inner {
             .unwrap_or_default()
             .as_secs() as i64;
         let n = tables.len();
+        // `tables` are those still to read; `done` were completed by an earlier run.
+        self.progress.start(
+            (n + done.len()) as u64,
+            estimated.iter().sum(),
+            done.len() as u64,
+            0,
+        );
         self.phase = Phase::Snapshot(Box::new(Snapshot {
             tables,
             chunks,
@@ -822,6 +834,7 @@ impl Inner {
             seen: vec![false; n],
             rows_done: vec![0; n],
             estimated,
+            progress: self.progress.clone(),
             done_json: snapshots::encode_tables(&done),
             done,
             skips_json: (!skips.is_empty()).then(|| snapshots::encode_skips(&skips)),
@@ -974,6 +987,7 @@ impl Inner {
             elapsed_ms = s.started.elapsed().as_millis() as u64,
             "snapshot finished"
         );
+        s.progress.finish();
         if let Some(mut lock) = s.lock_conn.take() {
             let _ = lock.query_drop("UNLOCK TABLES").await;
             let _ = lock.disconnect().await;
@@ -1013,6 +1027,7 @@ impl Inner {
                 let ti = s.row_table;
                 let first_in_table = !std::mem::replace(&mut s.seen[ti], true);
                 s.rows_done[ti] += 1;
+                s.progress.add_rows(1);
                 if let Some((pti, pfirst, prow)) = s.pending.take() {
                     // The pending row is the last of its table if this row starts a new one.
                     let last_in_table = pti != ti;
@@ -1082,6 +1097,7 @@ impl Inner {
                     );
                     if chunk.index + 1 == chunk.of {
                         tracing::info!(table = %table, rows = s.rows_done[ti], "snapshot of table done");
+                        s.progress.table_done();
                         s.done.push(table);
                         s.done_json = snapshots::encode_tables(&s.done);
                     }

@@ -150,6 +150,8 @@ struct Snapshot {
     seen: Vec<bool>,
     rows_done: Vec<u64>,
     estimated: Vec<u64>,
+    /// The same progress, for the engine's status and metrics.
+    progress: headwater_api::SnapshotProgress,
     /// Tables every row of which was handed out (`schema.table`), and as JSON.
     done: Vec<String>,
     done_json: String,
@@ -204,6 +206,8 @@ enum Phase {
 }
 
 struct Inner {
+    /// Where the snapshot's progress is reported (the engine's status and metrics).
+    progress: headwater_api::SnapshotProgress,
     cfg: PostgresConfig,
     sql: Client,
     sql_conn: JoinHandle<()>,
@@ -434,6 +438,7 @@ impl Inner {
             manual: cfg.lsn_flush_mode == LsnFlushMode::Manual,
         });
         let mut inner = Inner {
+            progress: context.snapshot_progress.clone(),
             sql,
             sql_conn,
             types: TypeRegistry::new(),
@@ -749,6 +754,13 @@ impl Inner {
                 self.cfg.unavailable_placeholder.clone(),
             );
             let n = tables.len();
+            // `tables` are those still to copy; `done` were completed by an earlier run.
+            self.progress.start(
+                (n + done.len()) as u64,
+                estimated.iter().sum(),
+                done.len() as u64,
+                0,
+            );
             self.phase = Phase::Snapshot(Box::new(Snapshot {
                 tables,
                 chunks,
@@ -761,6 +773,7 @@ impl Inner {
                 seen: vec![false; n],
                 rows_done: vec![0; n],
                 estimated,
+                progress: self.progress.clone(),
                 done_json: snapshots::encode_tables(&done),
                 done,
                 source_blocks: vec![None; n],
@@ -1169,6 +1182,7 @@ impl Inner {
             elapsed_ms = snap.started.elapsed().as_millis() as u64,
             "snapshot finished"
         );
+        snap.progress.finish();
         self.sql
             .batch_execute("COMMIT")
             .await
@@ -1218,6 +1232,7 @@ impl Inner {
                 let ti = snap.row_table;
                 let first_in_table = !std::mem::replace(&mut snap.seen[ti], true);
                 snap.rows_done[ti] += 1;
+                snap.progress.add_rows(1);
                 if let Some((pti, pfirst, prow)) = snap.pending.take() {
                     // The pending row is the last of its table if this row starts a new one.
                     let last_in_table = pti != ti;
@@ -1273,6 +1288,7 @@ impl Inner {
                     );
                     if chunk.index + 1 == chunk.of {
                         tracing::info!(table = %table, rows = snap.rows_done[ti], "snapshot of table done");
+                        snap.progress.table_done();
                         snap.done.push(table);
                         snap.done_json = snapshots::encode_tables(&snap.done);
                     }

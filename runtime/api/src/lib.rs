@@ -26,8 +26,8 @@ pub use config::{
 };
 pub use error::{ConnectError, DataError, ErrorKind};
 pub use plugin::{
-    Boundary, PluginFactory, Predicate, Properties, SourceBatch, SourceConnector, SourceTask,
-    SourceTaskContext, Transform,
+    Boundary, PluginFactory, Predicate, Properties, SnapshotProgress, SnapshotStatus, SourceBatch,
+    SourceConnector, SourceTask, SourceTaskContext, Transform,
 };
 pub use record::{ConnectRecord, Header, Headers, OffsetMap, OffsetValue, SourceRecord};
 pub use schema::{Field, Schema, SchemaBuilder, SchemaRef, SchemaType};

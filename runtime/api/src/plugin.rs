@@ -13,6 +13,8 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::config::{ConfigDef, ConfigValidation};
 use crate::error::ConnectError;
@@ -57,6 +59,74 @@ pub struct SourceTaskContext {
     /// The last durably committed offset for each source partition this connector has written,
     /// as `(source partition, source offset)` pairs.
     pub committed_offsets: Vec<(OffsetMap, OffsetMap)>,
+    /// Where the task reports its snapshot's progress; the engine shows it in the task's
+    /// status and metrics. A task that never snapshots leaves it alone.
+    pub snapshot_progress: SnapshotProgress,
+}
+
+/// A task's snapshot progress, shared between the task (writer) and the engine (reader):
+/// relaxed atomic counters, cheap enough to bump per row. Rows count what the snapshot read
+/// and handed to the engine, not what is durable yet (the committed offset says that).
+#[derive(Clone, Debug, Default)]
+pub struct SnapshotProgress(Arc<SnapshotCounters>);
+
+#[derive(Debug, Default)]
+struct SnapshotCounters {
+    started: AtomicBool,
+    running: AtomicBool,
+    rows: AtomicU64,
+    rows_estimated: AtomicU64,
+    tables: AtomicU64,
+    tables_done: AtomicU64,
+}
+
+/// One reading of a [`SnapshotProgress`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotStatus {
+    /// A snapshot was started by this task instance.
+    pub started: bool,
+    /// It is still running.
+    pub running: bool,
+    pub rows: u64,
+    /// The source's estimate of all rows to copy (table statistics; may be off either way).
+    pub rows_estimated: u64,
+    /// Tables (collections) to copy, and those fully copied.
+    pub tables: u64,
+    pub tables_done: u64,
+}
+
+impl SnapshotProgress {
+    /// A snapshot of `tables` tables holding about `rows_estimated` rows starts; `rows_done`
+    /// rows were already copied by an earlier, resumed run.
+    pub fn start(&self, tables: u64, rows_estimated: u64, tables_done: u64, rows_done: u64) {
+        let c = &self.0;
+        c.tables.store(tables, Ordering::Relaxed);
+        c.rows_estimated.store(rows_estimated, Ordering::Relaxed);
+        c.tables_done.store(tables_done, Ordering::Relaxed);
+        c.rows.store(rows_done, Ordering::Relaxed);
+        c.started.store(true, Ordering::Relaxed);
+        c.running.store(true, Ordering::Relaxed);
+    }
+    pub fn add_rows(&self, n: u64) {
+        self.0.rows.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn table_done(&self) {
+        self.0.tables_done.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn finish(&self) {
+        self.0.running.store(false, Ordering::Relaxed);
+    }
+    pub fn status(&self) -> SnapshotStatus {
+        let c = &self.0;
+        SnapshotStatus {
+            started: c.started.load(Ordering::Relaxed),
+            running: c.running.load(Ordering::Relaxed),
+            rows: c.rows.load(Ordering::Relaxed),
+            rows_estimated: c.rows_estimated.load(Ordering::Relaxed),
+            tables: c.tables.load(Ordering::Relaxed),
+            tables_done: c.tables_done.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl SourceTaskContext {

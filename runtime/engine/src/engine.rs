@@ -419,11 +419,19 @@ impl Engine {
                 .enumerate()
                 .map(|(i, t)| {
                     let (state, trace) = t.shared.status();
+                    let s = t.shared.snapshot.status();
                     TaskState {
                         id: i as u32,
                         state,
                         worker_id: worker_id.clone(),
                         trace,
+                        snapshot: s.started.then_some(crate::model::SnapshotState {
+                            running: s.running,
+                            rows: s.rows,
+                            rows_estimated: s.rows_estimated,
+                            tables: s.tables,
+                            tables_done: s.tables_done,
+                        }),
                     }
                 })
                 .collect(),

@@ -327,6 +327,54 @@ pub fn render(
 
     header(
         &mut out,
+        "headwater_task_snapshot_running",
+        "gauge",
+        "1 while the task's snapshot runs, 0 otherwise; absent for tasks that never snapshotted.",
+    );
+    for (labels, t) in &tasks {
+        let s = t.shared.snapshot.status();
+        if s.started {
+            let _ = writeln!(
+                out,
+                "headwater_task_snapshot_running{{{labels}}} {}",
+                u8::from(s.running)
+            );
+        }
+    }
+    for (name, help, pick) in [
+        (
+            "headwater_task_snapshot_rows",
+            "Rows (documents) the task's snapshot has read so far.",
+            (|s: &headwater_api::SnapshotStatus| s.rows)
+                as fn(&headwater_api::SnapshotStatus) -> u64,
+        ),
+        (
+            "headwater_task_snapshot_rows_estimated",
+            "The source's estimate of the rows the snapshot copies (table statistics).",
+            |s| s.rows_estimated,
+        ),
+        (
+            "headwater_task_snapshot_tables",
+            "Tables (collections) the snapshot copies.",
+            |s| s.tables,
+        ),
+        (
+            "headwater_task_snapshot_tables_done",
+            "Tables (collections) the snapshot has copied completely.",
+            |s| s.tables_done,
+        ),
+    ] {
+        header(&mut out, name, "gauge", help);
+        for (labels, t) in &tasks {
+            let s = t.shared.snapshot.status();
+            if s.started {
+                let _ = writeln!(out, "{name}{{{labels}}} {}", pick(&s));
+            }
+        }
+    }
+
+    header(
+        &mut out,
         "headwater_log_start_offset",
         "gauge",
         "First offset still held by a log partition.",
@@ -409,6 +457,37 @@ mod tests {
     }
 
     #[test]
+    fn snapshot_progress_is_rendered_once_a_snapshot_started() {
+        let shared: Arc<TaskShared> = TaskShared::new(Control::Run);
+        shared.snapshot.start(3, 1000, 1, 0);
+        shared.snapshot.add_rows(250);
+        shared.snapshot.table_done();
+        let sample = || ConnectorSample {
+            name: "c",
+            state: State::Running,
+            tasks: vec![TaskSample {
+                connector: "c",
+                task: 0,
+                state: State::Running,
+                shared: &shared,
+            }],
+        };
+        let text = render(&[sample()], &[], None);
+        for line in [
+            "headwater_task_snapshot_running{connector=\"c\",task=\"0\"} 1\n",
+            "headwater_task_snapshot_rows{connector=\"c\",task=\"0\"} 250\n",
+            "headwater_task_snapshot_rows_estimated{connector=\"c\",task=\"0\"} 1000\n",
+            "headwater_task_snapshot_tables{connector=\"c\",task=\"0\"} 3\n",
+            "headwater_task_snapshot_tables_done{connector=\"c\",task=\"0\"} 2\n",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        shared.snapshot.finish();
+        let text = render(&[sample()], &[], None);
+        assert!(text.contains("headwater_task_snapshot_running{connector=\"c\",task=\"0\"} 0\n"));
+    }
+
+    #[test]
     fn render_has_one_hot_states_counters_and_escaped_labels() {
         let shared: Arc<TaskShared> = TaskShared::new(Control::Run);
         shared.records_polled.store(7, Ordering::Relaxed);
@@ -448,6 +527,8 @@ mod tests {
             "headwater_task_commit_bytes_bucket{connector=\"a\\\"b\",task=\"0\",le=\"4096\"} 1\n"
         ));
         assert!(!text.contains("headwater_task_source_lag_milliseconds{"));
+        // No snapshot started: no snapshot series.
+        assert!(!text.contains("headwater_task_snapshot_rows{"));
         assert!(text.contains("headwater_log_end_offset{topic=\"t\",partition=\"0\"} 5\n"));
         assert!(text.contains("headwater_log_disk_bytes 42\n"));
         for line in text.lines().filter(|l| !l.starts_with('#')) {

@@ -79,6 +79,20 @@ pub struct TaskState {
     pub worker_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
+    /// Headwater's addition: the task's snapshot progress, once it started one (Kafka Connect
+    /// clients ignore the unknown member).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotState>,
+}
+
+/// The `snapshot` member of a task's status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotState {
+    pub running: bool,
+    pub rows: u64,
+    pub rows_estimated: u64,
+    pub tables: u64,
+    pub tables_done: u64,
 }
 
 /// Kafka Connect's `ConnectorStateInfo`.

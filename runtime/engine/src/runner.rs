@@ -77,6 +77,8 @@ pub struct TaskShared {
     /// Milliseconds behind the source at the last polled change event
     /// ([`metrics::NO_LAG`] until one carries `source.ts_ms`).
     pub source_lag_ms: AtomicI64,
+    /// The task's snapshot progress, as its task instances report it.
+    pub snapshot: headwater_api::SnapshotProgress,
 }
 
 impl TaskShared {
@@ -92,6 +94,7 @@ impl TaskShared {
             commit_latency: Histogram::latency(),
             commit_bytes: Histogram::bytes(),
             source_lag_ms: AtomicI64::new(metrics::NO_LAG),
+            snapshot: headwater_api::SnapshotProgress::default(),
         })
     }
     pub fn set_status(&self, state: State, trace: Option<String>) {
@@ -260,10 +263,14 @@ async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<()
         .get(&setup.connector)
         .cloned()
         .unwrap_or_default();
+    // A new task instance (a restart makes one) runs no snapshot until it says so; the last
+    // snapshot's figures stay readable.
+    setup.shared.snapshot.finish();
     let context = SourceTaskContext {
         connector_name: setup.connector.clone(),
         task_id: setup.task_id,
         committed_offsets: committed,
+        snapshot_progress: setup.shared.snapshot.clone(),
     };
     task.start(context, setup.props.clone()).await?;
     setup.shared.set_status(State::Running, None);

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{http, wait_until, Worker};
+use common::{http, http_raw, wait_until, Worker};
 use headwater_tests::PostgresServer;
 use serde_json::Value;
 
@@ -119,6 +119,20 @@ fn seed_connector_config_streams_debezium_events() {
         None,
     );
     assert_eq!(status["tasks"][0]["state"], "RUNNING", "{status}");
+    // The snapshot's progress, in the status (Headwater's `snapshot` member) and the metrics.
+    let snapshot = &status["tasks"][0]["snapshot"];
+    assert_eq!(snapshot["running"], false, "{status}");
+    assert_eq!(snapshot["rows"], 3, "{status}");
+    assert_eq!(snapshot["tables"], 3, "{status}");
+    assert_eq!(snapshot["tables_done"], 3, "{status}");
+    let (_, _, metrics) = http_raw(w.addr, "GET", "/metrics", None, &[]);
+    for line in [
+        "headwater_task_snapshot_running{connector=\"postgres-cdc-source\",task=\"0\"} 0",
+        "headwater_task_snapshot_rows{connector=\"postgres-cdc-source\",task=\"0\"} 3",
+        "headwater_task_snapshot_tables_done{connector=\"postgres-cdc-source\",task=\"0\"} 3",
+    ] {
+        assert!(metrics.contains(line), "metrics lack {line}:\n{metrics}");
+    }
 
     sql(&runtime, &server, "INSERT INTO public.orders VALUES (2, 1, 5.50, 'new', '2024-03-01 10:00:00+00', 'second order');");
     sql(
