@@ -210,22 +210,26 @@ impl Session {
                 return Ok(());
             }
             check_worker(self.worker.as_mut().expect("worker"), &root)?;
-            failed_task(&endpoint, &name)?;
+            let read = snapshot_rows_read(&endpoint, &name)?
+                .unwrap_or(0)
+                .min(total);
+            // In the log (durable); the task's own count runs a little ahead of it.
             let done = TOPICS
                 .iter()
                 .map(|t| topic_records(&endpoint, t))
                 .sum::<u64>()
                 .min(total);
+            let line = format!(
+                "  snapshot: {} / {} rows read, {} in the log",
+                group(read.max(done)),
+                group(total),
+                group(done)
+            );
             if style.tty {
-                print!(
-                    "\r  snapshot: {} / {} rows ({:.1} s)",
-                    group(done),
-                    group(total),
-                    started.elapsed().as_secs_f64()
-                );
+                print!("\r{line} ({:.1} s)", started.elapsed().as_secs_f64());
                 let _ = std::io::stdout().flush();
             } else if last_line.elapsed() >= Duration::from_secs(1) || done >= total {
-                println!("  snapshot: {} / {} rows", group(done), group(total));
+                println!("{line}");
                 last_line = Instant::now();
             }
             if done >= total {
@@ -471,18 +475,20 @@ fn stop_child(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// Fails when the connector's task failed (with its trace), so the user sees why.
-fn failed_task(endpoint: &Endpoint, name: &str) -> Result<(), Failure> {
+/// The rows the connector's snapshot has read so far (its task status's `snapshot` member);
+/// fails when the task failed (with its trace), so the user sees why.
+fn snapshot_rows_read(endpoint: &Endpoint, name: &str) -> Result<Option<u64>, Failure> {
     let Ok(r) = endpoint.request(
         "GET",
         &format!("/connectors/{}/status", segment(name)),
         None,
     ) else {
-        return Ok(());
+        return Ok(None);
     };
     let Ok(status) = r.json() else {
-        return Ok(());
+        return Ok(None);
     };
+    let mut read = None;
     for t in status["tasks"].as_array().into_iter().flatten() {
         if t["state"] == "FAILED" {
             return Err(Failure::runtime(format!(
@@ -490,8 +496,11 @@ fn failed_task(endpoint: &Endpoint, name: &str) -> Result<(), Failure> {
                 t["trace"].as_str().unwrap_or("(no trace)")
             )));
         }
+        if let Some(rows) = t["snapshot"]["rows"].as_u64() {
+            read = Some(read.unwrap_or(0) + rows);
+        }
     }
-    Ok(())
+    Ok(read)
 }
 
 /// `(partition, end offset)` of a topic (none while it does not exist yet).
