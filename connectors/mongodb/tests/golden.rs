@@ -160,6 +160,16 @@ struct Driver {
 }
 
 impl Driver {
+    fn new() -> Driver {
+        Driver {
+            task: MongoSourceTask::new(),
+            conv: JsonConverter::new(JsonConverterConfig::default()),
+            committed: None,
+            smt: None,
+            smt_errors: Vec::new(),
+        }
+    }
+
     async fn start(&mut self, props: Properties) {
         let ctx = SourceTaskContext {
             committed_offsets: self.committed.clone().into_iter().collect(),
@@ -263,6 +273,13 @@ impl Driver {
     }
 }
 
+async fn start_server() -> MongoServer {
+    tokio::task::spawn_blocking(MongoServer::start)
+        .await
+        .unwrap()
+        .expect("SecantusDB (scripts/install-deps)")
+}
+
 fn props(server: &MongoServer, extra: &[(&str, &str)]) -> Properties {
     let uri = server.uri();
     let mut p: Properties = [
@@ -287,10 +304,7 @@ fn props(server: &MongoServer, extra: &[(&str, &str)]) -> Properties {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_golden_case_is_reproduced() {
-    let server = tokio::task::spawn_blocking(MongoServer::start)
-        .await
-        .unwrap()
-        .expect("SecantusDB (scripts/install-deps)");
+    let server = start_server().await;
     let (setup, cases) = readme_code();
     let case = |prefix: &str| {
         cases
@@ -301,13 +315,7 @@ async fn every_golden_case_is_reproduced() {
     };
     // The documents that exist before the connector starts.
     run_python(&server, &setup, &case("00_snapshot_orders").1);
-    let mut d = Driver {
-        task: MongoSourceTask::new(),
-        conv: JsonConverter::new(JsonConverterConfig::default()),
-        committed: None,
-        smt: None,
-        smt_errors: Vec::new(),
-    };
+    let mut d = Driver::new();
     d.start(props(&server, &[])).await;
     let snap = d.collect(9, Duration::from_millis(500)).await;
     // Collections in name order: customers, then orders; the very last record says "last".
@@ -402,10 +410,7 @@ async fn every_golden_case_is_reproduced() {
 /// what the option is documented to do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extract_new_document_state_matches_the_type_probe() {
-    let server = tokio::task::spawn_blocking(MongoServer::start)
-        .await
-        .unwrap()
-        .expect("SecantusDB (scripts/install-deps)");
+    let server = start_server().await;
     let (setup, _) = readme_code();
     let dir = golden_dir().join("smt_types");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
@@ -435,13 +440,7 @@ async fn extract_new_document_state_matches_the_type_probe() {
     );
     run_python(&server, &setup, &code);
 
-    let mut d = Driver {
-        task: MongoSourceTask::new(),
-        conv: JsonConverter::new(JsonConverterConfig::default()),
-        committed: None,
-        smt: None,
-        smt_errors: Vec::new(),
-    };
+    let mut d = Driver::new();
     let mut p = props(&server, &[]);
     p.remove("collection.include.list");
     p.insert("database.include.list".into(), "smtprobe".into());

@@ -43,7 +43,7 @@ use super::extract_new_record_state::{
 };
 use super::is_envelope;
 use crate::kafka::Flatten;
-use crate::util::{configure, get_bool, get_string, Target};
+use crate::util::{configure, get_bool, get_string, ByPtr, SchemaCache, Target};
 
 /// The regex struct's schema name (Debezium's `MongoDataConverter.SCHEMA_NAME_REGEX`).
 pub const REGEX_SCHEMA_NAME: &str = "io.debezium.mongodb.regex";
@@ -153,6 +153,8 @@ pub struct ExtractNewDocumentState {
     add_headers: Vec<FieldReference>,
     flatten: Option<(Flatten, String)>,
     schemas: Mutex<SchemaCacheMap>,
+    /// Value schemas with the `add.fields` appended, per (document schema, envelope schema).
+    added_schemas: SchemaCache<(ByPtr, ByPtr), SchemaRef>,
 }
 
 impl ExtractNewDocumentState {
@@ -233,6 +235,7 @@ impl ExtractNewDocumentState {
                 add_headers,
                 flatten,
                 schemas: Mutex::new(HashMap::new()),
+                added_schemas: SchemaCache::new(64),
             })
         })
     }
@@ -309,10 +312,10 @@ impl ExtractNewDocumentState {
     fn struct_schema(
         &self,
         name: Option<&str>,
-        fields: &[(String, Shape)],
+        fields: Vec<(String, Shape)>,
         optional: bool,
     ) -> SchemaRef {
-        let key = (name.map(str::to_owned), fields.to_vec(), optional);
+        let key = (name.map(str::to_owned), fields, optional);
         let mut cache = match self.schemas.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -327,7 +330,7 @@ impl ExtractNewDocumentState {
         if optional {
             b = b.optional();
         }
-        for (k, shape) in fields {
+        for (k, shape) in &key.1 {
             b = b.field(k.clone(), field_schema(shape, name, k));
         }
         let schema = b.build_ref();
@@ -338,12 +341,13 @@ impl ExtractNewDocumentState {
         schema
     }
 
-    /// A document as a struct of `schema` (built from the document's shape).
-    fn struct_of(members: &Document, schema: &SchemaRef) -> Result<Struct, PathError> {
+    /// A document as a struct of `schema` (built from the document's shape); its strings and
+    /// bytes move into the struct.
+    fn struct_of(members: Document, schema: &SchemaRef) -> Result<Struct, PathError> {
         let mut values = vec![Value::Null; schema.fields().len()];
         for (k, v) in members {
-            if let Some(f) = schema.field(k) {
-                values[f.index()] = value_of(v, f.schema()).map_err(|e| e.at(k))?;
+            if let Some(f) = schema.field(&k) {
+                values[f.index()] = value_of(v, f.schema()).map_err(|e| e.at(&k))?;
             }
         }
         Struct::from_values(schema.clone(), values).map_err(|e| PathError::new(e.to_string()))
@@ -353,22 +357,22 @@ impl ExtractNewDocumentState {
     fn typed(
         &self,
         value_name: Option<&str>,
-        key_doc: &Document,
-        value_doc: Option<&Document>,
+        key_doc: Document,
+        value_doc: Option<Document>,
         topic: &str,
     ) -> Result<(SchemaRef, Struct, Option<Struct>), ConnectError> {
         let key_fields = self
-            .shapes_of(key_doc)
+            .shapes_of(&key_doc)
             .map_err(|e| e.into_connect("key", topic))?;
-        let key_schema = self.struct_schema(None, &key_fields, false);
+        let key_schema = self.struct_schema(None, key_fields, false);
         let key =
             Self::struct_of(key_doc, &key_schema).map_err(|e| e.into_connect("key", topic))?;
         let value = match value_doc {
             Some(doc) if !doc.is_empty() => {
                 let fields = self
-                    .shapes_of(doc)
+                    .shapes_of(&doc)
                     .map_err(|e| e.into_connect("document", topic))?;
-                let schema = self.struct_schema(value_name, &fields, false);
+                let schema = self.struct_schema(value_name, fields, false);
                 Some(Self::struct_of(doc, &schema).map_err(|e| e.into_connect("document", topic))?)
             }
             _ => None,
@@ -383,23 +387,33 @@ impl ExtractNewDocumentState {
         }
         let env_schema = envelope.schema();
         let row_schema = value.schema().clone();
-        let mut b = SchemaBuilder::struct_();
-        if let Some(n) = row_schema.name() {
-            b = b.name(n);
-        }
-        for f in row_schema.fields() {
-            b = b.field(f.name(), f.schema().clone());
-        }
+        let out = self.added_schemas.get_or_try_insert(
+            (ByPtr(row_schema.clone()), ByPtr(env_schema.clone())),
+            || {
+                let mut b = SchemaBuilder::struct_();
+                if let Some(n) = row_schema.name() {
+                    b = b.name(n);
+                }
+                for f in row_schema.fields() {
+                    b = b.field(f.name(), f.schema().clone());
+                }
+                for r in &self.add_fields {
+                    if let Some(s) = r.schema(env_schema) {
+                        b = b
+                            .try_field(r.new_field.clone(), s)
+                            .map_err(ConnectError::from)?;
+                    }
+                }
+                Ok(b.build_ref())
+            },
+        )?;
         let mut values = value.into_values();
         for r in &self.add_fields {
-            if let Some(s) = r.schema(env_schema) {
-                b = b
-                    .try_field(r.new_field.clone(), s)
-                    .map_err(ConnectError::from)?;
+            if r.schema(env_schema).is_some() {
                 values.push(r.value(envelope));
             }
         }
-        Ok(Struct::from_values(b.build_ref(), values)?)
+        Ok(Struct::from_values(out, values)?)
     }
 
     /// The document of an update without `after` (`capture.mode=change_streams`): the
@@ -434,8 +448,8 @@ impl ExtractNewDocumentState {
     fn output<R: ConnectRecord>(
         &self,
         mut record: R,
-        key_doc: &Document,
-        value_doc: Option<&Document>,
+        key_doc: Document,
+        value_doc: Option<Document>,
         value_name: Option<&str>,
         envelope: Option<&Struct>,
     ) -> Result<Option<R>, ConnectError> {
@@ -548,27 +562,24 @@ fn scalar_schema(s: Scalar) -> SchemaRef {
     }
 }
 
-/// A BSON value as a Connect value of `schema` (built from its shape).
-fn value_of(v: &Bson, schema: &SchemaRef) -> Result<Value, PathError> {
+/// A BSON value as a Connect value of `schema` (built from its shape), moved.
+fn value_of(v: Bson, schema: &SchemaRef) -> Result<Value, PathError> {
     Ok(match v {
         Bson::Null => Value::Null,
         Bson::String(s) | Bson::ObjectId(s) | Bson::Decimal128(s) | Bson::JavaScript(s) => {
-            Value::String(s.clone())
+            Value::String(s)
         }
-        Bson::Int32(n) => Value::Int32(*n),
-        Bson::Int64(n) => Value::Int64(*n),
-        Bson::Double(d) => Value::Float64(*d),
-        Bson::Boolean(b) => Value::Boolean(*b),
-        Bson::Binary { bytes, .. } => Value::Bytes(bytes.clone()),
-        Bson::DateTime(ms) => Value::Int64(*ms),
-        Bson::Timestamp { time, .. } => Value::Int64(i64::from(*time) * 1000),
+        Bson::Int32(n) => Value::Int32(n),
+        Bson::Int64(n) => Value::Int64(n),
+        Bson::Double(d) => Value::Float64(d),
+        Bson::Boolean(b) => Value::Boolean(b),
+        Bson::Binary { bytes, .. } => Value::Bytes(bytes),
+        Bson::DateTime(ms) => Value::Int64(ms),
+        Bson::Timestamp { time, .. } => Value::Int64(i64::from(time) * 1000),
         Bson::Regex { pattern, options } => Value::Struct(
             Struct::from_values(
                 schema.clone(),
-                vec![
-                    Value::String(pattern.clone()),
-                    Value::String(options.clone()),
-                ],
+                vec![Value::String(pattern), Value::String(options)],
             )
             .map_err(|e| PathError::new(e.to_string()))?,
         ),
@@ -582,18 +593,18 @@ fn value_of(v: &Bson, schema: &SchemaRef) -> Result<Value, PathError> {
                     .ok_or_else(|| PathError::new("array schema without items".into()))?;
                 Value::Array(
                     items
-                        .iter()
+                        .into_iter()
                         .map(|i| value_of(i, item_schema))
                         .collect::<Result<_, _>>()?,
                 )
             }
             _ => {
                 let members: Document = items
-                    .iter()
+                    .into_iter()
                     .enumerate()
-                    .map(|(i, item)| (element_name(i), item.clone()))
+                    .map(|(i, item)| (element_name(i), item))
                     .collect();
-                Value::Struct(ExtractNewDocumentState::struct_of(&members, schema)?)
+                Value::Struct(ExtractNewDocumentState::struct_of(members, schema)?)
             }
         },
         other => {
@@ -655,7 +666,7 @@ impl<R: ConnectRecord> Transform<R> for ExtractNewDocumentState {
         if record.value().is_null() {
             return match self.mode {
                 DeleteTombstoneHandling::RewriteWithTombstone => {
-                    self.output(record, &key_doc, None, None, None)
+                    self.output(record, key_doc, None, None, None)
                 }
                 _ => Ok(None),
             };
@@ -716,12 +727,6 @@ impl<R: ConnectRecord> Transform<R> for ExtractNewDocumentState {
                 d.push(("_id".to_owned(), key_doc[0].1.clone()));
             }
         }
-        self.output(
-            record,
-            &key_doc,
-            doc.as_ref(),
-            value_name.as_deref(),
-            Some(&envelope),
-        )
+        self.output(record, key_doc, doc, value_name.as_deref(), Some(&envelope))
     }
 }

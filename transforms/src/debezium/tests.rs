@@ -736,7 +736,14 @@ fn extract_new_document_state_adds_fields_and_headers_from_the_envelope() {
         ("add.fields", "op,collection,source.ord"),
         ("add.headers", "op,db"),
     ]);
-    let out = run(&t, mongo_golden("14_replace_one").remove(0)).unwrap();
+    // One parsed event (one envelope schema, as the connector shares it), transformed twice.
+    let event = mongo_golden("14_replace_one").remove(0);
+    let out = run(&t, event.clone()).unwrap();
+    let again = run(&t, event).unwrap();
+    assert!(std::sync::Arc::ptr_eq(
+        out.value_schema.as_ref().unwrap(),
+        again.value_schema.as_ref().unwrap()
+    ));
     let (_, v) = as_json(&out);
     assert_eq!(v["payload"]["__op"], "u");
     assert_eq!(v["payload"]["__collection"], "orders");
