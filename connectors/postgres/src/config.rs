@@ -66,6 +66,10 @@ pub struct PostgresConfig {
     pub slot_name: String,
     pub slot_drop_on_stop: bool,
     pub slot_stream_params: Vec<(String, String)>,
+    /// Ask for streamed in-progress transactions (PostgreSQL 14+).
+    pub transaction_streaming: bool,
+    /// Where streamed transactions are buffered.
+    pub transaction_spill_dir: std::path::PathBuf,
     pub slot_max_retries: u32,
     pub slot_retry_delay: Duration,
     pub publication_name: String,
@@ -190,6 +194,8 @@ pub fn config_def() -> ConfigDef {
             .doc("Name of the logical replication slot (cluster-wide)."))
         .define(key("slot.drop.on.stop", Boolean).default_str("false").doc("Drop the slot when the task stops."))
         .define(key("slot.stream.params", String).default_null().doc("Semicolon-separated key=value options passed to START_REPLICATION."))
+        .define(key("transaction.streaming", Boolean).default_str("true").doc("Headwater: on PostgreSQL 14+, receive transactions larger than the server's logical_decoding_work_mem while they run (pgoutput protocol 2, streaming 'on') and buffer them in transaction.spill.dir until they commit, instead of the server spilling them into the primary's pg_replslot directory."))
+        .define(key("transaction.spill.dir", String).default_null().doc("Headwater: directory for the files that buffer streamed in-progress transactions (unlinked at creation; default: the system temporary directory)."))
         .define(key("slot.max.retries", Int).default_str("6").validator(Validator::at_least(0.0)).doc("How often to retry when the slot is busy."))
         .define(key("slot.retry.delay.ms", Long).default_str("10000").validator(Validator::at_least(0.0)).doc("Delay between slot retries."))
         .define(key("publication.name", String).default_str("dbz_publication")
@@ -422,6 +428,11 @@ impl PostgresConfig {
             slot_name: s("slot.name"),
             slot_drop_on_stop: p.get_bool("slot.drop.on.stop").unwrap_or(false),
             slot_stream_params: stream_params,
+            transaction_streaming: p.get_bool("transaction.streaming").unwrap_or(true),
+            transaction_spill_dir: p
+                .get_string("transaction.spill.dir")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| std::env::temp_dir().join("headwater-streamed-transactions")),
             slot_max_retries: long("slot.max.retries") as u32,
             slot_retry_delay: ms("slot.retry.delay.ms"),
             publication_name: s("publication.name"),

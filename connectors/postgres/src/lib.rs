@@ -26,6 +26,7 @@ pub mod lsn;
 pub mod pgoutput;
 pub mod replication;
 pub mod snapshot;
+pub mod streamed;
 pub mod task;
 pub mod temporal;
 pub mod types;

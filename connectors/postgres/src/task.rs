@@ -48,6 +48,7 @@ use crate::replication::{
     ConnectOptions, PgError, ReplicationClient, ReplicationMessage, SnapshotAction, StatusWriter,
 };
 use crate::snapshot::{self as snapshots, Chunk, ChunkMsg, Readers, SkipRegion};
+use crate::streamed::{Replay, StreamedTransactions};
 use crate::types::ColumnType;
 
 /// Header Debezium puts on the delete half of a primary-key change.
@@ -65,6 +66,19 @@ fn pg_err(context: &str, e: PgError) -> ConnectError {
         _ => ConnectError::fatal(msg),
     };
     err.with_cause(e)
+}
+
+fn streamed_err(at: Lsn, e: crate::streamed::StreamedError) -> ConnectError {
+    use crate::streamed::StreamedError as E;
+    let msg = format!("streamed transaction at {at}: {e}");
+    match e {
+        // A restart makes the server stream every open transaction again from its start.
+        E::MissingStart { .. } | E::UnknownCommit { .. } | E::OutsideStream => {
+            ConnectError::retriable(msg)
+        }
+        E::Io { .. } => ConnectError::retriable(msg),
+        E::Truncated { .. } => ConnectError::fatal(msg),
+    }
 }
 
 fn sql_err(context: &str, e: tokio_postgres::Error) -> ConnectError {
@@ -130,6 +144,20 @@ struct Stream {
     reader: JoinHandle<()>,
     ticker: JoinHandle<()>,
     decoder: Decoder,
+    /// Streamed in-progress transactions buffered until they end.
+    streamed: StreamedTransactions,
+    /// A committed streamed transaction being handed out.
+    replay: Option<StreamReplay>,
+}
+
+/// A committed streamed transaction whose messages are handed out over several polls.
+struct StreamReplay {
+    messages: Replay,
+    /// Decodes the replayed messages (stored without their xid, as outside a stream).
+    decoder: Decoder,
+    /// The StreamCommit that ends it and where it was received.
+    commit: PgOutputMessage,
+    commit_at: Lsn,
 }
 
 /// A snapshot in progress (see [`crate::snapshot`]).
@@ -915,8 +943,12 @@ impl Inner {
             Some(r) => r,
             None => self.replication_client("").await?,
         };
+        // Protocol 2 with streaming on (PostgreSQL 14+) hands large in-progress transactions to
+        // us instead of spilling them on the primary; see crate::streamed.
+        let streaming =
+            self.cfg.transaction_streaming && repl.server_major_version().unwrap_or(0) >= 14;
         let mut options: Vec<(&str, String)> = vec![
-            ("proto_version", "1".into()),
+            ("proto_version", if streaming { "2" } else { "1" }.into()),
             (
                 "publication_names",
                 format!("\"{}\"", self.cfg.publication_name),
@@ -924,6 +956,9 @@ impl Inner {
             ("messages", "true".into()),
             ("binary", "true".into()),
         ];
+        if streaming {
+            options.push(("streaming", "on".into()));
+        }
         for (k, v) in &self.cfg.slot_stream_params {
             options.retain(|(ok, _)| ok != k);
             options.push((k.as_str(), v.clone()));
@@ -959,6 +994,14 @@ impl Inner {
         let st = status.clone();
         let reader_task = tokio::spawn(async move {
             let mut in_txn = false;
+            // Between StreamStart and StreamStop, and the streamed transactions not ended yet:
+            // while any is open, a keepalive position may lie inside one of them.
+            let mut in_chunk = false;
+            let mut open_streamed: std::collections::HashSet<u32> = Default::default();
+            let xid_at = |data: &[u8], at: usize| {
+                data.get(at..at + 4)
+                    .map(|b| u32::from_be_bytes(b.try_into().unwrap_or([0; 4])))
+            };
             loop {
                 match reader.next().await {
                     Ok(Some(ReplicationMessage::XLogData {
@@ -978,7 +1021,27 @@ impl Inner {
                                     .get(10..18)
                                     .map(|b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8])));
                             }
-                            Some(b'M') if !in_txn => completes = Some(wal_start.0),
+                            Some(b'S') => {
+                                in_chunk = true;
+                                open_streamed.extend(xid_at(&data, 1));
+                            }
+                            Some(b'E') => in_chunk = false,
+                            Some(b'c') => {
+                                if let Some(x) = xid_at(&data, 1) {
+                                    open_streamed.remove(&x);
+                                }
+                                completes = data
+                                    .get(14..22)
+                                    .map(|b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8])));
+                            }
+                            Some(b'A') => {
+                                if let (Some(x), Some(sub)) = (xid_at(&data, 1), xid_at(&data, 5)) {
+                                    if x == sub {
+                                        open_streamed.remove(&x);
+                                    }
+                                }
+                            }
+                            Some(b'M') if !in_txn && !in_chunk => completes = Some(wal_start.0),
                             _ => {}
                         }
                         if tx.send(StreamItem::Data { wal_start, data }).await.is_err() {
@@ -995,7 +1058,11 @@ impl Inner {
                     })) => {
                         shared.received.fetch_max(wal_end.0, Ordering::SeqCst);
                         let durable = shared.durable.load(Ordering::SeqCst);
-                        if !in_txn && durable >= shared.pushed.load(Ordering::SeqCst) {
+                        if !in_txn
+                            && !in_chunk
+                            && open_streamed.is_empty()
+                            && durable >= shared.pushed.load(Ordering::SeqCst)
+                        {
                             // Everything received is durable and no transaction is open:
                             // the keepalive position carries no captured change.
                             shared.durable.fetch_max(wal_end.0, Ordering::SeqCst);
@@ -1037,6 +1104,8 @@ impl Inner {
             reader: reader_task,
             ticker,
             decoder: Decoder::new(),
+            streamed: StreamedTransactions::new(self.cfg.transaction_spill_dir.clone()),
+            replay: None,
         });
         Ok(())
     }
@@ -1325,6 +1394,10 @@ impl Inner {
                     "the replication stream is not running",
                 ));
             };
+            if stream.replay.is_some() {
+                self.replay_step(&mut out).await?;
+                continue;
+            }
             let item = if out.is_empty() {
                 match tokio::time::timeout_at(deadline, stream.rx.recv()).await {
                     Ok(Some(item)) => item,
@@ -1340,10 +1413,55 @@ impl Inner {
             };
             match item {
                 StreamItem::Data { wal_start, data } => {
+                    if stream.streamed.in_chunk() && !matches!(data.first(), Some(b'E' | b'S')) {
+                        // A change of a streamed transaction: buffered until it ends.
+                        stream
+                            .streamed
+                            .append(wal_start, &data)
+                            .map_err(|e| streamed_err(wal_start, e))?;
+                        continue;
+                    }
                     let msg = stream.decoder.decode(data).map_err(|e| {
                         ConnectError::fatal(format!("decoding pgoutput at {wal_start}: {e}"))
                     })?;
-                    self.handle(wal_start, msg, &mut out).await?;
+                    match msg {
+                        PgOutputMessage::StreamStart { xid, first_segment } => stream
+                            .streamed
+                            .start(xid, first_segment)
+                            .map_err(|e| streamed_err(wal_start, e))?,
+                        PgOutputMessage::StreamStop => stream.streamed.stop(),
+                        PgOutputMessage::StreamAbort { xid, subxid, .. } => {
+                            stream.streamed.abort(xid, subxid);
+                            if xid == subxid {
+                                tracing::debug!(xid, "streamed transaction aborted");
+                            }
+                        }
+                        PgOutputMessage::StreamCommit {
+                            xid,
+                            commit_lsn,
+                            commit_time,
+                            ..
+                        } => {
+                            let messages = stream
+                                .streamed
+                                .commit(xid)
+                                .map_err(|e| streamed_err(wal_start, e))?;
+                            tracing::debug!(xid, commit = %commit_lsn, "replaying a streamed transaction");
+                            stream.replay = Some(StreamReplay {
+                                messages,
+                                decoder: Decoder::new(),
+                                commit: msg,
+                                commit_at: wal_start,
+                            });
+                            let begin = PgOutputMessage::Begin {
+                                final_lsn: commit_lsn,
+                                commit_time,
+                                xid,
+                            };
+                            self.handle(wal_start, begin, &mut out).await?;
+                        }
+                        msg => self.handle(wal_start, msg, &mut out).await?,
+                    }
                 }
                 StreamItem::Failed(e) => {
                     return Err(pg_err("replication stream", e));
@@ -1752,12 +1870,59 @@ impl Inner {
             | PgOutputMessage::StreamStop
             | PgOutputMessage::StreamCommit { .. }
             | PgOutputMessage::StreamAbort { .. } => {
-                return Err(ConnectError::not_supported(
-                    "the server sent a streamed in-progress transaction (streaming 'on' in slot.stream.params): consuming streamed transactions is not supported yet; remove the streaming option",
-                ));
+                return Err(ConnectError::fatal(format!(
+                    "stream control message at {wal_start} inside a replayed streamed transaction"
+                )));
             }
         }
         Ok(())
+    }
+
+    /// Hands out the next message of the streamed transaction being replayed, or ends it with
+    /// its commit.
+    async fn replay_step(&mut self, out: &mut Vec<SourceRecord>) -> Result<(), ConnectError> {
+        let Some(replay) = self.stream.as_mut().and_then(|s| s.replay.as_mut()) else {
+            return Ok(());
+        };
+        let at = replay.commit_at;
+        match replay
+            .messages
+            .next_message()
+            .map_err(|e| streamed_err(at, e))?
+        {
+            Some((wal_start, data)) => {
+                let msg = replay.decoder.decode(data).map_err(|e| {
+                    ConnectError::fatal(format!(
+                        "decoding a streamed transaction's message at {wal_start}: {e}"
+                    ))
+                })?;
+                self.handle(wal_start, msg, out).await
+            }
+            None => {
+                let Some(StreamReplay { commit, .. }) =
+                    self.stream.as_mut().and_then(|s| s.replay.take())
+                else {
+                    return Ok(());
+                };
+                let PgOutputMessage::StreamCommit {
+                    flags,
+                    commit_lsn,
+                    end_lsn,
+                    commit_time,
+                    ..
+                } = commit
+                else {
+                    return Ok(());
+                };
+                let commit = PgOutputMessage::Commit {
+                    flags,
+                    commit_lsn,
+                    end_lsn,
+                    commit_time,
+                };
+                self.handle(at, commit, out).await
+            }
+        }
     }
 
     fn message_record(&mut self, lsn: Lsn, prefix: &str, content: &[u8]) -> SourceRecord {

@@ -5,7 +5,9 @@
 //!   protocol 2 with a streamed in-progress transaction) decode without error; the captures are
 //!   stored in `tests/data/` and decoded again from there (set `HEADWATER_CAPTURE_PGOUTPUT=1` to
 //!   rewrite them);
-//! - an idle slot (WAL activity, but no captured change) keeps advancing its confirmed position.
+//! - an idle slot (WAL activity, but no captured change) keeps advancing its confirmed position;
+//! - transactions the server streams while they run (protocol 2) come out in commit order, once,
+//!   without rolled-back savepoints or aborted transactions, and leave no spill file behind.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -572,4 +574,159 @@ async fn snapshot_with_an_existing_slot_then_streams_each_row_once() {
         .get(0);
     assert_eq!(slots, 1, "the temporary snapshot slot is gone");
     t2.stop().await;
+}
+
+/// Rows of records with `op` as (id, txId).
+fn ids_and_txids(recs: &[headwater_api::SourceRecord], op: &str) -> Vec<(i32, i64)> {
+    recs.iter()
+        .filter_map(|r| {
+            let v = r.value.as_struct()?;
+            if v.get("op")?.as_str()? != op {
+                return None;
+            }
+            let id = match v.get("after")?.as_struct()?.get("id")? {
+                headwater_api::Value::Int32(i) => *i,
+                _ => return None,
+            };
+            let tx = match v.get("source")?.as_struct()?.get("txId")? {
+                headwater_api::Value::Int64(t) => *t,
+                _ => return None,
+            };
+            Some((id, tx))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_in_progress_transactions_are_buffered_until_they_end() {
+    let pg = PostgresServer::start().unwrap();
+    pg.create_database("streamed").await.unwrap();
+    let db = pg.connect("streamed").await.unwrap();
+    // The smallest setting: any transaction over 64 kB is streamed while it runs.
+    for sql in [
+        "ALTER SYSTEM SET logical_decoding_work_mem = '64kB'",
+        "SELECT pg_reload_conf()",
+        "CREATE TABLE captured (id int PRIMARY KEY, pad text)",
+    ] {
+        db.batch_execute(sql).await.unwrap();
+    }
+    let spill = tempfile::tempdir().unwrap();
+    let spill_dir = spill.path().to_str().unwrap().to_owned();
+    let mut task = PostgresSourceTask::new();
+    task.start(
+        SourceTaskContext::default(),
+        task_props(
+            &pg,
+            "streamed",
+            &[
+                ("snapshot.mode", "no_data"),
+                ("slot.name", "streamed_slot"),
+                ("max.batch.size", "256"),
+                ("transaction.spill.dir", spill_dir.as_str()),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    let big = pg.connect("streamed").await.unwrap();
+    let other = pg.connect("streamed").await.unwrap();
+    // A large transaction (~600 kB of changes) with a rolled-back savepoint; a small one commits
+    // while it is open; a large one aborts.
+    big.batch_execute(
+        "BEGIN; INSERT INTO captured SELECT i, repeat('x', 200) FROM generate_series(1, 1500) i;",
+    )
+    .await
+    .unwrap();
+    other
+        .execute("INSERT INTO captured VALUES (100001, 'small')", &[])
+        .await
+        .unwrap();
+    big.batch_execute(
+        "SAVEPOINT s1;
+         INSERT INTO captured SELECT i, repeat('y', 200) FROM generate_series(3001, 3600) i;
+         ROLLBACK TO SAVEPOINT s1;
+         INSERT INTO captured SELECT i, repeat('z', 200) FROM generate_series(1501, 2000) i;
+         COMMIT;",
+    )
+    .await
+    .unwrap();
+    big.batch_execute(
+        "BEGIN; INSERT INTO captured SELECT i, repeat('a', 200) FROM generate_series(10001, 12000) i; ROLLBACK;",
+    )
+    .await
+    .unwrap();
+    other
+        .execute("INSERT INTO captured VALUES (100002, 'marker')", &[])
+        .await
+        .unwrap();
+    let recs = drain(&mut task, 2002).await;
+    let got = ids_and_txids(&recs, "c");
+    let order: Vec<i32> = got.iter().map(|(id, _)| *id).collect();
+    let mut expected = vec![100001];
+    expected.extend(1..=2000);
+    expected.push(100002);
+    assert_eq!(
+        order, expected,
+        "commit order, each row once, nothing rolled back"
+    );
+    let big_tx = got[1].1;
+    assert!(
+        got[1..=2000].iter().all(|(_, tx)| *tx == big_tx),
+        "one source transaction"
+    );
+    let big_tx_records = recs
+        .iter()
+        .filter(|r| {
+            r.value
+                .as_struct()
+                .and_then(|v| v.get("source")?.as_struct()?.get("txId").cloned())
+                == Some(headwater_api::Value::Int64(big_tx))
+        })
+        .collect::<Vec<_>>();
+    assert!(
+        big_tx_records[..big_tx_records.len() - 1]
+            .iter()
+            .all(|r| r.source_offset.is_empty()),
+        "only the last record of a transaction carries its offset"
+    );
+    assert!(big_tx_records
+        .last()
+        .unwrap()
+        .source_offset
+        .contains_key("lsn_proc"));
+    // The server really streamed them: its statistics count the streamed transactions.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let streamed: i64 = db
+            .query_one(
+                "SELECT coalesce(stream_txns, 0) FROM pg_stat_replication_slots WHERE slot_name = 'streamed_slot'",
+                &[],
+            )
+            .await
+            .map(|r| r.get(0))
+            .unwrap_or(0);
+        if streamed >= 2 {
+            break;
+        }
+        let _ = task.poll().await.unwrap();
+        assert!(
+            Instant::now() < deadline,
+            "the server streamed {streamed} transaction(s), expected both large ones"
+        );
+    }
+    // The slot advances past everything once committed, and the spill files are gone.
+    let end: Lsn = db
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get::<_, String>(0)
+        .parse()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while confirmed(&db, "streamed_slot").await < end {
+        let _ = task.poll().await.unwrap();
+        assert!(Instant::now() < deadline, "slot did not advance to {end}");
+    }
+    assert_eq!(std::fs::read_dir(spill.path()).unwrap().count(), 0);
+    task.stop().await;
 }

@@ -1,6 +1,7 @@
 //! Crash test of the PostgreSQL connector through the `headwater` binary: the worker is
 //! SIGKILLed twice during the snapshot of a large table and several more times at random
-//! moments while streaming, while a writer keeps committing inserts, updates and deletes.
+//! moments while streaming, while a writer keeps committing inserts, updates and deletes (now
+//! and then a transaction large enough for the server to stream it while it runs).
 //!
 //! What it proves:
 //! - every committed row change is in the topic exactly once and in commit order per key: per
@@ -144,6 +145,23 @@ fn writer(server: &PostgresServer, stop: &AtomicBool, model: &Mutex<Model>, seed
         while !stop.load(Ordering::SeqCst) {
             let tx = client.transaction().await.unwrap();
             let mut changes = Vec::new();
+            if rng.below(40) == 0 {
+                // Now and then a transaction larger than logical_decoding_work_mem (64 kB here):
+                // the server streams it while it runs (see crate streamed buffering).
+                let (first, last) = (next_id, next_id + 599);
+                next_id += 600;
+                tx.execute(
+                    "INSERT INTO items SELECT g, 0, repeat('s', 100) FROM generate_series($1::bigint, $2::bigint) g",
+                    &[&first, &last],
+                )
+                .await
+                .unwrap();
+                for k in first..=last {
+                    live.push(k);
+                    value.insert(k, 0);
+                    changes.push((k, 'c', Some(0)));
+                }
+            }
             for _ in 0..1 + rng.below(4) {
                 match rng.below(10) {
                     0..=4 => {
@@ -339,6 +357,13 @@ fn sigkill_during_snapshot_and_streaming_loses_and_repeats_nothing() {
     let server = PostgresServer::start().expect("PostgreSQL");
     rt.block_on(server.create_database("crash")).unwrap();
     let pg = rt.block_on(server.connect("crash")).unwrap();
+    // Large writer transactions are streamed to the connector while they run.
+    for sql in [
+        "ALTER SYSTEM SET logical_decoding_work_mem = '64kB'",
+        "SELECT pg_reload_conf()",
+    ] {
+        rt.block_on(pg.batch_execute(sql)).unwrap();
+    }
     rt.block_on(pg.batch_execute(&format!(
         "CREATE TABLE items (id bigint PRIMARY KEY, v bigint NOT NULL, pad text);
          INSERT INTO items SELECT g, 0, 'initial row ' || g FROM generate_series(1, {ROWS}) g;
@@ -566,8 +591,16 @@ fn sigkill_during_snapshot_and_streaming_loses_and_repeats_nothing() {
         "the writer's changes were streamed ({changes_checked})"
     );
     assert!(samples > 10, "the slot was sampled");
+    let streamed: i64 = rt
+        .block_on(pg.query_one(
+            "SELECT coalesce(sum(stream_txns), 0)::bigint FROM pg_stat_replication_slots WHERE slot_name = 'crash_slot'",
+            &[],
+        ))
+        .unwrap()
+        .get(0);
+    assert!(streamed > 0, "the server streamed large transactions");
     eprintln!(
-        "crash test: {} records, {snapshot_reads} snapshot reads, {changes_checked} changes, {} writer transactions, {} slot samples, {:?}",
+        "crash test: {} records, {snapshot_reads} snapshot reads, {changes_checked} changes, {} writer transactions ({streamed} streamed), {} slot samples, {:?}",
         records.len(),
         model.txns.len(),
         samples,
