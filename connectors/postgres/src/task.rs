@@ -236,6 +236,8 @@ enum Phase {
 struct Inner {
     /// Where the snapshot's progress is reported (the engine's status and metrics).
     progress: headwater_api::SnapshotProgress,
+    /// Where the task says what it waits for (slot creation blocked by open transactions).
+    waiting: headwater_api::TaskWaiting,
     cfg: PostgresConfig,
     sql: Client,
     sql_conn: JoinHandle<()>,
@@ -467,6 +469,7 @@ impl Inner {
         });
         let mut inner = Inner {
             progress: context.snapshot_progress.clone(),
+            waiting: context.waiting.clone(),
             sql,
             sql_conn,
             types: TypeRegistry::new(),
@@ -822,8 +825,13 @@ impl Inner {
             self.start_lsn = match (&slot, from_offset) {
                 (None, _) => {
                     let mut repl = self.replication_client("").await?;
-                    let created = repl
-                        .create_slot(&slot_name, false, SnapshotAction::NoExport)
+                    tracing::info!(slot = %slot_name, "creating replication slot (waits for open transactions in the cluster)");
+                    let created = self
+                        .watching_slot_creation(
+                            &slot_name,
+                            repl.backend_pid(),
+                            repl.create_slot(&slot_name, false, SnapshotAction::NoExport),
+                        )
                         .await
                         .map_err(|e| slot_create_err(&slot_name, e))?;
                     self.repl = Some(repl);
@@ -844,6 +852,60 @@ impl Inner {
         Ok(())
     }
 
+    /// Runs `create` (a CREATE_REPLICATION_SLOT on the walsender `pid`) while reporting what it
+    /// waits for: the server builds the slot's starting snapshot only once every transaction
+    /// that holds an xid has ended, so one forgotten `idle in transaction` session anywhere in the
+    /// cluster stalls it. After [`SLOT_WAIT_REPORT_AFTER`] the blocking backends are logged and
+    /// shown in the task status (`waiting`), refreshed while the wait lasts.
+    async fn watching_slot_creation<T>(
+        &self,
+        name: &str,
+        pid: Option<i32>,
+        create: impl std::future::Future<Output = Result<T, PgError>>,
+    ) -> Result<T, PgError> {
+        let watch = async {
+            let started = Instant::now();
+            let mut last_logged: Option<(Instant, String)> = None;
+            tokio::time::sleep(SLOT_WAIT_REPORT_AFTER).await;
+            loop {
+                let blockers = slot_blockers(&self.sql, pid).await;
+                let reason = match &blockers {
+                    Ok(b) if b.is_empty() => format!(
+                        "creating replication slot {name:?}: the server is still building the slot's starting snapshot"
+                    ),
+                    Ok(b) => format!(
+                        "creating replication slot {name:?} waits for {} open transaction(s) to end: {}",
+                        b.len(),
+                        b.join("; ")
+                    ),
+                    Err(e) => format!(
+                        "creating replication slot {name:?} waits for open transactions to end (the blocking sessions could not be listed: {e})"
+                    ),
+                };
+                self.waiting.set(reason.clone());
+                let log_again = match &last_logged {
+                    None => true,
+                    Some((at, r)) => *r != reason || at.elapsed() >= Duration::from_secs(30),
+                };
+                if log_again {
+                    tracing::warn!(
+                        slot = %name,
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        "{reason}"
+                    );
+                    last_logged = Some((Instant::now(), reason));
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        };
+        let result = tokio::select! {
+            r = create => r,
+            _ = watch => unreachable!("the watch loop never ends"),
+        };
+        self.waiting.clear();
+        result
+    }
+
     /// Creates a slot exporting its snapshot and imports that snapshot into the SQL session.
     async fn create_slot(
         &mut self,
@@ -852,8 +914,13 @@ impl Inner {
         temporary: bool,
     ) -> Result<(Lsn, String), ConnectError> {
         tracing::info!(slot = %name, temporary, "creating replication slot (waits for open transactions in the cluster)");
-        let created = repl
-            .create_slot(name, temporary, SnapshotAction::Export)
+        let pid = repl.backend_pid();
+        let created = self
+            .watching_slot_creation(
+                name,
+                pid,
+                repl.create_slot(name, temporary, SnapshotAction::Export),
+            )
             .await
             .map_err(|e| slot_create_err(name, e))?;
         let snap = created
@@ -2113,6 +2180,60 @@ impl Inner {
         }
         self.sql_conn.abort();
     }
+}
+
+/// How long slot creation may wait before the task reports what it waits for.
+const SLOT_WAIT_REPORT_AFTER: Duration = Duration::from_secs(2);
+
+/// The sessions a slot-creating walsender waits for, one line each: pid, user, database,
+/// application, client, state, transaction age and query.
+async fn slot_blockers(
+    sql: &Client,
+    walsender_pid: Option<i32>,
+) -> Result<Vec<String>, tokio_postgres::Error> {
+    // The walsender waits on the transaction locks of each running transaction with an xid;
+    // pg_blocking_pids names their holders. Without its pid, list every such transaction.
+    let rows = sql
+        .query(
+            r"SELECT a.pid, coalesce(a.usename, ''), coalesce(a.datname, ''),
+                    coalesce(a.application_name, ''), coalesce(host(a.client_addr), 'local'),
+                    coalesce(a.state, ''),
+                    coalesce(extract(epoch FROM now() - a.xact_start)::bigint, 0),
+                    coalesce(left(regexp_replace(a.query, '\s+', ' ', 'g'), 120), '')
+               FROM pg_stat_activity a
+              WHERE ($1::int IS NOT NULL AND a.pid = ANY (pg_blocking_pids($1::int)))
+                 OR ($1::int IS NULL AND a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid())
+              ORDER BY a.xact_start",
+            &[&walsender_pid],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let (pid, user, db, app, client, state, age, query): (
+                i32,
+                String,
+                String,
+                String,
+                String,
+                String,
+                i64,
+                String,
+            ) = (
+                r.get(0),
+                r.get(1),
+                r.get(2),
+                r.get(3),
+                r.get(4),
+                r.get(5),
+                r.get(6),
+                r.get(7),
+            );
+            format!(
+                "pid {pid} (user {user}, database {db}, application {app:?}, client {client}, {state}, transaction open {age} s, last query: {query})"
+            )
+        })
+        .collect())
 }
 
 fn slot_create_err(name: &str, e: PgError) -> ConnectError {

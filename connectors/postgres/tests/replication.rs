@@ -7,7 +7,8 @@
 //!   rewrite them);
 //! - an idle slot (WAL activity, but no captured change) keeps advancing its confirmed position;
 //! - transactions the server streams while they run (protocol 2) come out in commit order, once,
-//!   without rolled-back savepoints or aborted transactions, and leave no spill file behind.
+//!   without rolled-back savepoints or aborted transactions, and leave no spill file behind;
+//! - slot creation blocked by an open transaction says which session it waits for.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -728,5 +729,64 @@ async fn streamed_in_progress_transactions_are_buffered_until_they_end() {
         assert!(Instant::now() < deadline, "slot did not advance to {end}");
     }
     assert_eq!(std::fs::read_dir(spill.path()).unwrap().count(), 0);
+    task.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slot_creation_reports_the_transactions_it_waits_for() {
+    let pg = PostgresServer::start().unwrap();
+    pg.create_database("slotwait").await.unwrap();
+    let db = pg.connect("slotwait").await.unwrap();
+    db.batch_execute("CREATE TABLE captured (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    // A session that forgot to commit: it holds an xid, so slot creation must wait for it.
+    let forgotten = pg.connect("slotwait").await.unwrap();
+    forgotten
+        .batch_execute(
+            "SET application_name = 'forgotten-session'; BEGIN; INSERT INTO captured VALUES (1);",
+        )
+        .await
+        .unwrap();
+    let blocker_pid: i32 = forgotten
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let ctx = SourceTaskContext::default();
+    let waiting = ctx.waiting.clone();
+    let props = task_props(
+        &pg,
+        "slotwait",
+        &[("snapshot.mode", "no_data"), ("slot.name", "wait_slot")],
+    );
+    let starting = tokio::spawn(async move {
+        let mut task = PostgresSourceTask::new();
+        task.start(ctx, props).await.map(|_| task)
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let reason = loop {
+        if let Some(w) = waiting.status() {
+            if w.reason.contains(&format!("pid {blocker_pid} ")) {
+                break w.reason;
+            }
+        }
+        assert!(!starting.is_finished(), "slot creation did not wait");
+        assert!(Instant::now() < deadline, "no waiting reason reported");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        reason.contains("\"wait_slot\" waits for 1 open transaction(s)")
+            && reason.contains("forgotten-session")
+            && reason.contains("idle in transaction"),
+        "{reason}"
+    );
+    forgotten.batch_execute("COMMIT").await.unwrap();
+    let mut task = tokio::time::timeout(Duration::from_secs(20), starting)
+        .await
+        .expect("slot created once the transaction ended")
+        .unwrap()
+        .unwrap();
+    assert_eq!(waiting.status(), None, "the wait is over");
     task.stop().await;
 }

@@ -62,6 +62,52 @@ pub struct SourceTaskContext {
     /// Where the task reports its snapshot's progress; the engine shows it in the task's
     /// status and metrics. A task that never snapshots leaves it alone.
     pub snapshot_progress: SnapshotProgress,
+    /// Where the task says what it is waiting for while it cannot make progress (a replication
+    /// slot waiting for open transactions, ...); the engine shows it in the task's status.
+    pub waiting: TaskWaiting,
+}
+
+/// What a task is waiting for, if anything: set by the task, read by the engine's status and
+/// metrics. Setting it again with the same reason keeps the original start time.
+#[derive(Clone, Debug, Default)]
+pub struct TaskWaiting(Arc<std::sync::Mutex<Option<WaitingStatus>>>);
+
+/// One reading of a [`TaskWaiting`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaitingStatus {
+    /// What the task waits for and why, in words an operator can act on.
+    pub reason: String,
+    /// When the wait began, in milliseconds since the Unix epoch.
+    pub since_ms: i64,
+}
+
+impl TaskWaiting {
+    /// The task waits for `reason` (from now, or from when it began waiting for the same
+    /// reason).
+    pub fn set(&self, reason: impl Into<String>) {
+        let reason = reason.into();
+        let mut w = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if w.as_ref().is_some_and(|s| s.reason == reason) {
+            return;
+        }
+        let since = w.as_ref().map(|s| s.since_ms).unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0)
+        });
+        *w = Some(WaitingStatus {
+            reason,
+            since_ms: since,
+        });
+    }
+    /// The wait is over.
+    pub fn clear(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+    pub fn status(&self) -> Option<WaitingStatus> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 /// A task's snapshot progress, shared between the task (writer) and the engine (reader):

@@ -432,6 +432,14 @@ impl Engine {
                             tables: s.tables,
                             tables_done: s.tables_done,
                         }),
+                        waiting: t
+                            .shared
+                            .waiting
+                            .status()
+                            .map(|w| crate::model::WaitingState {
+                                reason: w.reason,
+                                since_ms: w.since_ms,
+                            }),
                     }
                 })
                 .collect(),

@@ -375,6 +375,23 @@ pub fn render(
 
     header(
         &mut out,
+        "headwater_task_waiting_seconds",
+        "gauge",
+        "How long the task has been waiting for something outside it (see `waiting` in its status); absent while it is not waiting.",
+    );
+    let now_ms = headwater_log::log::now_ms();
+    for (labels, t) in &tasks {
+        if let Some(w) = t.shared.waiting.status() {
+            let _ = writeln!(
+                out,
+                "headwater_task_waiting_seconds{{{labels}}} {:.3}",
+                (now_ms - w.since_ms).max(0) as f64 / 1000.0
+            );
+        }
+    }
+
+    header(
+        &mut out,
         "headwater_log_start_offset",
         "gauge",
         "First offset still held by a log partition.",
@@ -485,6 +502,37 @@ mod tests {
         shared.snapshot.finish();
         let text = render(&[sample()], &[], None);
         assert!(text.contains("headwater_task_snapshot_running{connector=\"c\",task=\"0\"} 0\n"));
+    }
+
+    #[test]
+    fn a_waiting_task_shows_how_long_it_waits() {
+        let shared: Arc<TaskShared> = TaskShared::new(Control::Run);
+        let sample = || ConnectorSample {
+            name: "c",
+            state: State::Running,
+            tasks: vec![TaskSample {
+                connector: "c",
+                task: 0,
+                state: State::Running,
+                shared: &shared,
+            }],
+        };
+        assert!(!render(&[sample()], &[], None).contains("headwater_task_waiting_seconds{"));
+        shared.waiting.set("slot creation waits for pid 7");
+        let since = shared.waiting.status().unwrap().since_ms;
+        shared.waiting.set("slot creation waits for pid 7");
+        assert_eq!(
+            shared.waiting.status().unwrap().since_ms,
+            since,
+            "same wait, same start"
+        );
+        let text = render(&[sample()], &[], None);
+        assert!(
+            text.contains("headwater_task_waiting_seconds{connector=\"c\",task=\"0\"} "),
+            "{text}"
+        );
+        shared.waiting.clear();
+        assert!(!render(&[sample()], &[], None).contains("headwater_task_waiting_seconds{"));
     }
 
     #[test]

@@ -83,6 +83,17 @@ pub struct TaskState {
     /// clients ignore the unknown member).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotState>,
+    /// Headwater's addition: what the task waits for while it cannot make progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<WaitingState>,
+}
+
+/// The `waiting` member of a task's status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitingState {
+    pub reason: String,
+    /// When the wait began (ms since the Unix epoch).
+    pub since_ms: i64,
 }
 
 /// The `snapshot` member of a task's status.

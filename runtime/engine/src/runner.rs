@@ -79,6 +79,8 @@ pub struct TaskShared {
     pub source_lag_ms: AtomicI64,
     /// The task's snapshot progress, as its task instances report it.
     pub snapshot: headwater_api::SnapshotProgress,
+    /// What the task's instance says it waits for, if anything.
+    pub waiting: headwater_api::TaskWaiting,
 }
 
 impl TaskShared {
@@ -95,6 +97,7 @@ impl TaskShared {
             commit_bytes: Histogram::bytes(),
             source_lag_ms: AtomicI64::new(metrics::NO_LAG),
             snapshot: headwater_api::SnapshotProgress::default(),
+            waiting: headwater_api::TaskWaiting::default(),
         })
     }
     pub fn set_status(&self, state: State, trace: Option<String>) {
@@ -266,11 +269,13 @@ async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<()
     // A new task instance (a restart makes one) runs no snapshot until it says so; the last
     // snapshot's figures stay readable.
     setup.shared.snapshot.finish();
+    setup.shared.waiting.clear();
     let context = SourceTaskContext {
         connector_name: setup.connector.clone(),
         task_id: setup.task_id,
         committed_offsets: committed,
         snapshot_progress: setup.shared.snapshot.clone(),
+        waiting: setup.shared.waiting.clone(),
     };
     task.start(context, setup.props.clone()).await?;
     setup.shared.set_status(State::Running, None);
