@@ -6,6 +6,7 @@
 //! - [`logical`]: Connect logical types and Debezium semantic types;
 //! - [`record`]: [`SourceRecord`], headers and the source partition/offset maps;
 //! - [`plugin`]: the Source / Transform / Predicate contracts;
+//! - [`sink`]: the Sink connector and task contracts and [`SinkRecord`];
 //! - [`config`]: typed configuration definitions and per-field validation;
 //! - [`error`]: the error classes that decide retry versus fail;
 //! - [`java`]: Java's number text (`Double.toString`), for formats written by Java code.
@@ -19,6 +20,7 @@ pub mod logical;
 pub mod plugin;
 pub mod record;
 pub mod schema;
+pub mod sink;
 pub mod value;
 
 pub use config::{
@@ -31,4 +33,5 @@ pub use plugin::{
 };
 pub use record::{ConnectRecord, Header, Headers, OffsetMap, OffsetValue, SourceRecord};
 pub use schema::{Field, Schema, SchemaBuilder, SchemaRef, SchemaType};
+pub use sink::{SinkBatch, SinkConnector, SinkRecord, SinkTask, SinkTaskContext, TopicPartition};
 pub use value::{Struct, Value};

@@ -28,7 +28,7 @@ use crate::model::{
     ConnectorInfo, ConnectorStateInfo, PluginInfo, State, StateEntry, TargetState, TaskId,
     TaskInfo, TaskState,
 };
-use crate::plugins::Plugins;
+use crate::plugins::{AnyConnector, Plugins, SinkPlugin};
 use crate::providers::{self, Resolved};
 use crate::runner::{supervise, Control, TaskSetup, TaskShared, TopicDefaults};
 use crate::stores::{InternalTopics, OffsetsByConnector};
@@ -67,6 +67,8 @@ struct Connector {
     state: (State, Option<String>),
     tasks: Vec<RunningTask>,
     active_topics: Arc<Mutex<BTreeSet<String>>>,
+    /// `source` or `sink` (from the class; `source` when the class is unknown).
+    kind: &'static str,
 }
 
 impl Connector {
@@ -78,6 +80,7 @@ impl Connector {
             state: (State::Unassigned, None),
             tasks: Vec::new(),
             active_topics: Arc::new(Mutex::new(BTreeSet::new())),
+            kind: "source",
         }
     }
 }
@@ -233,10 +236,13 @@ impl Engine {
         let plugin = self
             .inner
             .plugins
-            .find_connector(class)
+            .find_any(class)
             .map_err(EngineError::BadRequest)?;
         let mut validation = framework_config_def().validate(props);
-        validation.extend((plugin.factory)().validate(props));
+        validation.extend(plugin.validate(props));
+        if let AnyConnector::Sink(_) = plugin {
+            validation.extend(validate_sink_subscription(props));
+        }
         validation.extend(Converters::validate(props));
         validation.extend(self.inner.plugins.transforms().validate(props));
         Ok(validation)
@@ -443,7 +449,7 @@ impl Engine {
                     }
                 })
                 .collect(),
-            connector_type: "source".into(),
+            connector_type: c.kind.into(),
         }
     }
 
@@ -555,15 +561,28 @@ impl Engine {
         let old_handle = old.handle.take();
         let config = old.config.clone();
         let shared = TaskShared::new(control_for(c.target));
-        let setup = self.task_setup(name, c, index as u32, config.clone(), shared.clone());
-        let handle = tokio::spawn(async move {
-            if let Some(h) = old_handle {
-                let _ = h.await;
-            }
-            if let Some(setup) = setup {
-                supervise(setup).await;
-            }
-        });
+        let handle = if c.kind == "sink" {
+            let count = c.tasks.len() as u32;
+            let setup = self.sink_setup(name, c, index as u32, count, &config, shared.clone());
+            tokio::spawn(async move {
+                if let Some(h) = old_handle {
+                    let _ = h.await;
+                }
+                if let Some(setup) = setup {
+                    crate::sink_runner::supervise_sink(setup).await;
+                }
+            })
+        } else {
+            let setup = self.task_setup(name, c, index as u32, config.clone(), shared.clone());
+            tokio::spawn(async move {
+                if let Some(h) = old_handle {
+                    let _ = h.await;
+                }
+                if let Some(setup) = setup {
+                    supervise(setup).await;
+                }
+            })
+        };
         c.tasks[index] = RunningTask {
             config,
             shared,
@@ -729,8 +748,13 @@ impl Engine {
             return;
         }
         let class = c.config.get("connector.class").cloned().unwrap_or_default();
-        let plugin = match self.inner.plugins.find_connector(&class) {
-            Ok(p) => p.clone(),
+        let plugin = match self.inner.plugins.find_any(&class) {
+            Ok(AnyConnector::Source(p)) => p,
+            Ok(AnyConnector::Sink(p)) => {
+                c.kind = "sink";
+                self.start_sink_connector(name, c, p);
+                return;
+            }
             Err(message) => {
                 c.state = (State::Failed, Some(message));
                 return;
@@ -774,6 +798,114 @@ impl Engine {
                 handle,
             });
         }
+    }
+
+    /// Starts a sink connector's tasks (see [`crate::sink_runner`]).
+    fn start_sink_connector(&self, name: &str, c: &mut Connector, plugin: SinkPlugin) {
+        let connector = (plugin.factory)();
+        let def = framework_config_def().merge(connector.config_def());
+        tracing::info!(connector = %name, config = ?providers::redacted(&c.config, Some(&def)), "starting sink connector");
+        let resolved = providers::resolve(&c.config);
+        if let Some(trace) = provider_failure(&resolved) {
+            tracing::error!(connector = %name, error = %trace, "cannot start the connector");
+            c.state = (State::Failed, Some(trace));
+            return;
+        }
+        let max_tasks = resolved
+            .props
+            .get("tasks.max")
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(1)
+            .max(1);
+        let task_configs = match connector.task_configs(&resolved.props, max_tasks) {
+            Ok(t) => t,
+            Err(e) => {
+                c.state = (State::Failed, Some(resolved.mask(&e.trace())));
+                return;
+            }
+        };
+        c.state = (State::Running, None);
+        c.tasks.clear();
+        let task_count = task_configs.len().clamp(1, max_tasks) as u32;
+        for (i, task_props) in task_configs.into_iter().take(max_tasks).enumerate() {
+            let mut props = resolved.props.clone();
+            props.extend(task_props);
+            let stored_props = providers::unresolve(&props, &c.config, &resolved);
+            let shared = TaskShared::new(control_for(c.target));
+            let handle = self
+                .sink_setup(name, c, i as u32, task_count, &stored_props, shared.clone())
+                .map(|setup| tokio::spawn(crate::sink_runner::supervise_sink(setup)));
+            c.tasks.push(RunningTask {
+                config: stored_props,
+                shared,
+                handle,
+            });
+        }
+    }
+
+    /// Everything a sink task run needs; `None` (with the task FAILED) when the config cannot
+    /// be used.
+    fn sink_setup(
+        &self,
+        name: &str,
+        c: &Connector,
+        task_id: u32,
+        task_count: u32,
+        props: &Properties,
+        shared: Arc<TaskShared>,
+    ) -> Option<crate::sink_runner::SinkSetup> {
+        let class = c.config.get("connector.class").cloned().unwrap_or_default();
+        let Ok(AnyConnector::Sink(plugin)) = self.inner.plugins.find_any(&class) else {
+            shared.set_status(
+                State::Failed,
+                Some(format!("{class} is not a sink connector")),
+            );
+            return None;
+        };
+        let connector_config = providers::resolve(&c.config);
+        let task_config = providers::resolve(props);
+        if let Some(trace) =
+            provider_failure(&connector_config).or_else(|| provider_failure(&task_config))
+        {
+            shared.set_status(State::Failed, Some(trace));
+            return None;
+        }
+        let config = &connector_config.props;
+        let fail = |e: headwater_api::ConnectError| -> Option<crate::sink_runner::SinkSetup> {
+            shared.set_status(State::Failed, Some(connector_config.mask(&e.trace())));
+            None
+        };
+        let chain = match self.inner.plugins.transforms().build(config) {
+            Ok(chain) => chain,
+            Err(e) => return fail(e),
+        };
+        let converters = match Converters::from_props(config) {
+            Ok(conv) => Arc::new(conv),
+            Err(e) => return fail(e),
+        };
+        let subscription = match crate::sink_runner::Subscription::from_props(config) {
+            Ok(s) => s,
+            Err(e) => return fail(e),
+        };
+        let get = |k: &str| config.get(k).map(|v| v.trim().to_ascii_lowercase());
+        let factory = plugin.factory.clone();
+        Some(crate::sink_runner::SinkSetup {
+            connector: name.to_owned(),
+            task_id,
+            task_count,
+            props: task_config.props,
+            make_task: Arc::new(move || (factory)().create_task()),
+            chain,
+            converters,
+            subscription,
+            topics: self.inner.topics.clone(),
+            offsets: self.inner.offsets.clone(),
+            shared: shared.clone(),
+            errors_tolerance_all: get("errors.tolerance").as_deref() == Some("all"),
+            errors_log: get("errors.log.enable").as_deref() == Some("true"),
+            backoff_initial: self.inner.config.task_backoff_initial,
+            backoff_max: self.inner.config.task_backoff_max,
+        })
     }
 
     /// Everything a task run needs; `props` is the task config as stored (placeholders
@@ -854,6 +986,39 @@ impl Engine {
             backoff_max: self.inner.config.task_backoff_max,
         })
     }
+}
+
+/// A sink's `topics` / `topics.regex`: exactly one of them (Kafka Connect's rule).
+fn validate_sink_subscription(props: &Properties) -> ConfigValidation {
+    let mut v = ConfigValidation::default();
+    let set = |k: &str| props.get(k).is_some_and(|x| !x.trim().is_empty());
+    match (set("topics"), set("topics.regex")) {
+        (true, true) => {
+            v.add_error(
+                "topics",
+                "topics and topics.regex are mutually exclusive options, but both are set.",
+            );
+            v.add_error(
+                "topics.regex",
+                "topics and topics.regex are mutually exclusive options, but both are set.",
+            );
+        }
+        (false, false) => {
+            v.add_error("topics", "Must configure one of topics or topics.regex");
+            v.add_error(
+                "topics.regex",
+                "Must configure one of topics or topics.regex",
+            );
+        }
+        (false, true) => {
+            if let Err(e) = regex::Regex::new(props.get("topics.regex").map_or("", String::as_str))
+            {
+                v.add_error("topics.regex", format!("Invalid regex: {e}"));
+            }
+        }
+        (true, false) => {}
+    }
+    v
 }
 
 /// The FAILED trace for a config whose placeholders could not all be resolved.
@@ -950,6 +1115,6 @@ fn info_of(name: &str, c: &Connector) -> ConnectorInfo {
                 task,
             })
             .collect(),
-        connector_type: "source".into(),
+        connector_type: c.kind.into(),
     }
 }

@@ -3,6 +3,8 @@
 //! - [`engine`]: connector lifecycle and the operations behind the REST API;
 //! - [`runner`]: the source task loop that keeps the durability contract (records and their
 //!   offsets in one log transaction; the task is told only after it is durable);
+//! - [`sink_runner`]: the sink task loop (log -> converters -> transforms -> `put` -> sink
+//!   offsets);
 //! - [`stores`]: configs, offsets and statuses in internal compacted log topics;
 //! - [`plugins`]: the explicit registry of connector classes and the transform-chain builder;
 //! - [`convert`]: key/value/header converters per connector;
@@ -22,6 +24,7 @@ pub mod plugins;
 pub mod providers;
 pub mod runner;
 pub mod sealer;
+pub mod sink_runner;
 pub mod stores;
 
 pub use engine::{framework_config_def, Engine, EngineConfig, ValidationReport};

@@ -375,6 +375,19 @@ pub fn render(
 
     header(
         &mut out,
+        "headwater_task_sink_lag_records",
+        "gauge",
+        "Sink tasks: committed records in the log that the task has not consumed yet.",
+    );
+    for (labels, t) in &tasks {
+        let lag = t.shared.sink_lag_records.load(Ordering::Relaxed);
+        if lag >= 0 {
+            let _ = writeln!(out, "headwater_task_sink_lag_records{{{labels}}} {lag}");
+        }
+    }
+
+    header(
+        &mut out,
         "headwater_task_waiting_seconds",
         "gauge",
         "How long the task has been waiting for something outside it (see `waiting` in its status); absent while it is not waiting.",

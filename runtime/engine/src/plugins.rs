@@ -1,4 +1,4 @@
-//! The explicit plugin registry the worker fills: source connector classes (keyed by their
+//! The explicit plugin registry the worker fills: source and sink connector classes (keyed by their
 //! Kafka Connect / Debezium class names plus aliases) and the transform-chain builder.
 //!
 //! Class resolution follows Kafka Connect: the fully qualified class name, the simple class
@@ -9,7 +9,9 @@
 use std::sync::Arc;
 
 use headwater_api::config::ConfigValidation;
-use headwater_api::{ConnectError, Properties, SourceConnector, SourceRecord, Transform};
+use headwater_api::{
+    ConnectError, Properties, SinkConnector, SourceConnector, SourceRecord, Transform,
+};
 
 use crate::model::PluginInfo;
 
@@ -26,16 +28,72 @@ pub struct ConnectorPlugin {
 
 impl ConnectorPlugin {
     fn matches(&self, name: &str) -> bool {
-        let simple = self.class.rsplit('.').next().unwrap_or(&self.class);
-        let short = simple.strip_suffix("Connector").unwrap_or(simple);
-        name == self.class
-            || name == simple
-            || name == short
-            || self.aliases.iter().any(|a| a == name)
+        class_matches(&self.class, &self.aliases, name)
     }
     pub fn version(&self) -> String {
         (self.factory)().version()
     }
+}
+
+/// Creates a fresh, unconfigured sink connector instance.
+pub type SinkConnectorFactory = Arc<dyn Fn() -> Box<dyn SinkConnector> + Send + Sync>;
+
+/// One registered sink connector class.
+#[derive(Clone)]
+pub struct SinkPlugin {
+    pub class: String,
+    pub aliases: Vec<String>,
+    pub factory: SinkConnectorFactory,
+}
+
+impl SinkPlugin {
+    fn matches(&self, name: &str) -> bool {
+        class_matches(&self.class, &self.aliases, name)
+    }
+    pub fn version(&self) -> String {
+        (self.factory)().version()
+    }
+}
+
+/// A connector class of either kind.
+#[derive(Clone)]
+pub enum AnyConnector {
+    Source(ConnectorPlugin),
+    Sink(SinkPlugin),
+}
+
+impl AnyConnector {
+    pub fn config_def(&self) -> headwater_api::ConfigDef {
+        match self {
+            AnyConnector::Source(p) => (p.factory)().config_def(),
+            AnyConnector::Sink(p) => (p.factory)().config_def(),
+        }
+    }
+    pub fn validate(&self, props: &Properties) -> ConfigValidation {
+        match self {
+            AnyConnector::Source(p) => (p.factory)().validate(props),
+            AnyConnector::Sink(p) => (p.factory)().validate(props),
+        }
+    }
+    pub fn class(&self) -> &str {
+        match self {
+            AnyConnector::Source(p) => &p.class,
+            AnyConnector::Sink(p) => &p.class,
+        }
+    }
+    /// `source` or `sink`, as Kafka Connect's REST API says.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AnyConnector::Source(_) => "source",
+            AnyConnector::Sink(_) => "sink",
+        }
+    }
+}
+
+fn class_matches(class: &str, aliases: &[String], name: &str) -> bool {
+    let simple = class.rsplit('.').next().unwrap_or(class);
+    let short = simple.strip_suffix("Connector").unwrap_or(simple);
+    name == class || name == simple || name == short || aliases.iter().any(|a| a == name)
 }
 
 /// Validates and builds a connector's whole transform chain (`transforms=...`,
@@ -86,6 +144,7 @@ impl TransformChainBuilder for NoTransforms {
 #[derive(Clone)]
 pub struct Plugins {
     connectors: Vec<ConnectorPlugin>,
+    sinks: Vec<SinkPlugin>,
     transforms: Arc<dyn TransformChainBuilder>,
 }
 
@@ -93,6 +152,7 @@ impl Default for Plugins {
     fn default() -> Self {
         Plugins {
             connectors: Vec::new(),
+            sinks: Vec::new(),
             transforms: Arc::new(NoTransforms),
         }
     }
@@ -118,6 +178,30 @@ impl Plugins {
         self
     }
 
+    /// Registers a sink connector class.
+    pub fn register_sink(
+        mut self,
+        class: &str,
+        aliases: &[&str],
+        factory: impl Fn() -> Box<dyn SinkConnector> + Send + Sync + 'static,
+    ) -> Self {
+        self.sinks.push(SinkPlugin {
+            class: class.to_owned(),
+            aliases: aliases.iter().map(|a| (*a).to_owned()).collect(),
+            factory: Arc::new(factory),
+        });
+        self
+    }
+
+    /// Finds a connector class of either kind; the error message lists the known classes.
+    pub fn find_any(&self, name: &str) -> Result<AnyConnector, String> {
+        if let Some(p) = self.sinks.iter().find(|p| p.matches(name)) {
+            return Ok(AnyConnector::Sink(p.clone()));
+        }
+        self.find_connector(name)
+            .map(|p| AnyConnector::Source(p.clone()))
+    }
+
     /// Sets the transform-chain builder.
     pub fn with_transforms(mut self, builder: Arc<dyn TransformChainBuilder>) -> Self {
         self.transforms = builder;
@@ -131,7 +215,12 @@ impl Plugins {
     /// Finds a connector class; the error message lists the known classes.
     pub fn find_connector(&self, name: &str) -> Result<&ConnectorPlugin, String> {
         self.connectors.iter().find(|p| p.matches(name)).ok_or_else(|| {
-            let known: Vec<&str> = self.connectors.iter().map(|p| p.class.as_str()).collect();
+            let known: Vec<&str> = self
+                .connectors
+                .iter()
+                .map(|p| p.class.as_str())
+                .chain(self.sinks.iter().map(|p| p.class.as_str()))
+                .collect();
             format!(
                 "Failed to find any class that implements Connector and which name matches {name}, available connectors are: {}",
                 known.join(", ")
@@ -149,6 +238,11 @@ impl Plugins {
                 plugin_type: "source".into(),
                 version: p.version(),
             })
+            .chain(self.sinks.iter().map(|p| PluginInfo {
+                class: p.class.clone(),
+                plugin_type: "sink".into(),
+                version: p.version(),
+            }))
             .collect();
         if !connectors_only {
             out.extend(self.transforms.plugins());

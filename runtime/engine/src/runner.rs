@@ -81,6 +81,8 @@ pub struct TaskShared {
     pub snapshot: headwater_api::SnapshotProgress,
     /// What the task's instance says it waits for, if anything.
     pub waiting: headwater_api::TaskWaiting,
+    /// Sink tasks: records in the log not consumed yet (-1 for source tasks).
+    pub sink_lag_records: AtomicI64,
 }
 
 impl TaskShared {
@@ -98,6 +100,7 @@ impl TaskShared {
             source_lag_ms: AtomicI64::new(metrics::NO_LAG),
             snapshot: headwater_api::SnapshotProgress::default(),
             waiting: headwater_api::TaskWaiting::default(),
+            sink_lag_records: AtomicI64::new(-1),
         })
     }
     pub fn set_status(&self, state: State, trace: Option<String>) {
@@ -740,7 +743,7 @@ fn record_commit(shared: &TaskShared, started: Instant, records: usize, bytes: u
 
 /// Makes durable offsets the connector's current ones (what the REST API reports and a
 /// restarted task resumes from).
-fn store_offsets(
+pub(crate) fn store_offsets(
     stored: &Mutex<OffsetsByConnector>,
     connector: &str,
     offsets: &[(OffsetMap, OffsetMap)],

@@ -435,9 +435,9 @@ pub async fn plugin_config(
     let engine = engine(&state)?;
     let found = engine
         .plugins()
-        .find_connector(&plugin)
+        .find_any(&plugin)
         .map_err(|_| RestError::new(StatusCode::NOT_FOUND, format!("Unknown plugin {plugin}.")))?;
-    let def = (found.factory)().config_def();
+    let def = found.config_def();
     let keys: Vec<Value> = def.keys().iter().map(|k| k.to_key_info()).collect();
     Ok(Json(keys).into_response())
 }

@@ -127,16 +127,21 @@ pub fn render() -> String {
 
     let plugins = crate::plugins::registry();
     for info in plugins.plugin_infos(true) {
-        let plugin = plugins
-            .find_connector(&info.class)
-            .expect("a registered class");
-        let alias_list: Vec<&str> = plugin.aliases.iter().map(String::as_str).collect();
+        let plugin = plugins.find_any(&info.class).expect("a registered class");
+        let (kind, alias_list): (&str, Vec<&str>) = match &plugin {
+            headwater_engine::plugins::AnyConnector::Source(p) => {
+                ("Source", p.aliases.iter().map(String::as_str).collect())
+            }
+            headwater_engine::plugins::AnyConnector::Sink(p) => {
+                ("Sink", p.aliases.iter().map(String::as_str).collect())
+            }
+        };
         out.push_str(&format!(
-            "## Source `{}`{}\n\n",
-            plugin.class,
+            "## {kind} `{}`{}\n\n",
+            plugin.class(),
             aliases(&alias_list)
         ));
-        config_def_table(&mut out, &(plugin.factory)().config_def());
+        config_def_table(&mut out, &plugin.config_def());
     }
 
     for t in headwater_transforms::registry::transforms::<SourceRecord>() {

@@ -1,0 +1,118 @@
+//! The sink contracts: what a sink connector and a sink task promise to the engine, and what the
+//! engine promises back (Kafka Connect's `SinkConnector` / `SinkTask`, reshaped for
+//! exactly-once delivery).
+//!
+//! The engine reads the connector's topics from the log (read_committed), converts and
+//! transforms the records, and hands them to [`SinkTask::put`] in batches, in offset order per
+//! topic partition. Each batch says where consumption continues after it
+//! ([`SinkBatch::next_offsets`], which also covers records dropped by transforms).
+//!
+//! Delivery:
+//! - `put` returns only once the batch is durable in the destination; the engine then stores
+//!   `next_offsets` as the connector's sink offsets (shown by the REST API and metrics) and
+//!   never hands those records out again to this task instance;
+//! - at-least-once: after a crash the engine resumes from its stored offsets, so records put
+//!   after the last stored offsets may be put again;
+//! - exactly-once: a task that commits `next_offsets` in the same destination transaction as
+//!   the data returns them from [`SinkTask::stored_offsets`]; the engine resumes from those,
+//!   whatever its own store says, so nothing is applied twice.
+
+use crate::config::{ConfigDef, ConfigValidation};
+use crate::error::ConnectError;
+use crate::plugin::{BoxFuture, Properties};
+use crate::record::Headers;
+use crate::schema::SchemaRef;
+use crate::value::Value;
+
+/// A partition of a topic.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: u32,
+}
+
+impl TopicPartition {
+    pub fn new(topic: impl Into<String>, partition: u32) -> Self {
+        TopicPartition {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// One record read from the log, converted (and transformed) for a sink.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SinkRecord {
+    /// The topic after transforms (routers may rename it); the partition and offset are where
+    /// it was read.
+    pub topic: String,
+    pub partition: u32,
+    pub offset: i64,
+    /// Milliseconds since the epoch (the record's timestamp in the log).
+    pub timestamp: i64,
+    pub key_schema: Option<SchemaRef>,
+    pub key: Value,
+    pub value_schema: Option<SchemaRef>,
+    /// `Value::Null` for a tombstone.
+    pub value: Value,
+    pub headers: Headers,
+}
+
+/// Records for one `put`, in offset order per topic partition.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SinkBatch {
+    pub records: Vec<SinkRecord>,
+    /// Per topic partition read for this batch: the offset consumption continues from after
+    /// it (the offset after the last record read, kept or dropped by transforms).
+    pub next_offsets: Vec<(TopicPartition, i64)>,
+}
+
+/// What the engine tells a sink task when it starts.
+#[derive(Clone, Debug, Default)]
+pub struct SinkTaskContext {
+    pub connector_name: String,
+    pub task_id: u32,
+}
+
+/// A sink connector: validates its configuration and splits the work into task configs
+/// (the engine assigns topic partitions to tasks itself).
+pub trait SinkConnector: Send + Sync {
+    fn version(&self) -> String;
+    fn config_def(&self) -> ConfigDef;
+    fn validate(&self, props: &Properties) -> ConfigValidation {
+        self.config_def().validate(props)
+    }
+    fn task_configs(
+        &self,
+        props: &Properties,
+        max_tasks: usize,
+    ) -> Result<Vec<Properties>, ConnectError>;
+    fn create_task(&self) -> Box<dyn SinkTask>;
+}
+
+/// A sink task: writes batches of records to a destination.
+///
+/// Contract: `start` connects; `stored_offsets` answers for the given partitions where the
+/// destination's own offsets say to resume (an empty answer for at-least-once sinks); `put`
+/// writes a whole batch durably or fails (a retriable error makes the engine restart the task
+/// from the last offsets stored, so a partly applied batch must not become visible); `stop`
+/// releases connections.
+pub trait SinkTask: Send {
+    fn start(
+        &mut self,
+        context: SinkTaskContext,
+        props: Properties,
+    ) -> BoxFuture<'_, Result<(), ConnectError>>;
+    fn stored_offsets<'a>(
+        &'a mut self,
+        partitions: &'a [TopicPartition],
+    ) -> BoxFuture<'a, Result<Vec<(TopicPartition, i64)>, ConnectError>>;
+    fn put(&mut self, batch: SinkBatch) -> BoxFuture<'_, Result<(), ConnectError>>;
+    fn stop(&mut self) -> BoxFuture<'_, ()>;
+}
