@@ -39,6 +39,11 @@ pub fn registry() -> Plugins {
             &["datagen", "Datagen"],
             || Box::new(headwater_connector_datagen::DatagenConnector),
         )
+        .register_sink(
+            headwater_connector_jdbc::CLASS,
+            &["jdbc", "JdbcSink"],
+            || Box::new(headwater_connector_jdbc::JdbcSinkConnector),
+        )
         .with_transforms(Arc::new(KafkaTransforms))
 }
 

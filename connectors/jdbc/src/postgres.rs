@@ -1,0 +1,636 @@
+//! Writing to PostgreSQL: one transaction per batch that applies the batch's steps and upserts
+//! the consumed offsets into the offsets table, so rows and offsets commit together.
+//!
+//! Rows travel by `COPY ... FROM STDIN` (text format) into a temporary staging table per
+//! (table, column set), `ON COMMIT DELETE ROWS`, then one set-based statement per step:
+//! `INSERT ... SELECT ... ON CONFLICT (key) DO UPDATE` (upsert), `UPDATE ... FROM` (update),
+//! `INSERT ... SELECT` (insert), `DELETE ... USING` (deletes). A row whose columns are partly
+//! unchanged (TOAST) is staged with only the columns it has, so the others keep their values.
+//!
+//! Invariants: nothing of a batch is visible unless all of it and its offsets are; the offsets
+//! table only ever moves forward per (connector, topic, partition) within one connector's
+//! single writer; errors that a retry can cure (connection loss, serialization failures,
+//! deadlocks) are retriable, all others fatal with the statement's message.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures_util::SinkExt;
+use headwater_api::{ConnectError, TopicPartition, Value};
+use tokio::task::JoinHandle;
+use tokio_postgres::{Client, NoTls};
+
+use crate::batch::{group_by_columns, ColumnGroup, Step, TablePlan, UpsertRow};
+use crate::change::{Column, Shape};
+use crate::config::{DatabaseKind, InsertMode, JdbcSinkConfig};
+use crate::values::{copy_escape, render, sql_type};
+
+/// Bytes of COPY data sent per chunk.
+const COPY_CHUNK: usize = 1024 * 1024;
+
+fn pg_err(context: &str, e: tokio_postgres::Error) -> ConnectError {
+    let retriable = e.is_closed()
+        || e.as_db_error().is_none()
+        || e.code().is_some_and(|c| {
+            let c = c.code();
+            c.starts_with("08")
+                || c.starts_with("57P")
+                || c == "40001"
+                || c == "40P01"
+                || c == "53300"
+        });
+    let detail = match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => e.to_string(),
+    };
+    let msg = format!("{context}: {detail}");
+    if retriable {
+        ConnectError::retriable(msg)
+    } else {
+        ConnectError::fatal(msg)
+    }
+}
+
+/// Quotes an identifier when asked to or when it needs it (PostgreSQL folds bare names to
+/// lower case).
+pub fn quote(name: &str, always: bool) -> String {
+    let plain = !name.is_empty()
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain && !always {
+        name.to_owned()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
+/// `schema.table` or `table`, each part quoted as needed.
+fn quote_table(name: &str, always: bool) -> String {
+    match name.split_once('.') {
+        Some((s, t)) => format!("{}.{}", quote(s, always), quote(t, always)),
+        None => quote(name, always),
+    }
+}
+
+/// What is known about a destination table.
+#[derive(Clone, Debug)]
+struct TableMeta {
+    columns: Vec<String>,
+}
+
+pub struct PgWriter {
+    client: Client,
+    conn: JoinHandle<()>,
+    cfg: Arc<JdbcSinkConfig>,
+    connector: String,
+    tables: HashMap<String, TableMeta>,
+    /// (table, staged columns) -> temporary staging table.
+    stages: HashMap<(String, Vec<String>), String>,
+}
+
+impl Drop for PgWriter {
+    fn drop(&mut self) {
+        self.conn.abort();
+    }
+}
+
+impl PgWriter {
+    pub async fn connect(
+        cfg: Arc<JdbcSinkConfig>,
+        connector: &str,
+    ) -> Result<PgWriter, ConnectError> {
+        let d = &cfg.destination;
+        let mut pc = tokio_postgres::Config::new();
+        pc.host(&d.host)
+            .port(d.port)
+            .user(&cfg.username)
+            .dbname(&d.database)
+            .application_name(format!("headwater-sink-{connector}"));
+        if let Some(p) = &cfg.password {
+            pc.password(p);
+        }
+        let (client, connection) = pc.connect(NoTls).await.map_err(|e| {
+            pg_err(
+                &format!(
+                    "connecting to PostgreSQL at {}:{}/{}",
+                    d.host, d.port, d.database
+                ),
+                e,
+            )
+        })?;
+        let conn = tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "sink connection ended");
+            }
+        });
+        let table = quote_table(&cfg.offsets_table, cfg.quote_identifiers);
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {table} (
+                    connector text NOT NULL,
+                    topic text NOT NULL,
+                    kafka_partition integer NOT NULL,
+                    next_offset bigint NOT NULL,
+                    updated_at timestamptz NOT NULL DEFAULT now(),
+                    PRIMARY KEY (connector, topic, kafka_partition))"
+            ))
+            .await
+            .map_err(|e| pg_err(&format!("creating the offsets table {table}"), e))?;
+        Ok(PgWriter {
+            client,
+            conn,
+            cfg,
+            connector: connector.to_owned(),
+            tables: HashMap::new(),
+            stages: HashMap::new(),
+        })
+    }
+
+    /// The offsets this connector committed with its rows.
+    pub async fn stored_offsets(&self) -> Result<Vec<(TopicPartition, i64)>, ConnectError> {
+        let table = quote_table(&self.cfg.offsets_table, self.cfg.quote_identifiers);
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "SELECT topic, kafka_partition, next_offset FROM {table} WHERE connector = $1"
+                ),
+                &[&self.connector],
+            )
+            .await
+            .map_err(|e| pg_err("reading the sink offsets", e))?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let p: i32 = r.get(1);
+                (
+                    TopicPartition::new(r.get::<_, String>(0), p as u32),
+                    r.get(2),
+                )
+            })
+            .collect())
+    }
+
+    /// Applies the plans and stores `next_offsets`, all in one transaction.
+    pub async fn write(
+        &mut self,
+        plans: Vec<(String, TablePlan)>,
+        next_offsets: &[(TopicPartition, i64)],
+    ) -> Result<(), ConnectError> {
+        self.client
+            .batch_execute("BEGIN")
+            .await
+            .map_err(|e| pg_err("BEGIN", e))?;
+        let result = self.write_in_transaction(plans, next_offsets).await;
+        match result {
+            Ok(()) => self
+                .client
+                .batch_execute("COMMIT")
+                .await
+                .map_err(|e| pg_err("COMMIT", e)),
+            Err(e) => {
+                let _ = self.client.batch_execute("ROLLBACK").await;
+                // Table shapes may have changed under a failed statement: look them up again.
+                self.tables.clear();
+                Err(e)
+            }
+        }
+    }
+
+    async fn write_in_transaction(
+        &mut self,
+        plans: Vec<(String, TablePlan)>,
+        next_offsets: &[(TopicPartition, i64)],
+    ) -> Result<(), ConnectError> {
+        for (table, mut plan) in plans {
+            self.carry_unchanged(&table, &mut plan).await?;
+            for step in plan.steps {
+                match step {
+                    Step::Truncate => {
+                        if self.table_meta(&table).await?.is_some() {
+                            let q = quote_table(&table, self.cfg.quote_identifiers);
+                            self.client
+                                .batch_execute(&format!("TRUNCATE TABLE {q}"))
+                                .await
+                                .map_err(|e| pg_err(&format!("truncating {q}"), e))?;
+                        }
+                    }
+                    Step::Deletes(shape, keys) => self.delete(&table, &shape, keys).await?,
+                    Step::Upserts(rows) => self.upsert(&table, rows).await?,
+                }
+            }
+        }
+        if !next_offsets.is_empty() {
+            let table = quote_table(&self.cfg.offsets_table, self.cfg.quote_identifiers);
+            let topics: Vec<&str> = next_offsets
+                .iter()
+                .map(|(tp, _)| tp.topic.as_str())
+                .collect();
+            let partitions: Vec<i32> = next_offsets
+                .iter()
+                .map(|(tp, _)| tp.partition as i32)
+                .collect();
+            let offsets: Vec<i64> = next_offsets.iter().map(|(_, o)| *o).collect();
+            self.client
+                .execute(
+                    &format!(
+                        "INSERT INTO {table} (connector, topic, kafka_partition, next_offset, updated_at)
+                         SELECT $1, t, p, o, now() FROM unnest($2::text[], $3::int[], $4::bigint[]) AS x(t, p, o)
+                         ON CONFLICT (connector, topic, kafka_partition)
+                         DO UPDATE SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at"
+                    ),
+                    &[&self.connector, &topics, &partitions, &offsets],
+                )
+                .await
+                .map_err(|e| pg_err("storing the sink offsets", e))?;
+        }
+        Ok(())
+    }
+
+    /// For the create half of a primary-key change whose unchanged (TOAST) columns the source
+    /// did not send: takes them from the old row, before the batch deletes it. The values come
+    /// back as PostgreSQL's text output, which is valid input for the same column types.
+    async fn carry_unchanged(
+        &mut self,
+        table: &str,
+        plan: &mut TablePlan,
+    ) -> Result<(), ConnectError> {
+        let always = self.cfg.quote_identifiers;
+        for step in &mut plan.steps {
+            let Step::Upserts(rows) = step else { continue };
+            for row in rows.iter_mut() {
+                let Some(old_key) = row.carry_key.clone() else {
+                    continue;
+                };
+                let carried: Vec<usize> = (0..row.unchanged.len())
+                    .filter(|&i| row.unchanged[i])
+                    .collect();
+                if carried.is_empty() || self.table_meta(table).await?.is_none() {
+                    continue;
+                }
+                let shape = &row.shape;
+                let select: Vec<String> = carried
+                    .iter()
+                    .map(|&i| format!("{}::text", quote(&shape.columns[i].name, always)))
+                    .collect();
+                let cond: Vec<String> = shape
+                    .key
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &i)| {
+                        format!(
+                            "{}::text = ${}",
+                            quote(&shape.columns[i].name, always),
+                            j + 1
+                        )
+                    })
+                    .collect();
+                let sql = format!(
+                    "SELECT {} FROM {} WHERE {}",
+                    select.join(", "),
+                    quote_table(table, always),
+                    cond.join(" AND ")
+                );
+                let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = old_key
+                    .iter()
+                    .map(|s| s as &(dyn tokio_postgres::types::ToSql + Sync))
+                    .collect();
+                let Some(found) = self.client.query_opt(&sql, &params).await.map_err(|e| {
+                    pg_err(
+                        &format!("reading the old row of a key change in {table}"),
+                        e,
+                    )
+                })?
+                else {
+                    continue;
+                };
+                let mut new_shape = (**shape).clone();
+                for (j, &i) in carried.iter().enumerate() {
+                    let text: Option<String> = found.get(j);
+                    new_shape.columns[i].schema = headwater_api::Schema::optional_string();
+                    row.values[i] = text.map(Value::String).unwrap_or(Value::Null);
+                    row.unchanged[i] = false;
+                }
+                row.shape = Arc::new(new_shape);
+            }
+        }
+        Ok(())
+    }
+
+    async fn table_meta(&mut self, table: &str) -> Result<Option<TableMeta>, ConnectError> {
+        if let Some(m) = self.tables.get(table) {
+            return Ok(Some(m.clone()));
+        }
+        let (schema, name) = match table.split_once('.') {
+            Some((s, t)) => (Some(s.to_owned()), t.to_owned()),
+            None => (None, table.to_owned()),
+        };
+        let rows = self
+            .client
+            .query(
+                "SELECT column_name::text FROM information_schema.columns
+                  WHERE table_schema = coalesce($1, current_schema()) AND table_name = $2
+                  ORDER BY ordinal_position",
+                &[&schema, &name],
+            )
+            .await
+            .map_err(|e| pg_err(&format!("looking up table {table}"), e))?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let meta = TableMeta {
+            columns: rows.iter().map(|r| r.get(0)).collect(),
+        };
+        self.tables.insert(table.to_owned(), meta.clone());
+        Ok(Some(meta))
+    }
+
+    /// Makes sure the table exists with every column of `shape` (schema evolution), or says
+    /// what is missing.
+    async fn ensure_table(&mut self, table: &str, shape: &Shape) -> Result<(), ConnectError> {
+        let q = quote_table(table, self.cfg.quote_identifiers);
+        let always = self.cfg.quote_identifiers;
+        match self.table_meta(table).await? {
+            None => {
+                if !self.cfg.schema_evolution {
+                    return Err(ConnectError::fatal(format!(
+                        "table {table} does not exist in the destination; create it, or set schema.evolution=basic"
+                    )));
+                }
+                let mut cols: Vec<String> = shape
+                    .columns
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        let key = shape.key.contains(&i);
+                        let null = if key || !c.schema.is_optional() {
+                            " NOT NULL"
+                        } else {
+                            ""
+                        };
+                        format!(
+                            "{} {}{null}",
+                            quote(&c.name, always),
+                            sql_type(DatabaseKind::Postgres, &c.schema, key)
+                        )
+                    })
+                    .collect();
+                if !shape.key.is_empty() {
+                    let key: Vec<String> = shape
+                        .key
+                        .iter()
+                        .map(|&i| quote(&shape.columns[i].name, always))
+                        .collect();
+                    cols.push(format!("PRIMARY KEY ({})", key.join(", ")));
+                }
+                let ddl = format!("CREATE TABLE IF NOT EXISTS {q} ({})", cols.join(", "));
+                tracing::info!(table = %table, ddl = %ddl, "creating destination table (schema.evolution=basic)");
+                self.client
+                    .batch_execute(&ddl)
+                    .await
+                    .map_err(|e| pg_err(&format!("creating table {table}"), e))?;
+                self.tables.remove(table);
+            }
+            Some(meta) => {
+                let missing: Vec<&Column> = shape
+                    .columns
+                    .iter()
+                    .filter(|c| !meta.columns.iter().any(|m| m == &c.name))
+                    .collect();
+                if missing.is_empty() {
+                    return Ok(());
+                }
+                if !self.cfg.schema_evolution {
+                    let names: Vec<&str> = missing.iter().map(|c| c.name.as_str()).collect();
+                    return Err(ConnectError::fatal(format!(
+                        "table {table} has no column(s) {}; add them, or set schema.evolution=basic",
+                        names.join(", ")
+                    )));
+                }
+                for c in missing {
+                    let ddl = format!(
+                        "ALTER TABLE {q} ADD COLUMN IF NOT EXISTS {} {}",
+                        quote(&c.name, always),
+                        sql_type(DatabaseKind::Postgres, &c.schema, false)
+                    );
+                    tracing::info!(table = %table, ddl = %ddl, "adding a destination column (schema.evolution=basic)");
+                    self.client
+                        .batch_execute(&ddl)
+                        .await
+                        .map_err(|e| pg_err(&format!("adding column {} to {table}", c.name), e))?;
+                }
+                self.tables.remove(table);
+            }
+        }
+        Ok(())
+    }
+
+    /// The staging table for `columns` of `table`.
+    async fn stage(&mut self, table: &str, columns: &[String]) -> Result<String, ConnectError> {
+        let k = (table.to_owned(), columns.to_vec());
+        if let Some(s) = self.stages.get(&k) {
+            return Ok(s.clone());
+        }
+        let name = format!("headwater_stage_{}", self.stages.len() + 1);
+        let always = self.cfg.quote_identifiers;
+        let cols: Vec<String> = columns.iter().map(|c| quote(c, always)).collect();
+        self.client
+            .batch_execute(&format!(
+                "CREATE TEMP TABLE IF NOT EXISTS {name} ON COMMIT DELETE ROWS AS SELECT {} FROM {} WITH NO DATA",
+                cols.join(", "),
+                quote_table(table, always)
+            ))
+            .await
+            .map_err(|e| pg_err(&format!("creating a staging table for {table}"), e))?;
+        self.stages.insert(k, name.clone());
+        Ok(name)
+    }
+
+    /// COPYs rows (each a list of (column schema, value)) into `stage`.
+    async fn copy_into(
+        &self,
+        stage: &str,
+        columns: &[String],
+        rows: impl Iterator<Item = Vec<(&Column, &Value)>>,
+    ) -> Result<u64, ConnectError> {
+        let always = self.cfg.quote_identifiers;
+        let cols: Vec<String> = columns.iter().map(|c| quote(c, always)).collect();
+        let sink = self
+            .client
+            .copy_in(&format!("COPY {stage} ({}) FROM STDIN", cols.join(", ")))
+            .await
+            .map_err(|e| pg_err("starting COPY", e))?;
+        futures_util::pin_mut!(sink);
+        let mut buf = Vec::with_capacity(COPY_CHUNK + 64 * 1024);
+        let mut text = Vec::new();
+        let mut n = 0u64;
+        for row in rows {
+            for (i, (col, value)) in row.iter().enumerate() {
+                if i > 0 {
+                    buf.push(b'\t');
+                }
+                text.clear();
+                if render(
+                    DatabaseKind::Postgres,
+                    &col.name,
+                    &col.schema,
+                    value,
+                    &mut text,
+                )? {
+                    copy_escape(&text, &mut buf);
+                } else {
+                    buf.extend_from_slice(b"\\N");
+                }
+            }
+            buf.push(b'\n');
+            n += 1;
+            if buf.len() >= COPY_CHUNK {
+                let chunk = bytes::Bytes::from(std::mem::replace(
+                    &mut buf,
+                    Vec::with_capacity(COPY_CHUNK + 64 * 1024),
+                ));
+                sink.send(chunk).await.map_err(|e| pg_err("COPY", e))?;
+            }
+        }
+        if !buf.is_empty() {
+            sink.send(bytes::Bytes::from(buf))
+                .await
+                .map_err(|e| pg_err("COPY", e))?;
+        }
+        sink.finish().await.map_err(|e| pg_err("COPY", e))?;
+        Ok(n)
+    }
+
+    async fn delete(
+        &mut self,
+        table: &str,
+        shape: &Shape,
+        keys: Vec<Vec<Value>>,
+    ) -> Result<(), ConnectError> {
+        if self.table_meta(table).await?.is_none() {
+            // Nothing to delete from.
+            return Ok(());
+        }
+        let names: Vec<String> = shape
+            .key
+            .iter()
+            .map(|&i| shape.columns[i].name.clone())
+            .collect();
+        let stage = self.stage(table, &names).await?;
+        let key_cols: Vec<&Column> = shape.key.iter().map(|&i| &shape.columns[i]).collect();
+        self.copy_into(
+            &stage,
+            &names,
+            keys.iter()
+                .map(|k| key_cols.iter().copied().zip(k.iter()).collect()),
+        )
+        .await?;
+        let always = self.cfg.quote_identifiers;
+        let cond: Vec<String> = names
+            .iter()
+            .map(|c| format!("t.{0} = s.{0}", quote(c, always)))
+            .collect();
+        let q = quote_table(table, always);
+        self.client
+            .batch_execute(&format!(
+                "DELETE FROM {q} AS t USING {stage} AS s WHERE {}; TRUNCATE {stage}",
+                cond.join(" AND ")
+            ))
+            .await
+            .map_err(|e| pg_err(&format!("deleting from {table}"), e))?;
+        Ok(())
+    }
+
+    async fn upsert(&mut self, table: &str, rows: Vec<UpsertRow>) -> Result<(), ConnectError> {
+        for ColumnGroup {
+            shape,
+            present,
+            rows,
+        } in group_by_columns(rows)
+        {
+            self.ensure_table(table, &shape).await?;
+            let names: Vec<String> = present
+                .iter()
+                .map(|&i| shape.columns[i].name.clone())
+                .collect();
+            let cols: Vec<&Column> = present.iter().map(|&i| &shape.columns[i]).collect();
+            let stage = self.stage(table, &names).await?;
+            self.copy_into(
+                &stage,
+                &names,
+                rows.iter()
+                    .map(|r| cols.iter().copied().zip(r.iter()).collect()),
+            )
+            .await?;
+            let always = self.cfg.quote_identifiers;
+            let q = quote_table(table, always);
+            let list: Vec<String> = names.iter().map(|c| quote(c, always)).collect();
+            let key: Vec<String> = shape
+                .key
+                .iter()
+                .map(|&i| quote(&shape.columns[i].name, always))
+                .collect();
+            let non_key: Vec<&String> = list.iter().filter(|c| !key.contains(c)).collect();
+            let sql = match (self.cfg.insert_mode, key.is_empty()) {
+                (InsertMode::Insert, _) | (_, true) => format!(
+                    "INSERT INTO {q} ({0}) SELECT {0} FROM {stage}",
+                    list.join(", ")
+                ),
+                (InsertMode::Upsert, false) => {
+                    let action = if non_key.is_empty() {
+                        "DO NOTHING".to_owned()
+                    } else {
+                        format!(
+                            "DO UPDATE SET {}",
+                            non_key
+                                .iter()
+                                .map(|c| format!("{c} = EXCLUDED.{c}"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    };
+                    format!(
+                        "INSERT INTO {q} ({0}) SELECT {0} FROM {stage} ON CONFLICT ({1}) {action}",
+                        list.join(", "),
+                        key.join(", ")
+                    )
+                }
+                (InsertMode::Update, false) => {
+                    if non_key.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "UPDATE {q} AS t SET {} FROM {stage} AS s WHERE {}",
+                            non_key
+                                .iter()
+                                .map(|c| format!("{c} = s.{c}"))
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            key.iter()
+                                .map(|c| format!("t.{c} = s.{c}"))
+                                .collect::<Vec<_>>()
+                                .join(" AND ")
+                        )
+                    }
+                }
+            };
+            if !sql.is_empty() {
+                self.client
+                    .batch_execute(&format!("{sql}; TRUNCATE {stage}"))
+                    .await
+                    .map_err(|e| pg_err(&format!("writing to {table}"), e))?;
+            } else {
+                self.client
+                    .batch_execute(&format!("TRUNCATE {stage}"))
+                    .await
+                    .map_err(|e| pg_err("emptying a staging table", e))?;
+            }
+        }
+        Ok(())
+    }
+}
