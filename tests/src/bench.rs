@@ -1,4 +1,4 @@
-//! What the benchmark programs (`pg-bench`, `mysql-bench`, `mongo-bench`) share: running the real `headwater`
+//! What the benchmark programs (`pg-bench`, `mysql-bench`, `mongo-bench`, `sink-bench`) share: running the real `headwater`
 //! binary with one connector file, reading the connector's committed offset over REST, a
 //! process's CPU time and peak RSS from `/proc`, and the commit-to-durable latency probe.
 //!
@@ -61,6 +61,29 @@ pub fn get(addr: SocketAddr, path: &str) -> Value {
         body.to_owned()
     };
     serde_json::from_str(&body).unwrap_or(Value::Null)
+}
+
+/// One HTTP/1.1 request with a JSON body; returns the status code (0 on failure).
+pub fn send_json(addr: SocketAddr, method: &str, path: &str, body: &Value) -> u16 {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return 0;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+    let body = body.to_string();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    if s.write_all(req.as_bytes()).is_err() {
+        return 0;
+    }
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The committed offset of `connector`'s first source partition.

@@ -42,7 +42,15 @@ pub fn group_by_columns(rows: Vec<UpsertRow>) -> Vec<ColumnGroup> {
         let present: Vec<usize> = (0..row.shape.columns.len())
             .filter(|&i| !row.unchanged[i])
             .collect();
-        let values: Vec<Value> = present.iter().map(|&i| row.values[i].clone()).collect();
+        let values: Vec<Value> = if present.len() == row.values.len() {
+            row.values
+        } else {
+            let mut all = row.values;
+            present
+                .iter()
+                .map(|&i| std::mem::take(&mut all[i]))
+                .collect()
+        };
         match groups.iter_mut().find(|g| {
             (Arc::ptr_eq(&g.shape, &row.shape) || *g.shape == *row.shape) && g.present == present
         }) {
@@ -75,14 +83,49 @@ pub struct TablePlan {
 #[derive(Debug, Default)]
 struct Reduced {
     order: Vec<Vec<u8>>,
-    last: HashMap<Vec<u8>, (Arc<Shape>, Action)>,
+    /// (A fast hasher: one insert per row.)
+    last: HashMap<Vec<u8>, (Arc<Shape>, Action), foldhash::fast::RandomState>,
 }
 
+/// A byte string that identifies key values (equal keys, equal bytes; common types without
+/// formatting).
 fn key_bytes(values: &[&Value]) -> Vec<u8> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(16);
     for v in values {
-        out.extend_from_slice(format!("{v:?}").as_bytes());
-        out.push(0);
+        match v {
+            Value::Int8(x) => {
+                out.push(1);
+                out.extend_from_slice(&i64::from(*x).to_le_bytes());
+            }
+            Value::Int16(x) => {
+                out.push(1);
+                out.extend_from_slice(&i64::from(*x).to_le_bytes());
+            }
+            Value::Int32(x) => {
+                out.push(1);
+                out.extend_from_slice(&i64::from(*x).to_le_bytes());
+            }
+            Value::Int64(x) => {
+                out.push(1);
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+            Value::String(s) => {
+                out.push(2);
+                out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+                out.extend_from_slice(s.as_bytes());
+            }
+            Value::Bytes(b) => {
+                out.push(3);
+                out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+                out.extend_from_slice(b);
+            }
+            other => {
+                let text = format!("{other:?}");
+                out.push(4);
+                out.extend_from_slice(&(text.len() as u64).to_le_bytes());
+                out.extend_from_slice(text.as_bytes());
+            }
+        }
     }
     out
 }

@@ -12,6 +12,7 @@
 //!   carry nothing to write (Debezium's `m` messages, tombstones when deletes are off,
 //!   heartbeats without a value) are skipped.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use headwater_api::{ConnectError, Schema, SchemaRef, SchemaType, SinkRecord, Struct, Value};
@@ -109,52 +110,113 @@ pub fn table_name(
     Ok(name)
 }
 
+/// Where a column's value comes from.
+#[derive(Clone, Copy, Debug)]
+enum ValueSource {
+    Key(usize),
+    Row(usize),
+}
+
+/// The shapes of recently seen (row schema, key schema) pairs and how to fill them: records
+/// of one table share their schemas (the converter hands out the same schema objects), so a
+/// batch builds each shape once and its rows share it.
+#[derive(Default)]
+pub struct ShapeCache {
+    /// Keyed by the schemas' addresses; the entries hold the schemas, so an address is never
+    /// reused while cached.
+    entries: HashMap<(usize, usize), CachedShape, foldhash::fast::RandomState>,
+    /// The last (topic, source db, schema, table) and its destination table.
+    last_table: Option<(String, String, String, String, String)>,
+}
+
+struct CachedShape {
+    _held: (SchemaRef, Option<SchemaRef>),
+    shape: Arc<Shape>,
+    sources: Vec<ValueSource>,
+}
+
+impl ShapeCache {
+    /// [`table_name`], remembering the last answer per topic and source table.
+    fn table_name(
+        &mut self,
+        cfg: &JdbcSinkConfig,
+        record: &SinkRecord,
+        source: Option<&Struct>,
+    ) -> Result<String, ConnectError> {
+        let field = |f: &str| source.and_then(|s| s.get(f)).and_then(Value::as_str);
+        let id = (
+            record.topic.as_str(),
+            field("db").unwrap_or(""),
+            field("schema").unwrap_or(""),
+            field("table").unwrap_or(""),
+        );
+        if let Some((t, db, sc, tb, name)) = &self.last_table {
+            if (t.as_str(), db.as_str(), sc.as_str(), tb.as_str()) == id {
+                return Ok(name.clone());
+            }
+        }
+        let name = table_name(cfg, record, source)?;
+        self.last_table = Some((
+            id.0.to_owned(),
+            id.1.to_owned(),
+            id.2.to_owned(),
+            id.3.to_owned(),
+            name.clone(),
+        ));
+        Ok(name)
+    }
+}
+
+/// At most this many shapes are cached (then the cache starts over).
+const SHAPE_CACHE_ENTRIES: usize = 1024;
+
 /// Builds the change a record asks for; `None` when it asks for nothing.
 pub fn change_of(
     cfg: &JdbcSinkConfig,
-    record: &SinkRecord,
+    shapes: &mut ShapeCache,
+    record: SinkRecord,
 ) -> Result<Option<Change>, ConnectError> {
-    let where_ = || {
-        format!(
-            "{}-{} offset {}",
-            record.topic, record.partition, record.offset
-        )
-    };
-    let (row, op, source) = match (&record.value, &record.value_schema) {
+    let where_ = |r: &SinkRecord| format!("{}-{} offset {}", r.topic, r.partition, r.offset);
+    let mut record = record;
+    let value = std::mem::take(&mut record.value);
+    let tombstone = value.is_null();
+    let (row, op, source) = match (value, &record.value_schema) {
         (Value::Null, _) => (None, 'd', None),
         (Value::Struct(v), Some(schema)) if is_envelope(schema) => {
-            let op = v
-                .get("op")
-                .and_then(Value::as_str)
-                .and_then(|s| s.chars().next())
-                .unwrap_or('?');
-            let after = match v.get("after") {
-                Some(Value::Struct(a)) => Some(a.clone()),
+            let field = |name: &str| schema.field(name).map(|f| f.index());
+            let (op_i, after_i, source_i) = (field("op"), field("after"), field("source"));
+            let mut values = v.into_values();
+            let mut take = |i: Option<usize>| i.map(|i| std::mem::take(&mut values[i]));
+            let op = match take(op_i) {
+                Some(Value::String(s)) => s.chars().next().unwrap_or('?'),
+                _ => '?',
+            };
+            let after = match take(after_i) {
+                Some(Value::Struct(a)) => Some(a),
                 _ => None,
             };
-            let source = match v.get("source") {
-                Some(Value::Struct(s)) => Some(s.clone()),
+            let source = match take(source_i) {
+                Some(Value::Struct(s)) => Some(s),
                 _ => None,
             };
             (after, op, source)
         }
-        (Value::Struct(v), _) => (Some(v.clone()), 'u', None),
+        (Value::Struct(v), _) => (Some(v), 'u', None),
         (other, _) => {
             return Err(ConnectError::data(format!(
                 "record at {}: the JDBC sink writes struct values (with schemas), got {}",
-                where_(),
-                kind(other)
+                where_(&record),
+                kind(&other)
             )))
         }
     };
     match op {
-        'c' | 'r' | 'u' => {}
-        'd' => {}
+        'c' | 'r' | 'u' | 'd' => {}
         't' => {
             if !cfg.truncate_enabled {
                 return Ok(None);
             }
-            let table = table_name(cfg, record, source.as_ref())?;
+            let table = table_name(cfg, &record, source.as_ref())?;
             return Ok(Some(Change {
                 table,
                 shape: Arc::new(Shape {
@@ -170,18 +232,15 @@ pub fn change_of(
         if !cfg.delete_enabled {
             return Ok(None);
         }
-        if record.value == Value::Null
-            && source.is_none()
-            && cfg.collection_name_format.contains("${source.")
-        {
+        if tombstone && source.is_none() && cfg.collection_name_format.contains("${source.") {
             // A tombstone names no source table; the Debezium delete event before it did the
             // delete already.
             return Ok(None);
         }
     }
-    let table = table_name(cfg, record, source.as_ref())?;
+    let table = shapes.table_name(cfg, &record, source.as_ref())?;
     if op == 'd' {
-        let (columns, key) = key_columns(cfg, record)?;
+        let (columns, key) = key_columns(cfg, &record)?;
         let shape = Shape {
             key: (0..columns.len()).collect(),
             columns,
@@ -195,25 +254,88 @@ pub fn change_of(
     let Some(row) = row else {
         return Err(ConnectError::data(format!(
             "record at {}: op {op:?} without an after image",
-            where_()
+            where_(&record)
         )));
     };
+    let key_vals = match cfg.primary_key_mode {
+        PrimaryKeyMode::RecordKey | PrimaryKeyMode::Kafka => key_values(cfg, &record)?,
+        _ => Vec::new(),
+    };
+    let row_schema = row.schema().clone();
+    let cache_key = (
+        Arc::as_ptr(&row_schema) as usize,
+        record
+            .key_schema
+            .as_ref()
+            .map_or(0, |k| Arc::as_ptr(k) as usize),
+    );
+    if !shapes.entries.contains_key(&cache_key) {
+        let built = build_shape(cfg, &record, &row_schema)?;
+        if shapes.entries.len() >= SHAPE_CACHE_ENTRIES {
+            shapes.entries.clear();
+        }
+        shapes.entries.insert(cache_key, built);
+    }
+    let cached = &shapes.entries[&cache_key];
+    let shape = cached.shape.clone();
+    let mut row_values = row.into_values();
+    let values: Vec<Value> = cached
+        .sources
+        .iter()
+        .map(|s| match *s {
+            ValueSource::Key(i) => key_vals.get(i).cloned().unwrap_or(Value::Null),
+            ValueSource::Row(i) => std::mem::take(&mut row_values[i]),
+        })
+        .collect();
+    let unchanged: Vec<bool> = values
+        .iter()
+        .map(|v| is_placeholder(&cfg.unavailable_placeholder, v))
+        .collect();
+    let carry_key = if unchanged.iter().any(|u| *u) {
+        old_key_text(&record, &shape.columns, &shape.key)
+    } else {
+        None
+    };
+    Ok(Some(Change {
+        table,
+        shape,
+        action: Action::Upsert {
+            values,
+            unchanged,
+            carry_key,
+        },
+    }))
+}
+
+/// The columns of a row of `row_schema` (and the record's key), and where each value comes
+/// from.
+fn build_shape(
+    cfg: &JdbcSinkConfig,
+    record: &SinkRecord,
+    row_schema: &SchemaRef,
+) -> Result<CachedShape, ConnectError> {
+    let where_ = || {
+        format!(
+            "{}-{} offset {}",
+            record.topic, record.partition, record.offset
+        )
+    };
     let mut columns = Vec::new();
-    let mut values = Vec::new();
+    let mut sources = Vec::new();
     let mut key_idx = Vec::new();
-    let (key_cols, key_vals) = match cfg.primary_key_mode {
-        PrimaryKeyMode::RecordKey | PrimaryKeyMode::Kafka => key_columns(cfg, record)?,
-        _ => (Vec::new(), Vec::new()),
+    let key_cols = match cfg.primary_key_mode {
+        PrimaryKeyMode::RecordKey | PrimaryKeyMode::Kafka => key_columns(cfg, record)?.0,
+        _ => Vec::new(),
     };
     // Key columns the value does not carry come first.
-    for (c, v) in key_cols.iter().zip(&key_vals) {
-        if row.schema().field(&c.name).is_none() {
+    for (i, c) in key_cols.iter().enumerate() {
+        if row_schema.field(&c.name).is_none() {
             key_idx.push(columns.len());
             columns.push(c.clone());
-            values.push(v.clone());
+            sources.push(ValueSource::Key(i));
         }
     }
-    for f in row.schema().fields() {
+    for f in row_schema.fields() {
         let is_key = key_cols.iter().any(|c| c.name == f.name())
             || (cfg.primary_key_mode == PrimaryKeyMode::RecordValue
                 && cfg.primary_key_fields.iter().any(|k| k == f.name()));
@@ -227,7 +349,7 @@ pub fn change_of(
             name: f.name().to_owned(),
             schema: f.schema().clone(),
         });
-        values.push(row.values()[f.index()].clone());
+        sources.push(ValueSource::Row(f.index()));
     }
     if cfg.primary_key_mode == PrimaryKeyMode::RecordValue {
         for k in &cfg.primary_key_fields {
@@ -245,27 +367,14 @@ pub fn change_of(
             .filter_map(|k| columns.iter().position(|c| &c.name == k))
             .collect();
     }
-    let unchanged: Vec<bool> = values
-        .iter()
-        .map(|v| is_placeholder(&cfg.unavailable_placeholder, v))
-        .collect();
-    let carry_key = if unchanged.iter().any(|u| *u) {
-        old_key_text(record, &columns, &key_idx)
-    } else {
-        None
-    };
-    Ok(Some(Change {
-        table,
+    Ok(CachedShape {
+        _held: (row_schema.clone(), record.key_schema.clone()),
         shape: Arc::new(Shape {
             columns,
             key: key_idx,
         }),
-        action: Action::Upsert {
-            values,
-            unchanged,
-            carry_key,
-        },
-    }))
+        sources,
+    })
 }
 
 /// The header Debezium puts on the create half of a primary-key change.
@@ -330,6 +439,16 @@ fn kind(v: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Map(_) => "a map",
         Value::Struct(_) => "a struct",
+    }
+}
+
+/// The key values of a record (`record_key` or `kafka` mode), as [`key_columns`] gives them.
+fn key_values(cfg: &JdbcSinkConfig, record: &SinkRecord) -> Result<Vec<Value>, ConnectError> {
+    match (&cfg.primary_key_mode, &record.key) {
+        (PrimaryKeyMode::RecordKey, Value::Struct(k)) if cfg.primary_key_fields.is_empty() => {
+            Ok(k.values().to_vec())
+        }
+        _ => Ok(key_columns(cfg, record)?.1),
     }
 }
 

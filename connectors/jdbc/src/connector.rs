@@ -14,7 +14,7 @@ use headwater_api::{
 };
 
 use crate::batch::plan;
-use crate::change::change_of;
+use crate::change::{change_of, ShapeCache};
 use crate::config::{self, DatabaseKind, InsertMode, JdbcSinkConfig};
 use crate::mysql::MySqlWriter;
 use crate::postgres::PgWriter;
@@ -58,6 +58,7 @@ enum Writer {
 pub struct JdbcSinkTask {
     cfg: Option<Arc<JdbcSinkConfig>>,
     writer: Option<Writer>,
+    shapes: ShapeCache,
 }
 
 impl JdbcSinkTask {
@@ -111,10 +112,13 @@ impl SinkTask for JdbcSinkTask {
 
     fn put(&mut self, batch: SinkBatch) -> BoxFuture<'_, Result<(), ConnectError>> {
         Box::pin(async move {
-            let (cfg, writer) = self.writer()?;
+            let (cfg, writer, shapes) = match (&self.cfg, &mut self.writer) {
+                (Some(c), Some(w)) => (c, w, &mut self.shapes),
+                _ => return Err(ConnectError::fatal("the JDBC sink task was not started")),
+            };
             let mut changes = Vec::with_capacity(batch.records.len());
-            for r in &batch.records {
-                if let Some(c) = change_of(cfg, r)? {
+            for r in batch.records {
+                if let Some(c) = change_of(cfg, shapes, r)? {
                     changes.push(c);
                 }
             }

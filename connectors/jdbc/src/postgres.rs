@@ -81,6 +81,26 @@ fn quote_table(name: &str, always: bool) -> String {
 #[derive(Clone, Debug)]
 struct TableMeta {
     columns: Vec<String>,
+    /// Column sets (sorted) of its unique indexes, the primary key among them.
+    unique_keys: Vec<Vec<String>>,
+}
+
+/// Why a COPY failed.
+enum CopyError {
+    Pg(tokio_postgres::Error),
+    Other(ConnectError),
+}
+
+impl CopyError {
+    fn into_connect(self) -> ConnectError {
+        match self {
+            CopyError::Pg(e) => pg_err("COPY", e),
+            CopyError::Other(e) => e,
+        }
+    }
+    fn is_unique_violation(&self) -> bool {
+        matches!(self, CopyError::Pg(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION))
+    }
 }
 
 pub struct PgWriter {
@@ -91,6 +111,8 @@ pub struct PgWriter {
     tables: HashMap<String, TableMeta>,
     /// (table, staged columns) -> temporary staging table.
     stages: HashMap<(String, Vec<String>), String>,
+    /// Tables where a COPY straight into the table met an existing key: they merge.
+    merge_only: std::collections::HashSet<String>,
 }
 
 impl Drop for PgWriter {
@@ -148,6 +170,7 @@ impl PgWriter {
             connector: connector.to_owned(),
             tables: HashMap::new(),
             stages: HashMap::new(),
+            merge_only: Default::default(),
         })
     }
 
@@ -343,8 +366,21 @@ impl PgWriter {
         if rows.is_empty() {
             return Ok(None);
         }
+        let unique = self
+            .client
+            .query(
+                "SELECT array_agg(a.attname::text ORDER BY a.attname::text)
+                   FROM pg_index i
+                   JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+                  WHERE i.indrelid = $1::text::regclass AND i.indisunique AND i.indpred IS NULL
+                  GROUP BY i.indexrelid",
+                &[&quote_table(table, true)],
+            )
+            .await
+            .map_err(|e| pg_err(&format!("looking up the unique indexes of {table}"), e))?;
         let meta = TableMeta {
             columns: rows.iter().map(|r| r.get(0)).collect(),
+            unique_keys: unique.iter().map(|r| r.get(0)).collect(),
         };
         self.tables.insert(table.to_owned(), meta.clone());
         Ok(Some(meta))
@@ -430,6 +466,29 @@ impl PgWriter {
         Ok(())
     }
 
+    /// Whether rows of `shape` may be COPYed straight into `table`: no key conflict seen yet
+    /// and a unique index on exactly the key columns, so a conflicting key fails the COPY
+    /// instead of duplicating a row.
+    async fn direct_copy_possible(
+        &mut self,
+        table: &str,
+        shape: &Shape,
+    ) -> Result<bool, ConnectError> {
+        if shape.key.is_empty() || self.merge_only.contains(table) {
+            return Ok(false);
+        }
+        let Some(meta) = self.table_meta(table).await? else {
+            return Ok(false);
+        };
+        let mut key: Vec<String> = shape
+            .key
+            .iter()
+            .map(|&i| shape.columns[i].name.clone())
+            .collect();
+        key.sort();
+        Ok(meta.unique_keys.contains(&key))
+    }
+
     /// The staging table for `columns` of `table`.
     async fn stage(&mut self, table: &str, columns: &[String]) -> Result<String, ConnectError> {
         let k = (table.to_owned(), columns.to_vec());
@@ -457,14 +516,14 @@ impl PgWriter {
         stage: &str,
         columns: &[String],
         rows: impl Iterator<Item = Vec<(&Column, &Value)>>,
-    ) -> Result<u64, ConnectError> {
+    ) -> Result<u64, CopyError> {
         let always = self.cfg.quote_identifiers;
         let cols: Vec<String> = columns.iter().map(|c| quote(c, always)).collect();
         let sink = self
             .client
             .copy_in(&format!("COPY {stage} ({}) FROM STDIN", cols.join(", ")))
             .await
-            .map_err(|e| pg_err("starting COPY", e))?;
+            .map_err(CopyError::Pg)?;
         futures_util::pin_mut!(sink);
         let mut buf = Vec::with_capacity(COPY_CHUNK + 64 * 1024);
         let mut text = Vec::new();
@@ -481,7 +540,9 @@ impl PgWriter {
                     &col.schema,
                     value,
                     &mut text,
-                )? {
+                )
+                .map_err(CopyError::Other)?
+                {
                     copy_escape(&text, &mut buf);
                 } else {
                     buf.extend_from_slice(b"\\N");
@@ -494,15 +555,15 @@ impl PgWriter {
                     &mut buf,
                     Vec::with_capacity(COPY_CHUNK + 64 * 1024),
                 ));
-                sink.send(chunk).await.map_err(|e| pg_err("COPY", e))?;
+                sink.send(chunk).await.map_err(CopyError::Pg)?;
             }
         }
         if !buf.is_empty() {
             sink.send(bytes::Bytes::from(buf))
                 .await
-                .map_err(|e| pg_err("COPY", e))?;
+                .map_err(CopyError::Pg)?;
         }
-        sink.finish().await.map_err(|e| pg_err("COPY", e))?;
+        sink.finish().await.map_err(CopyError::Pg)?;
         Ok(n)
     }
 
@@ -529,7 +590,8 @@ impl PgWriter {
             keys.iter()
                 .map(|k| key_cols.iter().copied().zip(k.iter()).collect()),
         )
-        .await?;
+        .await
+        .map_err(CopyError::into_connect)?;
         let always = self.cfg.quote_identifiers;
         let cond: Vec<String> = names
             .iter()
@@ -559,6 +621,45 @@ impl PgWriter {
                 .map(|&i| shape.columns[i].name.clone())
                 .collect();
             let cols: Vec<&Column> = present.iter().map(|&i| &shape.columns[i]).collect();
+            if self.cfg.insert_mode == InsertMode::Upsert
+                && present.len() == shape.columns.len()
+                && self.direct_copy_possible(table, &shape).await?
+            {
+                // Rows whose keys are new need no merge: COPY them straight into the table.
+                // A key that exists makes the unique index refuse the COPY; then the savepoint
+                // undoes it and the rows take the merge path (and the table keeps to it).
+                let q = quote_table(table, self.cfg.quote_identifiers);
+                self.client
+                    .batch_execute("SAVEPOINT headwater_direct_copy")
+                    .await
+                    .map_err(|e| pg_err("SAVEPOINT", e))?;
+                let copied = self
+                    .copy_into(
+                        &q,
+                        &names,
+                        rows.iter()
+                            .map(|r| cols.iter().copied().zip(r.iter()).collect()),
+                    )
+                    .await;
+                match copied {
+                    Ok(_) => {
+                        self.client
+                            .batch_execute("RELEASE SAVEPOINT headwater_direct_copy")
+                            .await
+                            .map_err(|e| pg_err("RELEASE SAVEPOINT", e))?;
+                        continue;
+                    }
+                    Err(e) if e.is_unique_violation() => {
+                        self.client
+                            .batch_execute("ROLLBACK TO SAVEPOINT headwater_direct_copy; RELEASE SAVEPOINT headwater_direct_copy")
+                            .await
+                            .map_err(|e| pg_err("ROLLBACK TO SAVEPOINT", e))?;
+                        tracing::debug!(table = %table, "keys exist: merging from now on");
+                        self.merge_only.insert(table.to_owned());
+                    }
+                    Err(e) => return Err(e.into_connect()),
+                }
+            }
             let stage = self.stage(table, &names).await?;
             self.copy_into(
                 &stage,
@@ -566,7 +667,8 @@ impl PgWriter {
                 rows.iter()
                     .map(|r| cols.iter().copied().zip(r.iter()).collect()),
             )
-            .await?;
+            .await
+            .map_err(CopyError::into_connect)?;
             let always = self.cfg.quote_identifiers;
             let q = quote_table(table, always);
             let list: Vec<String> = names.iter().map(|c| quote(c, always)).collect();

@@ -322,10 +322,10 @@ pub fn render(
                 "0"
             },
         ),
-        (Value::Int8(v), _) => push(out, &v.to_string()),
-        (Value::Int16(v), _) => push(out, &v.to_string()),
-        (Value::Int32(v), _) => push(out, &v.to_string()),
-        (Value::Int64(v), _) => push(out, &v.to_string()),
+        (Value::Int8(v), _) => push(out, itoa::Buffer::new().format(*v)),
+        (Value::Int16(v), _) => push(out, itoa::Buffer::new().format(*v)),
+        (Value::Int32(v), _) => push(out, itoa::Buffer::new().format(*v)),
+        (Value::Int64(v), _) => push(out, itoa::Buffer::new().format(*v)),
         (Value::Float32(v), _) => push(
             out,
             &float_text(f64::from(*v), pg).ok_or_else(|| bad(column, schema, value))?,
@@ -337,9 +337,11 @@ pub fn render(
         (Value::String(s), _) => push(out, s),
         (Value::Bytes(b), _) => {
             if pg {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
                 out.extend_from_slice(b"\\x");
                 for x in b {
-                    out.extend_from_slice(format!("{x:02x}").as_bytes());
+                    out.push(HEX[usize::from(x >> 4)]);
+                    out.push(HEX[usize::from(x & 15)]);
                 }
             } else {
                 out.extend_from_slice(b);

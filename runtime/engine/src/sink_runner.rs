@@ -220,7 +220,30 @@ fn assignment(setup: &SinkSetup, log: &Log) -> Vec<TopicPartition> {
         .collect()
 }
 
+/// What the reader thread needs to turn log records into sink records.
+struct ReadContext {
+    connector: String,
+    converters: Arc<Converters>,
+    chain: Arc<dyn Transform<SourceRecord>>,
+    shared: Arc<TaskShared>,
+    errors_tolerance_all: bool,
+    errors_log: bool,
+}
+
+/// From the runner to its reader thread.
+enum ReaderCommand {
+    /// Start reading these partitions from these offsets.
+    Assign(Vec<Position>),
+}
+
+/// From the reader thread to the runner.
+enum ReaderOutput {
+    Batch(SinkBatch),
+    Failed(ConnectError),
+}
+
 /// One assigned partition and where consumption continues.
+#[derive(Clone)]
 struct Position {
     tp: TopicPartition,
     next: i64,
@@ -299,49 +322,123 @@ async fn consume(
     task: &mut dyn SinkTask,
     control: &mut tokio::sync::watch::Receiver<Control>,
 ) -> Result<(), ConnectError> {
+    // The committed positions (after the last put); the reader thread reads ahead of them,
+    // converting the next batch while the task writes the current one.
     let mut positions: Vec<Position> = Vec::new();
-    refresh_assignment(setup, log, task, &mut positions).await?;
-    let mut refreshed = Instant::now();
-    let mut cursor = 0usize;
-    loop {
-        match *control.borrow() {
-            Control::Stop => return Ok(()),
-            Control::Pause => {}
-            Control::Run => {}
-        }
-        if *control.borrow() == Control::Pause {
-            setup.shared.set_status(State::Paused, None);
-            while *control.borrow() == Control::Pause {
-                if control.changed().await.is_err() {
-                    return Ok(());
+    let (command_tx, command_rx) = std::sync::mpsc::channel::<ReaderCommand>();
+    let (batch_tx, mut batch_rx) = tokio::sync::mpsc::channel::<ReaderOutput>(1);
+    let ctx = ReadContext {
+        connector: setup.connector.clone(),
+        converters: setup.converters.clone(),
+        chain: setup.chain.clone(),
+        shared: setup.shared.clone(),
+        errors_tolerance_all: setup.errors_tolerance_all,
+        errors_log: setup.errors_log,
+    };
+    let reader_log = log.clone();
+    let handle = tokio::runtime::Handle::current();
+    let reader = std::thread::Builder::new()
+        .name(format!("sink-read-{}", setup.connector))
+        .spawn(move || read_ahead(ctx, reader_log, handle, command_rx, batch_tx))
+        .map_err(|e| ConnectError::fatal(format!("starting the sink's reader thread: {e}")))?;
+    let result = async {
+        let before = positions.len();
+        refresh_assignment(setup, log, task, &mut positions).await?;
+        let _ = command_tx.send(ReaderCommand::Assign(positions[before..].to_vec()));
+        let mut refreshed = Instant::now();
+        loop {
+            if *control.borrow() == Control::Stop {
+                return Ok(());
+            }
+            if *control.borrow() == Control::Pause {
+                setup.shared.set_status(State::Paused, None);
+                while *control.borrow() == Control::Pause {
+                    if control.changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
+                setup.shared.set_status(State::Running, None);
+                continue;
+            }
+            if refreshed.elapsed() >= ASSIGNMENT_REFRESH {
+                let before = positions.len();
+                refresh_assignment(setup, log, task, &mut positions).await?;
+                if positions.len() > before {
+                    let _ = command_tx.send(ReaderCommand::Assign(positions[before..].to_vec()));
+                }
+                refreshed = Instant::now();
+            }
+            update_lag(setup, log, &positions);
+            let output = tokio::select! {
+                o = batch_rx.recv() => o,
+                _ = tokio::time::sleep(ASSIGNMENT_REFRESH) => continue,
+                _ = control.changed() => continue,
+            };
+            let batch = match output {
+                Some(ReaderOutput::Batch(b)) => b,
+                Some(ReaderOutput::Failed(e)) => return Err(e),
+                None => return Err(ConnectError::retriable("the sink's reader thread ended")),
+            };
+            let records = batch.records.len();
+            let next_offsets = batch.next_offsets.clone();
+            task.put(batch).await?;
+            store(setup, &next_offsets).await?;
+            setup
+                .shared
+                .records_written
+                .fetch_add(records as u64, Ordering::Relaxed);
+            setup.shared.commits.fetch_add(1, Ordering::Relaxed);
+            for (tp, next) in next_offsets {
+                if let Some(p) = positions.iter_mut().find(|p| p.tp == tp) {
+                    p.next = next;
                 }
             }
-            setup.shared.set_status(State::Running, None);
-            continue;
         }
-        if refreshed.elapsed() >= ASSIGNMENT_REFRESH {
-            refresh_assignment(setup, log, task, &mut positions).await?;
-            refreshed = Instant::now();
+    }
+    .await;
+    // Dropping the channels ends the reader thread.
+    drop(command_tx);
+    drop(batch_rx);
+    let _ = tokio::task::spawn_blocking(move || reader.join()).await;
+    result
+}
+
+/// The reader thread: reads and converts batches ahead of the runner, one waiting at most.
+fn read_ahead(
+    ctx: ReadContext,
+    log: Log,
+    handle: tokio::runtime::Handle,
+    commands: std::sync::mpsc::Receiver<ReaderCommand>,
+    out: tokio::sync::mpsc::Sender<ReaderOutput>,
+) {
+    let mut positions: Vec<Position> = Vec::new();
+    let mut cursor = 0usize;
+    loop {
+        loop {
+            match commands.try_recv() {
+                Ok(ReaderCommand::Assign(new)) => positions.extend(new),
+                Err(std::sync::mpsc::TryRecvError::Empty) => break,
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => return,
+            }
         }
-        let batch = read_batch(setup, log, &mut positions, &mut cursor)?;
-        update_lag(setup, log, &positions);
-        let Some(batch) = batch else {
-            // Caught up everywhere: wait for data on any partition (or a control change).
-            wait_for_any(log, &positions, control).await;
-            continue;
-        };
-        let records = batch.records.len();
-        let next_offsets = batch.next_offsets.clone();
-        task.put(batch).await?;
-        store(setup, &next_offsets).await?;
-        setup
-            .shared
-            .records_written
-            .fetch_add(records as u64, Ordering::Relaxed);
-        setup.shared.commits.fetch_add(1, Ordering::Relaxed);
-        for (tp, next) in next_offsets {
-            if let Some(p) = positions.iter_mut().find(|p| p.tp == tp) {
-                p.next = next;
+        if out.is_closed() {
+            return;
+        }
+        match read_batch(&ctx, &log, &mut positions, &mut cursor) {
+            Ok(Some(batch)) => {
+                for (tp, next) in &batch.next_offsets {
+                    if let Some(p) = positions.iter_mut().find(|p| &p.tp == tp) {
+                        p.next = *next;
+                    }
+                }
+                if out.blocking_send(ReaderOutput::Batch(batch)).is_err() {
+                    return;
+                }
+            }
+            Ok(None) => handle.block_on(wait_for_any(&log, &positions)),
+            Err(e) => {
+                let _ = out.blocking_send(ReaderOutput::Failed(e));
+                return;
             }
         }
     }
@@ -360,16 +457,9 @@ fn update_lag(setup: &SinkSetup, log: &Log, positions: &[Position]) {
     setup.shared.sink_lag_records.store(lag, Ordering::Relaxed);
 }
 
-async fn wait_for_any(
-    log: &Log,
-    positions: &[Position],
-    control: &mut tokio::sync::watch::Receiver<Control>,
-) {
+async fn wait_for_any(log: &Log, positions: &[Position]) {
     if positions.is_empty() {
-        tokio::select! {
-            _ = tokio::time::sleep(IDLE_WAIT) => {}
-            _ = control.changed() => {}
-        }
+        tokio::time::sleep(IDLE_WAIT).await;
         return;
     }
     let waits = positions.iter().map(|p| {
@@ -381,17 +471,13 @@ async fn wait_for_any(
             Isolation::ReadCommitted,
         ))
     });
-    let any = futures_util::future::select_all(waits);
-    tokio::select! {
-        _ = any => {}
-        _ = control.changed() => {}
-    }
+    let _ = futures_util::future::select_all(waits).await;
 }
 
 /// Reads the next batch: partitions in turn from `cursor`, until the batch is full or every
 /// partition is caught up. `None` when nothing new was read.
 fn read_batch(
-    setup: &SinkSetup,
+    setup: &ReadContext,
     log: &Log,
     positions: &mut [Position],
     cursor: &mut usize,
@@ -440,12 +526,22 @@ fn read_batch(
         };
         idle_rounds = 0;
         bytes += read.bytes.len();
-        for r in read.records(from).map_err(log_error)? {
-            setup.shared.records_polled.fetch_add(1, Ordering::Relaxed);
-            if let Some(rec) = convert(setup, tp, r)? {
+        let mut polled = 0u64;
+        read.for_each_record(from, |r| -> Result<(), ReadError> {
+            polled += 1;
+            if let Some(rec) = convert(setup, tp, r).map_err(ReadError::Convert)? {
                 batch.records.push(rec);
             }
-        }
+            Ok(())
+        })
+        .map_err(|e| match e {
+            ReadError::Log(e) => log_error(e),
+            ReadError::Convert(e) => e,
+        })?;
+        setup
+            .shared
+            .records_polled
+            .fetch_add(polled, Ordering::Relaxed);
         // Whole batches below the last stable offset were read: continue after the last one.
         next[i] = after;
     }
@@ -460,34 +556,46 @@ fn read_batch(
     Ok(Some(batch))
 }
 
+/// A failure while walking a read's records.
+enum ReadError {
+    Log(LogError),
+    Convert(ConnectError),
+}
+
+impl From<LogError> for ReadError {
+    fn from(e: LogError) -> Self {
+        ReadError::Log(e)
+    }
+}
+
 /// Bytes to Connect data, then the transform chain; `None` when a transform dropped it or the
 /// record failed under `errors.tolerance=all`.
 fn convert(
-    setup: &SinkSetup,
+    setup: &ReadContext,
     tp: &TopicPartition,
-    r: headwater_log::OwnedRecord,
+    r: headwater_log::batch::RecordView<'_>,
 ) -> Result<Option<SinkRecord>, ConnectError> {
     let converted = (|| -> Result<Option<SinkRecord>, ConnectError> {
         let key = setup
             .converters
             .key
-            .to_connect_data(&tp.topic, r.key.as_deref())
+            .to_connect_data(&tp.topic, r.key)
             .map_err(|e| ConnectError::data(format!("key converter: {e}")))?;
         let value = setup
             .converters
             .value
-            .to_connect_data(&tp.topic, r.value.as_deref())
+            .to_connect_data(&tp.topic, r.value)
             .map_err(|e| ConnectError::data(format!("value converter: {e}")))?;
         let mut headers = Headers::default();
-        for (k, v) in r.headers {
+        for (k, v) in &r.headers {
             let v = match v {
                 None => Value::Null,
-                Some(b) => match String::from_utf8(b) {
-                    Ok(s) => Value::String(s),
-                    Err(e) => Value::Bytes(e.into_bytes()),
+                Some(b) => match std::str::from_utf8(b) {
+                    Ok(s) => Value::String(s.to_owned()),
+                    Err(_) => Value::Bytes(b.to_vec()),
                 },
             };
-            headers.add(k, Some(headwater_api::Schema::optional_string()), v);
+            headers.add(*k, Some(headwater_api::Schema::optional_string()), v);
         }
         let mut source = SourceRecord::new(
             OffsetMap::new(),

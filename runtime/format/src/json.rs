@@ -139,6 +139,10 @@ struct Caches {
     serialised: HashMap<usize, (SchemaRef, Arc<[u8]>), foldhash::fast::RandomState>,
     /// Schema JSON text -> parsed schema.
     parsed: HashMap<Box<str>, SchemaRef>,
+    /// The envelope prefix of the last record read (`{"schema":<schema>,"payload":`) and its
+    /// parsed schema: records of one table repeat it byte for byte, so a prefix comparison
+    /// replaces scanning and hashing the schema text.
+    last_envelope: Option<(Box<[u8]>, SchemaRef)>,
 }
 
 /// Kafka Connect's JSON converter.
@@ -553,6 +557,38 @@ impl JsonConverter {
                 value: self.to_connect_value(None, &json)?,
             });
         }
+        // Fast path: the same schema as the last record, written the way this converter (and
+        // Kafka Connect's) writes envelopes.
+        let hit = {
+            let caches = self.lock();
+            caches.last_envelope.as_ref().and_then(|(prefix, schema)| {
+                (bytes.len() > prefix.len()
+                    && bytes.starts_with(prefix)
+                    && bytes.last() == Some(&b'}'))
+                .then(|| schema.clone())
+            })
+        };
+        if let Some(schema) = hit {
+            let prefix_len = self
+                .lock()
+                .last_envelope
+                .as_ref()
+                .map_or(0, |(p, _)| p.len());
+            let payload = &bytes[prefix_len..bytes.len() - 1];
+            let mut de = serde_json::Deserializer::from_slice(payload);
+            let seed = ValueSeed {
+                converter: self,
+                schema: &schema,
+            };
+            if let Ok(value) = serde::de::DeserializeSeed::deserialize(seed, &mut de) {
+                if de.end().is_ok() {
+                    return Ok(SchemaAndValue {
+                        schema: Some(schema),
+                        value,
+                    });
+                }
+            }
+        }
         let envelope: HashMap<String, &RawValue> =
             serde_json::from_slice(bytes).map_err(|_| envelope_error())?;
         let (Some(schema_raw), Some(payload_raw), 2) = (
@@ -563,8 +599,15 @@ impl JsonConverter {
             return Err(envelope_error());
         };
         let schema = self.parse_schema_cached(schema_raw.get())?;
+        if let Some(schema) = &schema {
+            let prefix = format!("{{\"schema\":{},\"payload\":", schema_raw.get());
+            if bytes.starts_with(prefix.as_bytes()) {
+                self.lock().last_envelope =
+                    Some((prefix.into_bytes().into_boxed_slice(), schema.clone()));
+            }
+        }
         let payload: Json = serde_json::from_str(payload_raw.get()).map_err(fail)?;
-        let value = self.to_connect_value(schema.as_deref(), &payload)?;
+        let value = self.to_connect_value(schema.as_ref(), &payload)?;
         Ok(SchemaAndValue { schema, value })
     }
 
@@ -658,14 +701,18 @@ impl JsonConverter {
             }
         }
         if let Some(default) = obj.get("default").filter(|d| !d.is_null()) {
-            let partial = builder.clone().try_build()?;
+            let partial = Arc::new(builder.clone().try_build()?);
             let value = self.to_connect_value(Some(&partial), default)?;
             builder = builder.default_value(value);
         }
         builder.try_build()
     }
 
-    fn to_connect_value(&self, schema: Option<&Schema>, json: &Json) -> Result<Value, DataError> {
+    fn to_connect_value(
+        &self,
+        schema: Option<&SchemaRef>,
+        json: &Json,
+    ) -> Result<Value, DataError> {
         let Some(schema) = schema else {
             return Ok(schemaless_value(json));
         };
@@ -717,7 +764,7 @@ impl JsonConverter {
             }
             SchemaType::Array => {
                 let items = json.as_array().ok_or_else(bad)?;
-                let item_schema = schema.value_schema().map(|s| s.as_ref());
+                let item_schema = schema.value_schema();
                 Value::Array(
                     items
                         .iter()
@@ -726,8 +773,8 @@ impl JsonConverter {
                 )
             }
             SchemaType::Map => {
-                let key_schema = schema.key_schema().map(|s| s.as_ref());
-                let value_schema = schema.value_schema().map(|s| s.as_ref());
+                let key_schema = schema.key_schema();
+                let value_schema = schema.value_schema();
                 let mut entries = Vec::new();
                 if key_schema.is_some_and(|k| k.schema_type() == SchemaType::String) {
                     let obj = json.as_object().ok_or_else(bad)?;
@@ -753,8 +800,7 @@ impl JsonConverter {
             }
             SchemaType::Struct => {
                 let obj = json.as_object().ok_or_else(bad)?;
-                let schema_ref = Arc::new(schema.clone());
-                let mut result = Struct::new(schema_ref)?;
+                let mut result = Struct::new(schema.clone())?;
                 for field in schema.fields() {
                     let v = self.to_connect_value(
                         Some(field.schema()),
@@ -767,6 +813,175 @@ impl JsonConverter {
                 Value::Struct(result)
             }
         })
+    }
+}
+
+/// Reads a payload straight into a Connect value guided by its schema, without building a
+/// JSON tree first (structs, arrays, numbers, strings, booleans); other types (bytes and
+/// decimals, maps) go through [`JsonConverter::to_connect_value`] on their JSON subtree, so
+/// the result always equals that function's. An error makes the caller take the general
+/// path, which reports it.
+struct ValueSeed<'a> {
+    converter: &'a JsonConverter,
+    schema: &'a SchemaRef,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for ValueSeed<'_> {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        use serde::de::Error;
+        match self.schema.schema_type() {
+            SchemaType::Struct
+            | SchemaType::Array
+            | SchemaType::Int8
+            | SchemaType::Int16
+            | SchemaType::Int32
+            | SchemaType::Int64
+            | SchemaType::Float64
+            | SchemaType::Boolean
+            | SchemaType::String => d.deserialize_any(self),
+            _ => {
+                let json = <Json as serde::Deserialize>::deserialize(d)?;
+                self.converter
+                    .to_connect_value(Some(self.schema), &json)
+                    .map_err(|e| D::Error::custom(e.to_string()))
+            }
+        }
+    }
+}
+
+impl ValueSeed<'_> {
+    fn null<E: serde::de::Error>(&self) -> Result<Value, E> {
+        self.converter
+            .to_connect_value(Some(self.schema), &Json::Null)
+            .map_err(|e| E::custom(e.to_string()))
+    }
+    fn mismatch<E: serde::de::Error>(&self) -> E {
+        E::custom(format!(
+            "Invalid JSON for {} field",
+            self.schema.schema_type()
+        ))
+    }
+    fn int<E: serde::de::Error>(&self, v: i64) -> Result<Value, E> {
+        Ok(match self.schema.schema_type() {
+            SchemaType::Int8 => Value::Int8(i8::try_from(v).map_err(|_| self.mismatch::<E>())?),
+            SchemaType::Int16 => Value::Int16(i16::try_from(v).map_err(|_| self.mismatch::<E>())?),
+            SchemaType::Int32 => Value::Int32(i32::try_from(v).map_err(|_| self.mismatch::<E>())?),
+            SchemaType::Int64 => Value::Int64(v),
+            SchemaType::Float64 => Value::Float64(v as f64),
+            _ => return Err(self.mismatch()),
+        })
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ValueSeed<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "a JSON value for a {} field", self.schema.schema_type())
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Value, E> {
+        self.null()
+    }
+    fn visit_none<E: serde::de::Error>(self) -> Result<Value, E> {
+        self.null()
+    }
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Value, E> {
+        match self.schema.schema_type() {
+            SchemaType::Boolean => Ok(Value::Boolean(v)),
+            _ => Err(self.mismatch()),
+        }
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Value, E> {
+        self.int(v)
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Value, E> {
+        self.int(i64::try_from(v).map_err(|_| self.mismatch::<E>())?)
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value, E> {
+        match self.schema.schema_type() {
+            SchemaType::Float64 => Ok(Value::Float64(v)),
+            _ => Err(self.mismatch()),
+        }
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Value, E> {
+        match self.schema.schema_type() {
+            SchemaType::String => Ok(Value::String(v.to_owned())),
+            // Jackson's quoted non-finite doubles.
+            SchemaType::Float64 => self
+                .converter
+                .to_connect_value(Some(self.schema), &Json::String(v.to_owned()))
+                .map_err(|e| E::custom(e.to_string())),
+            _ => Err(self.mismatch()),
+        }
+    }
+    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Value, E> {
+        match self.schema.schema_type() {
+            SchemaType::String => Ok(Value::String(v)),
+            _ => self.visit_str(&v),
+        }
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let Some(item) = self
+            .schema
+            .value_schema()
+            .filter(|_| self.schema.schema_type() == SchemaType::Array)
+        else {
+            return Err(self.mismatch());
+        };
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(v) = seq.next_element_seed(ValueSeed {
+            converter: self.converter,
+            schema: item,
+        })? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        use serde::de::Error;
+        if self.schema.schema_type() != SchemaType::Struct {
+            return Err(self.mismatch());
+        }
+        let fields = self.schema.fields();
+        let mut values: Vec<Option<Value>> = vec![None; fields.len()];
+        let mut next_guess = 0usize;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            // Fields usually come in schema order: try the next one first.
+            let idx = if fields.get(next_guess).is_some_and(|f| f.name() == key) {
+                Some(next_guess)
+            } else {
+                fields.iter().position(|f| f.name() == key)
+            };
+            match idx {
+                Some(i) => {
+                    values[i] = Some(map.next_value_seed(ValueSeed {
+                        converter: self.converter,
+                        schema: fields[i].schema(),
+                    })?);
+                    next_guess = i + 1;
+                }
+                None => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(fields.len());
+        for (f, v) in fields.iter().zip(values) {
+            out.push(match v {
+                Some(v) => v,
+                None => self
+                    .converter
+                    .to_connect_value(Some(f.schema()), &Json::Null)
+                    .map_err(|e| A::Error::custom(e.to_string()))?,
+            });
+        }
+        // Every value was built for its field's schema (above, or by to_connect_value).
+        Ok(Value::Struct(Struct::from_trusted_values(
+            self.schema.clone(),
+            out,
+        )))
     }
 }
 
@@ -846,6 +1061,48 @@ mod tests {
 
     fn text(bytes: Option<Vec<u8>>) -> Option<String> {
         bytes.map(|b| String::from_utf8(b).unwrap())
+    }
+
+    #[test]
+    fn records_repeating_the_last_schema_read_the_same_as_fresh_ones() {
+        let schema = SchemaBuilder::struct_()
+            .field("id", Schema::int64())
+            .field("note", Schema::optional_string())
+            .build_ref();
+        let writer = JsonConverter::new(JsonConverterConfig::default());
+        let bytes = |id: i64, note: &str| {
+            let v = Value::Struct(
+                Struct::new(schema.clone())
+                    .unwrap()
+                    .with("id", id)
+                    .with("note", note),
+            );
+            writer
+                .from_connect_data("t", Some(&schema), &v)
+                .unwrap()
+                .unwrap()
+        };
+        let reader = JsonConverter::new(JsonConverterConfig::default());
+        for (id, note) in [(1, "a"), (2, "b\"}"), (3, "c")] {
+            let b = bytes(id, note);
+            let got = reader.to_connect_data("t", Some(&b)).unwrap();
+            let fresh = JsonConverter::new(JsonConverterConfig::default())
+                .to_connect_data("t", Some(&b))
+                .unwrap();
+            assert_eq!(got.value, fresh.value);
+            assert_eq!(got.schema, fresh.schema);
+        }
+        // Same prefix, but not an envelope: the fast path must not accept it.
+        let mut bad = bytes(4, "d");
+        bad.truncate(bad.len() - 1);
+        bad.extend_from_slice(br#","extra":1}"#);
+        assert!(reader.to_connect_data("t", Some(&bad)).is_err());
+        // Another schema after the cached one.
+        let other = br#"{"schema":{"type":"int32","optional":false},"payload":7}"#;
+        assert_eq!(
+            reader.to_connect_data("t", Some(other)).unwrap().value,
+            Value::Int32(7)
+        );
     }
 
     #[test]

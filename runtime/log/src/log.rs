@@ -190,6 +190,40 @@ impl ReadResult {
         Ok(next)
     }
 
+    /// Calls `each` for the data records at or after `from_offset` (as in
+    /// [`ReadResult::records`]) without copying them; stops at the first error `each` returns.
+    pub fn for_each_record<E: From<LogError>>(
+        &self,
+        from_offset: i64,
+        mut each: impl FnMut(crate::batch::RecordView<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut pos = 0;
+        while pos < self.bytes.len() {
+            let decoded =
+                crate::batch::DecodedBatch::decode(&self.bytes[pos..]).map_err(LogError::from)?;
+            let h = decoded.header;
+            pos += h.total_size();
+            if h.is_control() || h.next_offset() <= from_offset {
+                continue;
+            }
+            if h.is_transactional()
+                && self.aborted.iter().any(|a| {
+                    a.producer_id == h.producer_id
+                        && a.first_offset <= h.base_offset
+                        && h.base_offset < a.last_offset
+                })
+            {
+                continue;
+            }
+            for r in decoded.records().map_err(LogError::from)? {
+                if r.offset >= from_offset {
+                    each(r)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The data records at or after `from_offset`, skipping control batches and (for
     /// read_committed reads) aborted transactions.
     pub fn records(&self, from_offset: i64) -> Result<Vec<OwnedRecord>, LogError> {

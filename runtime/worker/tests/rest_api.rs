@@ -258,9 +258,12 @@ fn every_connector_endpoint_behaves_like_kafka_connect() {
             .as_array()
             .unwrap()
             .iter()
-            .all(|p| p["type"] == "source"),
+            .all(|p| p["type"] == "source" || p["type"] == "sink"),
         "connectorsOnly defaults to true"
     );
+    assert!(plugins.as_array().unwrap().iter().any(|p| p["class"]
+        == "io.debezium.connector.jdbc.JdbcSinkConnector"
+        && p["type"] == "sink"));
     let (_, _, all) = w.call("GET", "/connector-plugins?connectorsOnly=false", None);
     for kind in ["transformation", "predicate", "converter"] {
         assert!(
