@@ -112,6 +112,10 @@ impl SinkTask for JdbcSinkTask {
 
     fn put(&mut self, batch: SinkBatch) -> BoxFuture<'_, Result<(), ConnectError>> {
         Box::pin(async move {
+            if batch.records.is_empty() && batch.next_offsets.is_empty() {
+                // The engine's idle call: nothing buffered here to flush.
+                return Ok(());
+            }
             let (cfg, writer, shapes) = match (&self.cfg, &mut self.writer) {
                 (Some(c), Some(w)) => (c, w, &mut self.shapes),
                 _ => return Err(ConnectError::fatal("the JDBC sink task was not started")),

@@ -98,7 +98,9 @@ pub trait SinkConnector: Send + Sync {
 
 /// A sink task: writes batches of records to a destination.
 ///
-/// Contract: `start` connects; `stored_offsets` answers for the given partitions where the
+/// Contract: `start` connects; `put` is also called with an empty batch when no records came
+/// for about a second (so a sink that buffers can flush by time); `stored_offsets` answers for
+/// the given partitions where the
 /// destination's own offsets say to resume (an empty answer for at-least-once sinks); `put`
 /// writes a whole batch durably or fails (a retriable error makes the engine restart the task
 /// from the last offsets stored, so a partly applied batch must not become visible); `stop`

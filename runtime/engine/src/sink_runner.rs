@@ -44,6 +44,8 @@ pub const MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
 const READ_BYTES: usize = 1024 * 1024;
 /// How long to wait for new data when every partition is caught up.
 const IDLE_WAIT: Duration = Duration::from_millis(200);
+/// After this long without records, the task gets an empty `put`.
+const IDLE_PUT: Duration = Duration::from_secs(1);
 /// How often the subscription is resolved against the log's topics again.
 pub const ASSIGNMENT_REFRESH: Duration = Duration::from_secs(5);
 
@@ -371,7 +373,12 @@ async fn consume(
             update_lag(setup, log, &positions);
             let output = tokio::select! {
                 o = batch_rx.recv() => o,
-                _ = tokio::time::sleep(ASSIGNMENT_REFRESH) => continue,
+                _ = tokio::time::sleep(IDLE_PUT) => {
+                    // Nothing new for a while: an empty put lets buffering sinks flush by time
+                    // (Kafka Connect calls put with no records the same way).
+                    task.put(SinkBatch::default()).await?;
+                    continue;
+                }
                 _ = control.changed() => continue,
             };
             let batch = match output {

@@ -13,7 +13,7 @@ use headwater_transforms::TransformChain;
 
 /// The plugins of this build.
 pub fn registry() -> Plugins {
-    Plugins::new()
+    let plugins = Plugins::new()
         .register_source(
             headwater_connector_postgres::connector::CLASS_NAME,
             &["postgres", "postgresql"],
@@ -44,7 +44,14 @@ pub fn registry() -> Plugins {
             &["jdbc", "JdbcSink"],
             || Box::new(headwater_connector_jdbc::JdbcSinkConnector),
         )
-        .with_transforms(Arc::new(KafkaTransforms))
+        .with_transforms(Arc::new(KafkaTransforms));
+    #[cfg(feature = "parquet")]
+    let plugins = plugins.register_sink(
+        headwater_connector_parquet::CLASS,
+        &["parquet", "ParquetSink"],
+        || Box::new(headwater_connector_parquet::ParquetSinkConnector),
+    );
+    plugins
 }
 
 /// The transform chain of `headwater-transforms`.

@@ -1,0 +1,797 @@
+//! `headwater-connector-parquet`: a sink that writes topics as Parquet files into a directory,
+//! for analytics engines (DuckDB, Spark, Trino, pandas) to read.
+//!
+//! Layout under `parquet.path`: `<topic>/[<partition directory>/]<connector>-<p>-<first>-<last>.parquet`
+//! (`p` the log partition, `first`/`last` the offsets of its first and last row), and one
+//! manifest per task, `_headwater/<connector>-<task>.json`, listing the complete files and the
+//! next offset to consume per topic partition.
+//!
+//! Invariants (exactly once, and readers see only complete files):
+//! - a file is written under a `.tmp` name, fsynced, and renamed into place before the manifest
+//!   that lists it is replaced (written to a temporary file, fsynced, renamed); a file is
+//!   complete exactly when a manifest lists it;
+//! - the manifest's next offsets cover only rows in listed files, and a restarted task resumes
+//!   from them (the engine asks `stored_offsets`), so no row is lost or written twice;
+//! - at start, this connector's `.tmp` files and files no manifest lists (left by a crash) are
+//!   removed;
+//! - memory per open file is one row group (`rows.per.row.group` rows); rows reach disk as row
+//!   groups fill.
+//!
+//! Rows: a Debezium envelope becomes its `after` image (`before` for deletes) plus `__op`,
+//! `__deleted`, `__source_ts_ms`, `__kafka_partition` and `__kafka_offset`; a flattened record
+//! becomes its value plus the same columns (`__op` "u", `__source_ts_ms` null). Tombstones and
+//! records without a struct value are skipped. A schema change of a row starts a new file.
+
+pub mod columns;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow_schema::Schema as ArrowSchema;
+use headwater_api::config::{
+    ConfigDef, ConfigKey, ConfigType, ConfigValidation, Importance, Validator,
+};
+use headwater_api::plugin::BoxFuture;
+use headwater_api::{
+    ConnectError, Properties, SchemaRef, SinkBatch, SinkConnector, SinkRecord, SinkTask,
+    SinkTaskContext, Struct, TopicPartition, Value,
+};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use serde::{Deserialize, Serialize};
+
+use crate::columns::ColumnPlan;
+
+/// The connector class name.
+pub const CLASS: &str = "io.headwater.connect.parquet.ParquetSinkConnector";
+
+pub fn config_def() -> ConfigDef {
+    let key = ConfigKey::new;
+    ConfigDef::new()
+        .define(key("parquet.path", ConfigType::String).importance(Importance::High).validator(Validator::NonEmptyString)
+            .doc("Directory the files go to (a local path or file:// URL; object storage can be mounted there)."))
+        .define(key("partition.by", ConfigType::String).default_str("none").importance(Importance::Medium)
+            .doc("Subdirectories per file: none, field:<name> (<name>=<value>/ of the row), time:day or time:hour (dt=YYYY-MM-DD[/hour=HH]/ of the record time, UTC)."))
+        .define(key("flush.size", ConfigType::Long).default_str("100000").validator(Validator::at_least(1.0)).importance(Importance::Medium)
+            .doc("Rows per file at most; a full file is committed."))
+        .define(key("rotate.interval.ms", ConfigType::Long).default_str("60000").validator(Validator::at_least(0.0)).importance(Importance::Medium)
+            .doc("A file is committed once its first row is this old (checked as records arrive and at least every poll; 0 commits after every batch)."))
+        .define(key("rows.per.row.group", ConfigType::Int).default_str("16384").validator(Validator::at_least(1.0)).importance(Importance::Low)
+            .doc("Rows buffered in memory per open file before they are written as a row group."))
+        .define(key("parquet.compression", ConfigType::String).default_str("zstd")
+            .validator(Validator::one_of_case_insensitive(&["none", "snappy", "zstd"])).importance(Importance::Low).doc("Column compression."))
+}
+
+fn validate(props: &Properties) -> ConfigValidation {
+    let mut v = config_def().validate(props);
+    if let Some(p) = props.get("parquet.path") {
+        if let Err(e) = base_dir(p) {
+            v.add_error("parquet.path", e);
+        }
+    }
+    if let Some(p) = props.get("partition.by") {
+        if let Err(e) = PartitionBy::parse(p) {
+            v.add_error("partition.by", e);
+        }
+    }
+    v
+}
+
+fn base_dir(raw: &str) -> Result<PathBuf, String> {
+    let raw = raw.trim();
+    if let Some(rest) = raw.strip_prefix("file://") {
+        return Ok(PathBuf::from(rest));
+    }
+    if raw.contains("://") {
+        return Err(format!(
+            "{raw:?}: only local directories (or file:// URLs) are supported in this build; mount the bucket (s3fs, gcsfuse, ...) and give its path"
+        ));
+    }
+    Ok(PathBuf::from(raw))
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum PartitionBy {
+    None,
+    Field(String),
+    Day,
+    Hour,
+}
+
+impl PartitionBy {
+    fn parse(raw: &str) -> Result<PartitionBy, String> {
+        let raw = raw.trim();
+        match raw.to_ascii_lowercase().as_str() {
+            "none" | "" => Ok(PartitionBy::None),
+            "time:day" => Ok(PartitionBy::Day),
+            "time:hour" => Ok(PartitionBy::Hour),
+            _ => match raw.split_once(':') {
+                Some((k, f)) if k.eq_ignore_ascii_case("field") && !f.is_empty() => {
+                    Ok(PartitionBy::Field(f.to_owned()))
+                }
+                _ => Err(format!(
+                    "partition.by {raw:?}: expected none, field:<name>, time:day or time:hour"
+                )),
+            },
+        }
+    }
+
+    /// The subdirectory of a row (`""` for none).
+    fn dir(&self, row: &Struct, timestamp_ms: i64) -> String {
+        let time = || {
+            jiff::Timestamp::from_millisecond(timestamp_ms)
+                .unwrap_or(jiff::Timestamp::UNIX_EPOCH)
+                .to_zoned(jiff::tz::TimeZone::UTC)
+        };
+        match self {
+            PartitionBy::None => String::new(),
+            PartitionBy::Day => format!("dt={}", time().strftime("%Y-%m-%d")),
+            PartitionBy::Hour => format!(
+                "dt={}/hour={}",
+                time().strftime("%Y-%m-%d"),
+                time().strftime("%H")
+            ),
+            PartitionBy::Field(f) => {
+                let v = match row.get(f) {
+                    None | Some(Value::Null) => "__null__".to_owned(),
+                    Some(Value::String(s)) => s.clone(),
+                    Some(other) => format!("{other:?}")
+                        .trim_start_matches(|c: char| c.is_alphanumeric() && c != '(')
+                        .trim_start_matches('(')
+                        .trim_end_matches(')')
+                        .to_owned(),
+                };
+                let safe: String = v
+                    .chars()
+                    .map(|c| {
+                        if c.is_alphanumeric() || "-_.".contains(c) {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect();
+                format!("{f}={safe}")
+            }
+        }
+    }
+}
+
+/// A complete file, as the manifest lists it (path relative to `parquet.path`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ManifestFile {
+    pub path: String,
+    pub topic: String,
+    pub kafka_partition: u32,
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub rows: u64,
+}
+
+/// One task's manifest.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Manifest {
+    pub files: Vec<ManifestFile>,
+    /// topic -> log partition -> next offset to consume.
+    pub next_offsets: BTreeMap<String, BTreeMap<u32, i64>>,
+}
+
+/// Every manifest of a connector under `base`.
+pub fn read_manifests(base: &Path, connector: &str) -> Result<Vec<Manifest>, String> {
+    let dir = base.join("_headwater");
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(out);
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&format!("{connector}-")) && name.ends_with(".json") {
+            let text = std::fs::read_to_string(e.path()).map_err(|err| format!("{name}: {err}"))?;
+            out.push(serde_json::from_str(&text).map_err(|err| format!("{name}: {err}"))?);
+        }
+    }
+    Ok(out)
+}
+
+fn io_err(what: &str, path: &Path, e: std::io::Error) -> ConnectError {
+    ConnectError::retriable(format!("{what} {}: {e}", path.display()))
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ConnectError> {
+    let tmp = path.with_extension("json.tmp");
+    {
+        use std::io::Write;
+        let mut f = File::create(&tmp).map_err(|e| io_err("writing", &tmp, e))?;
+        f.write_all(bytes).map_err(|e| io_err("writing", &tmp, e))?;
+        f.sync_all().map_err(|e| io_err("syncing", &tmp, e))?;
+    }
+    std::fs::rename(&tmp, path).map_err(|e| io_err("renaming", &tmp, e))?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+fn sync_dir(dir: &Path) -> Result<(), ConnectError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_err("syncing directory", dir, e))
+}
+
+/// A file being written.
+struct OpenFile {
+    topic: String,
+    partition: u32,
+    rel_dir: String,
+    tmp: PathBuf,
+    writer: ArrowWriter<File>,
+    columns: Vec<ColumnPlan>,
+    arrow: Arc<ArrowSchema>,
+    /// The row schema it was opened for (rows of another schema go to a new file).
+    row_schema: SchemaRef,
+    pending: Vec<Vec<Value>>,
+    first_offset: i64,
+    last_offset: i64,
+    rows: u64,
+    opened: Instant,
+}
+
+/// The sink task.
+#[derive(Default)]
+pub struct ParquetSinkTask {
+    base: PathBuf,
+    connector: String,
+    task_id: u32,
+    partition_by: Option<PartitionBy>,
+    flush_size: u64,
+    rotate: Duration,
+    row_group: usize,
+    compression: Option<Compression>,
+    open: Vec<OpenFile>,
+    manifest: Manifest,
+    /// Per log partition, the offset consumption continues from (after the last batch).
+    consumed: BTreeMap<TopicPartition, i64>,
+}
+
+impl ParquetSinkTask {
+    fn manifest_path(&self) -> PathBuf {
+        self.base
+            .join("_headwater")
+            .join(format!("{}-{}.json", self.connector, self.task_id))
+    }
+
+    /// Removes this connector's files that no manifest lists (and `.tmp` leftovers).
+    fn remove_orphans(&self, listed: &[String]) {
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for e in entries.flatten() {
+                    let p = e.path();
+                    if p.is_dir() {
+                        walk(&p, out);
+                    } else {
+                        out.push(p);
+                    }
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(&self.base, &mut files);
+        let prefix = format!("{}-", self.connector);
+        for f in files {
+            let name = f
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let ours = name.starts_with(&prefix) || name.starts_with(&format!(".{prefix}"));
+            if !ours || f.parent().is_some_and(|p| p.ends_with("_headwater")) {
+                continue;
+            }
+            let rel = f
+                .strip_prefix(&self.base)
+                .map(|r| r.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if name.ends_with(".tmp") || (name.ends_with(".parquet") && !listed.contains(&rel)) {
+                tracing::info!(file = %f.display(), "removing a Parquet file no manifest lists (left by a crash)");
+                let _ = std::fs::remove_file(&f);
+            }
+        }
+    }
+
+    fn writer_props(&self) -> WriterProperties {
+        WriterProperties::builder()
+            .set_compression(self.compression.unwrap_or(Compression::UNCOMPRESSED))
+            .set_max_row_group_row_count(Some(self.row_group))
+            .build()
+    }
+
+    /// The open file for a row, opening one when needed.
+    fn file_for(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        rel_dir: String,
+        row_schema: &SchemaRef,
+        offset: i64,
+    ) -> Result<usize, ConnectError> {
+        if let Some(i) = self.open.iter().position(|f| {
+            f.topic == topic
+                && f.partition == partition
+                && f.rel_dir == rel_dir
+                && (Arc::ptr_eq(&f.row_schema, row_schema) || *f.row_schema == **row_schema)
+        }) {
+            return Ok(i);
+        }
+        // Another schema for the same place: finish the old file first (rows stay in order).
+        if let Some(i) = self
+            .open
+            .iter()
+            .position(|f| f.topic == topic && f.partition == partition && f.rel_dir == rel_dir)
+        {
+            self.commit_file(i)?;
+        }
+        let dir = self.base.join(safe_topic(topic)).join(&rel_dir);
+        std::fs::create_dir_all(&dir).map_err(|e| io_err("creating", &dir, e))?;
+        let tmp = dir.join(format!(
+            ".{}-{partition}-{offset}.parquet.tmp",
+            self.connector
+        ));
+        let file = File::create(&tmp).map_err(|e| io_err("creating", &tmp, e))?;
+        let columns = columns::plan(row_schema);
+        let arrow = columns::arrow_schema(&columns);
+        let writer = ArrowWriter::try_new(file, arrow.clone(), Some(self.writer_props()))
+            .map_err(|e| ConnectError::fatal(format!("opening a Parquet writer: {e}")))?;
+        self.open.push(OpenFile {
+            topic: topic.to_owned(),
+            partition,
+            rel_dir,
+            tmp,
+            writer,
+            columns,
+            arrow,
+            row_schema: row_schema.clone(),
+            pending: Vec::new(),
+            first_offset: offset,
+            last_offset: offset,
+            rows: 0,
+            opened: Instant::now(),
+        });
+        Ok(self.open.len() - 1)
+    }
+
+    fn write_pending(f: &mut OpenFile) -> Result<(), ConnectError> {
+        if f.pending.is_empty() {
+            return Ok(());
+        }
+        let batch = columns::record_batch(&f.columns, &f.arrow, &f.pending)?;
+        f.writer
+            .write(&batch)
+            .map_err(|e| ConnectError::retriable(format!("writing {}: {e}", f.tmp.display())))?;
+        f.pending.clear();
+        Ok(())
+    }
+
+    /// Closes, syncs and renames file `i` into place and lists it (the manifest is written
+    /// by the caller).
+    fn commit_file(&mut self, i: usize) -> Result<(), ConnectError> {
+        let mut f = self.open.remove(i);
+        Self::write_pending(&mut f)?;
+        let file = f
+            .writer
+            .into_inner()
+            .map_err(|e| ConnectError::retriable(format!("finishing {}: {e}", f.tmp.display())))?;
+        file.sync_all().map_err(|e| io_err("syncing", &f.tmp, e))?;
+        drop(file);
+        let name = format!(
+            "{}-{}-{}-{}.parquet",
+            self.connector, f.partition, f.first_offset, f.last_offset
+        );
+        let dir = f.tmp.parent().map(Path::to_path_buf).unwrap_or_default();
+        let dest = dir.join(&name);
+        std::fs::rename(&f.tmp, &dest).map_err(|e| io_err("renaming", &f.tmp, e))?;
+        sync_dir(&dir)?;
+        let rel = dest
+            .strip_prefix(&self.base)
+            .map(|r| r.to_string_lossy().into_owned())
+            .unwrap_or(name);
+        self.manifest.files.push(ManifestFile {
+            path: rel,
+            topic: f.topic,
+            kafka_partition: f.partition,
+            first_offset: f.first_offset,
+            last_offset: f.last_offset,
+            rows: f.rows,
+        });
+        Ok(())
+    }
+
+    /// Commits files that are full or old enough (all of them when `all`), then writes the
+    /// manifest with the offsets its files cover.
+    fn commit_due(&mut self, all: bool) -> Result<(), ConnectError> {
+        let mut committed = false;
+        let mut i = 0;
+        while i < self.open.len() {
+            let f = &self.open[i];
+            if all || f.rows >= self.flush_size || f.opened.elapsed() >= self.rotate {
+                self.commit_file(i)?;
+                committed = true;
+            } else {
+                i += 1;
+            }
+        }
+        // Next offsets: what was consumed, but not past the first row of a file still open.
+        let mut next = self.manifest.next_offsets.clone();
+        for (tp, consumed) in &self.consumed {
+            let held = self
+                .open
+                .iter()
+                .filter(|f| f.topic_partition_is(tp))
+                .map(|f| f.first_offset)
+                .min();
+            let at = held.map_or(*consumed, |h| h.min(*consumed));
+            let slot = next
+                .entry(tp.topic.clone())
+                .or_default()
+                .entry(tp.partition)
+                .or_insert(at);
+            if at > *slot {
+                *slot = at;
+                committed = true;
+            }
+        }
+        if committed {
+            self.manifest.next_offsets = next;
+            let path = self.manifest_path();
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| io_err("creating", dir, e))?;
+            }
+            let bytes = serde_json::to_vec_pretty(&self.manifest)
+                .map_err(|e| ConnectError::fatal(e.to_string()))?;
+            write_atomically(&path, &bytes)?;
+        }
+        Ok(())
+    }
+
+    fn add(&mut self, r: SinkRecord, log_topic: &str) -> Result<(), ConnectError> {
+        let Value::Struct(v) = r.value else {
+            return Ok(());
+        };
+        let envelope = v.schema().field("op").is_some() && v.schema().field("after").is_some();
+        let (row, op, source_ts) = if envelope {
+            let op = v
+                .get("op")
+                .and_then(Value::as_str)
+                .unwrap_or("u")
+                .to_owned();
+            let image = if op == "d" {
+                v.get("before")
+            } else {
+                v.get("after")
+            };
+            let source_ts = v
+                .get("source")
+                .and_then(Value::as_struct)
+                .and_then(|s| s.get("ts_ms"))
+                .and_then(Value::as_i64);
+            match image {
+                Some(Value::Struct(row)) => (row.clone(), op, source_ts),
+                _ => return Ok(()),
+            }
+        } else {
+            (v, "u".to_owned(), None)
+        };
+        if op == "m" || op == "t" {
+            return Ok(());
+        }
+        let rel_dir = self
+            .partition_by
+            .as_ref()
+            .map(|p| p.dir(&row, r.timestamp))
+            .unwrap_or_default();
+        let schema = row.schema().clone();
+        let i = self.file_for(log_topic, r.partition, rel_dir, &schema, r.offset)?;
+        let f = &mut self.open[i];
+        let mut values = row.into_values();
+        values.push(Value::String(op.clone()));
+        values.push(Value::Boolean(op == "d"));
+        values.push(source_ts.map_or(Value::Null, Value::Int64));
+        values.push(Value::Int32(r.partition as i32));
+        values.push(Value::Int64(r.offset));
+        f.pending.push(values);
+        f.rows += 1;
+        f.last_offset = r.offset;
+        if f.pending.len() >= self.row_group {
+            Self::write_pending(f)?;
+        }
+        if f.rows >= self.flush_size {
+            self.commit_due(false)?;
+        }
+        Ok(())
+    }
+}
+
+impl OpenFile {
+    fn topic_partition_is(&self, tp: &TopicPartition) -> bool {
+        self.topic == tp.topic && self.partition == tp.partition
+    }
+}
+
+/// A topic name as a directory name.
+fn safe_topic(topic: &str) -> String {
+    topic
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+impl SinkTask for ParquetSinkTask {
+    fn start(
+        &mut self,
+        context: SinkTaskContext,
+        props: Properties,
+    ) -> BoxFuture<'_, Result<(), ConnectError>> {
+        Box::pin(async move {
+            let v = validate(&props);
+            if v.error_count() > 0 {
+                return Err(ConnectError::config(v.error_message()));
+            }
+            let p = config_def()
+                .parse(&props)
+                .map_err(|e| ConnectError::config(e.error_message()))?;
+            self.base = base_dir(p.get_string("parquet.path").unwrap_or("."))
+                .map_err(ConnectError::config)?;
+            self.connector = context.connector_name.clone();
+            self.task_id = context.task_id;
+            self.partition_by = Some(
+                PartitionBy::parse(p.get_string("partition.by").unwrap_or("none"))
+                    .map_err(ConnectError::config)?,
+            );
+            self.flush_size = p.get_long("flush.size").unwrap_or(100_000).max(1) as u64;
+            self.rotate = Duration::from_millis(
+                p.get_long("rotate.interval.ms").unwrap_or(60_000).max(0) as u64,
+            );
+            self.row_group = p.get_long("rows.per.row.group").unwrap_or(16_384).max(1) as usize;
+            self.compression = Some(
+                match p
+                    .get_string("parquet.compression")
+                    .unwrap_or("zstd")
+                    .to_ascii_lowercase()
+                    .as_str()
+                {
+                    "none" => Compression::UNCOMPRESSED,
+                    "snappy" => Compression::SNAPPY,
+                    _ => Compression::ZSTD(ZstdLevel::default()),
+                },
+            );
+            std::fs::create_dir_all(&self.base).map_err(|e| io_err("creating", &self.base, e))?;
+            let manifests =
+                read_manifests(&self.base, &self.connector).map_err(ConnectError::fatal)?;
+            let listed: Vec<String> = manifests
+                .iter()
+                .flat_map(|m| m.files.iter().map(|f| f.path.clone()))
+                .collect();
+            self.remove_orphans(&listed);
+            let path = self.manifest_path();
+            self.manifest = match std::fs::read_to_string(&path) {
+                Ok(text) => serde_json::from_str(&text)
+                    .map_err(|e| ConnectError::fatal(format!("{}: {e}", path.display())))?,
+                Err(_) => Manifest::default(),
+            };
+            tracing::info!(connector = %self.connector, task = self.task_id, path = %self.base.display(), files = listed.len(), "Parquet sink started");
+            Ok(())
+        })
+    }
+
+    fn stored_offsets<'a>(
+        &'a mut self,
+        partitions: &'a [TopicPartition],
+    ) -> BoxFuture<'a, Result<Vec<(TopicPartition, i64)>, ConnectError>> {
+        Box::pin(async move {
+            let manifests =
+                read_manifests(&self.base, &self.connector).map_err(ConnectError::fatal)?;
+            let mut best: HashMap<&TopicPartition, i64> = HashMap::new();
+            for m in &manifests {
+                for tp in partitions {
+                    if let Some(o) = m
+                        .next_offsets
+                        .get(&tp.topic)
+                        .and_then(|p| p.get(&tp.partition))
+                    {
+                        let e = best.entry(tp).or_insert(*o);
+                        *e = (*e).max(*o);
+                    }
+                }
+            }
+            Ok(best.into_iter().map(|(tp, o)| (tp.clone(), o)).collect())
+        })
+    }
+
+    fn put(&mut self, batch: SinkBatch) -> BoxFuture<'_, Result<(), ConnectError>> {
+        Box::pin(async move {
+            // Records are written under the topic they were read from, so the manifest's
+            // offsets and the files agree (a router's topic is not a log position).
+            let tps: Vec<(TopicPartition, i64)> = batch.next_offsets.clone();
+            for r in batch.records {
+                let log_topic = tps
+                    .iter()
+                    .find(|(tp, _)| tp.partition == r.partition && tp.topic == r.topic)
+                    .map(|(tp, _)| tp.topic.clone())
+                    .unwrap_or_else(|| r.topic.clone());
+                self.add(r, &log_topic)?;
+            }
+            for (tp, next) in tps {
+                self.consumed.insert(tp, next);
+            }
+            self.commit_due(false)
+        })
+    }
+
+    fn stop(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if let Err(e) = self.commit_due(true) {
+                tracing::warn!(connector = %self.connector, error = %e, "committing open Parquet files at stop failed; they are written again after the restart");
+            }
+        })
+    }
+}
+
+/// The Parquet sink connector.
+#[derive(Default)]
+pub struct ParquetSinkConnector;
+
+impl SinkConnector for ParquetSinkConnector {
+    fn version(&self) -> String {
+        env!("CARGO_PKG_VERSION").to_owned()
+    }
+    fn config_def(&self) -> ConfigDef {
+        config_def()
+    }
+    fn validate(&self, props: &Properties) -> ConfigValidation {
+        validate(props)
+    }
+    fn task_configs(
+        &self,
+        _props: &Properties,
+        max_tasks: usize,
+    ) -> Result<Vec<Properties>, ConnectError> {
+        Ok((0..max_tasks.max(1)).map(|_| Properties::new()).collect())
+    }
+    fn create_task(&self) -> Box<dyn SinkTask> {
+        Box::new(ParquetSinkTask::default())
+    }
+}
+
+/// A row read back: its log offset and each column's value as text.
+pub type FileRow = (i64, BTreeMap<String, String>);
+
+/// Reads back every row of the complete files of `connector` under `base` for `topic`, as
+/// `(kafka offset, column name -> value text)`, in file then row order; for tests and tools.
+pub fn read_rows(
+    base: &Path,
+    connector: &str,
+    topic: &str,
+) -> Result<Vec<FileRow>, String> {
+    use arrow_array::cast::AsArray;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let mut out = Vec::new();
+    for m in read_manifests(base, connector)? {
+        for f in m.files.iter().filter(|f| f.topic == topic) {
+            let file = File::open(base.join(&f.path)).map_err(|e| format!("{}: {e}", f.path))?;
+            let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+                .and_then(|b| b.build())
+                .map_err(|e| format!("{}: {e}", f.path))?;
+            for batch in reader {
+                let batch = batch.map_err(|e| format!("{}: {e}", f.path))?;
+                let schema = batch.schema();
+                let offsets = batch
+                    .column_by_name("__kafka_offset")
+                    .ok_or("no __kafka_offset column")?
+                    .as_primitive::<arrow_array::types::Int64Type>()
+                    .clone();
+                for row in 0..batch.num_rows() {
+                    let mut cols = BTreeMap::new();
+                    for (i, field) in schema.fields().iter().enumerate() {
+                        let text = arrow_cast_display(batch.column(i), row)?;
+                        cols.insert(field.name().clone(), text);
+                    }
+                    out.push((offsets.value(row), cols));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn arrow_cast_display(array: &arrow_array::ArrayRef, row: usize) -> Result<String, String> {
+    use arrow_array::Array;
+    if array.is_null(row) {
+        return Ok("NULL".into());
+    }
+    let formatter = arrow_array_display(array)?;
+    Ok(formatter(row))
+}
+
+/// A per-row text rendering of an Arrow array for the types this sink writes.
+fn arrow_array_display<'a>(
+    array: &'a arrow_array::ArrayRef,
+) -> Result<Box<dyn Fn(usize) -> String + 'a>, String> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::*;
+    use arrow_schema::{DataType, TimeUnit};
+    Ok(match array.data_type() {
+        DataType::Int8 => Box::new(move |r| array.as_primitive::<Int8Type>().value(r).to_string()),
+        DataType::Int16 => {
+            Box::new(move |r| array.as_primitive::<Int16Type>().value(r).to_string())
+        }
+        DataType::Int32 => {
+            Box::new(move |r| array.as_primitive::<Int32Type>().value(r).to_string())
+        }
+        DataType::Int64 => {
+            Box::new(move |r| array.as_primitive::<Int64Type>().value(r).to_string())
+        }
+        DataType::Float32 => {
+            Box::new(move |r| array.as_primitive::<Float32Type>().value(r).to_string())
+        }
+        DataType::Float64 => {
+            Box::new(move |r| array.as_primitive::<Float64Type>().value(r).to_string())
+        }
+        DataType::Boolean => Box::new(move |r| array.as_boolean().value(r).to_string()),
+        DataType::Utf8 => Box::new(move |r| array.as_string::<i32>().value(r).to_owned()),
+        DataType::Binary => Box::new(move |r| {
+            array
+                .as_binary::<i32>()
+                .value(r)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        }),
+        DataType::Date32 => Box::new(move |r| {
+            let days = array.as_primitive::<Date32Type>().value(r);
+            jiff::civil::Date::constant(1970, 1, 1)
+                .checked_add(jiff::Span::new().days(i64::from(days)))
+                .map(|d| d.to_string())
+                .unwrap_or_default()
+        }),
+        DataType::Decimal128(_, scale) => {
+            let scale = *scale;
+            Box::new(move |r| {
+                let v = array.as_primitive::<Decimal128Type>().value(r);
+                headwater_api::logical::decimal::unscaled_to_string(
+                    &headwater_api::logical::decimal::unscaled_from_i128(v),
+                    i32::from(scale),
+                )
+            })
+        }
+        DataType::Timestamp(TimeUnit::Microsecond, _) => Box::new(move |r| {
+            let us = array.as_primitive::<TimestampMicrosecondType>().value(r);
+            jiff::Timestamp::from_microsecond(us)
+                .map(|t| t.to_string())
+                .unwrap_or_default()
+        }),
+        DataType::Timestamp(TimeUnit::Millisecond, _) => Box::new(move |r| {
+            let ms = array.as_primitive::<TimestampMillisecondType>().value(r);
+            jiff::Timestamp::from_millisecond(ms)
+                .map(|t| t.to_string())
+                .unwrap_or_default()
+        }),
+        DataType::Time64(TimeUnit::Microsecond) => Box::new(move |r| {
+            array
+                .as_primitive::<Time64MicrosecondType>()
+                .value(r)
+                .to_string()
+        }),
+        DataType::Time32(TimeUnit::Millisecond) => Box::new(move |r| {
+            array
+                .as_primitive::<Time32MillisecondType>()
+                .value(r)
+                .to_string()
+        }),
+        other => return Err(format!("unexpected column type {other}")),
+    })
+}
