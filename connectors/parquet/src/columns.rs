@@ -119,46 +119,9 @@ pub fn arrow_schema(columns: &[ColumnPlan]) -> Arc<ArrowSchema> {
 }
 
 fn json_text(value: &Value) -> String {
-    fn to_json(value: &Value) -> serde_json::Value {
-        use serde_json::Value as J;
-        match value {
-            Value::Null => J::Null,
-            Value::Boolean(b) => J::Bool(*b),
-            Value::Int8(v) => J::from(*v),
-            Value::Int16(v) => J::from(*v),
-            Value::Int32(v) => J::from(*v),
-            Value::Int64(v) => J::from(*v),
-            Value::Float32(v) => {
-                serde_json::Number::from_f64(f64::from(*v)).map_or(J::Null, J::Number)
-            }
-            Value::Float64(v) => serde_json::Number::from_f64(*v).map_or(J::Null, J::Number),
-            Value::String(s) => J::String(s.clone()),
-            Value::Bytes(b) => J::String(b.iter().map(|x| format!("{x:02x}")).collect()),
-            Value::Array(items) => J::Array(items.iter().map(to_json).collect()),
-            Value::Map(entries) => J::Object(
-                entries
-                    .iter()
-                    .map(|(k, v)| {
-                        let key = match k {
-                            Value::String(s) => s.clone(),
-                            other => to_json(other).to_string(),
-                        };
-                        (key, to_json(v))
-                    })
-                    .collect(),
-            ),
-            Value::Struct(s) => J::Object(
-                s.schema()
-                    .fields()
-                    .iter()
-                    .map(|f| (f.name().to_owned(), to_json(&s.values()[f.index()])))
-                    .collect(),
-            ),
-        }
-    }
     match value {
         Value::String(s) => s.clone(),
-        other => to_json(other).to_string(),
+        other => headwater_api::value::plain_json(other).to_string(),
     }
 }
 

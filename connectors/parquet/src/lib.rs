@@ -672,11 +672,7 @@ pub type FileRow = (i64, BTreeMap<String, String>);
 
 /// Reads back every row of the complete files of `connector` under `base` for `topic`, as
 /// `(kafka offset, column name -> value text)`, in file then row order; for tests and tools.
-pub fn read_rows(
-    base: &Path,
-    connector: &str,
-    topic: &str,
-) -> Result<Vec<FileRow>, String> {
+pub fn read_rows(base: &Path, connector: &str, topic: &str) -> Result<Vec<FileRow>, String> {
     use arrow_array::cast::AsArray;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     let mut out = Vec::new();

@@ -382,6 +382,53 @@ impl fmt::Display for Struct {
 /// null only for optional schemas, the variant must match the type, struct values must carry an
 /// equal schema, array items and map entries are checked recursively, and the logical types
 /// `Decimal` requires its `scale` parameter.
+/// A plain JSON rendering of a value (no schema): struct fields and string-keyed maps as
+/// objects, other maps as objects with their keys' JSON text, bytes as lowercase hex,
+/// non-finite floats as null. For destinations that store nested values as JSON text.
+pub fn plain_json(value: &Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match value {
+        Value::Null => J::Null,
+        Value::Boolean(b) => J::Bool(*b),
+        Value::Int8(v) => J::from(*v),
+        Value::Int16(v) => J::from(*v),
+        Value::Int32(v) => J::from(*v),
+        Value::Int64(v) => J::from(*v),
+        Value::Float32(v) => serde_json::Number::from_f64(f64::from(*v)).map_or(J::Null, J::Number),
+        Value::Float64(v) => serde_json::Number::from_f64(*v).map_or(J::Null, J::Number),
+        Value::String(s) => J::String(s.clone()),
+        Value::Bytes(b) => {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            let mut text = String::with_capacity(b.len() * 2);
+            for x in b {
+                text.push(char::from(HEX[usize::from(x >> 4)]));
+                text.push(char::from(HEX[usize::from(x & 15)]));
+            }
+            J::String(text)
+        }
+        Value::Array(items) => J::Array(items.iter().map(plain_json).collect()),
+        Value::Map(entries) => J::Object(
+            entries
+                .iter()
+                .map(|(k, v)| {
+                    let key = match k {
+                        Value::String(s) => s.clone(),
+                        other => plain_json(other).to_string(),
+                    };
+                    (key, plain_json(v))
+                })
+                .collect(),
+        ),
+        Value::Struct(s) => J::Object(
+            s.schema()
+                .fields()
+                .iter()
+                .map(|f| (f.name().to_owned(), plain_json(&s.values()[f.index()])))
+                .collect(),
+        ),
+    }
+}
+
 pub fn validate_value(schema: &Schema, value: &Value) -> Result<(), DataError> {
     validate_value_inner(None, schema, value)
 }

@@ -761,29 +761,13 @@ impl Engine {
             }
         };
         let connector = (plugin.factory)();
-        let def = framework_config_def().merge(connector.config_def());
-        tracing::info!(connector = %name, config = ?providers::redacted(&c.config, Some(&def)), "starting connector");
-        let resolved = providers::resolve(&c.config);
-        if let Some(trace) = provider_failure(&resolved) {
-            tracing::error!(connector = %name, error = %trace, "cannot start the connector");
-            c.state = (State::Failed, Some(trace));
+        let Some((resolved, max_tasks, task_configs)) =
+            plan_tasks(name, c, &connector.config_def(), |props, max| {
+                connector.task_configs(props, max)
+            })
+        else {
             return;
-        }
-        let max_tasks = resolved
-            .props
-            .get("tasks.max")
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .unwrap_or(1)
-            .max(1);
-        let task_configs = match connector.task_configs(&resolved.props, max_tasks) {
-            Ok(t) => t,
-            Err(e) => {
-                c.state = (State::Failed, Some(resolved.mask(&e.trace())));
-                return;
-            }
         };
-        c.state = (State::Running, None);
-        c.tasks.clear();
         for (i, task_props) in task_configs.into_iter().take(max_tasks).enumerate() {
             let mut props = resolved.props.clone();
             props.extend(task_props);
@@ -803,29 +787,13 @@ impl Engine {
     /// Starts a sink connector's tasks (see [`crate::sink_runner`]).
     fn start_sink_connector(&self, name: &str, c: &mut Connector, plugin: SinkPlugin) {
         let connector = (plugin.factory)();
-        let def = framework_config_def().merge(connector.config_def());
-        tracing::info!(connector = %name, config = ?providers::redacted(&c.config, Some(&def)), "starting sink connector");
-        let resolved = providers::resolve(&c.config);
-        if let Some(trace) = provider_failure(&resolved) {
-            tracing::error!(connector = %name, error = %trace, "cannot start the connector");
-            c.state = (State::Failed, Some(trace));
+        let Some((resolved, max_tasks, task_configs)) =
+            plan_tasks(name, c, &connector.config_def(), |props, max| {
+                connector.task_configs(props, max)
+            })
+        else {
             return;
-        }
-        let max_tasks = resolved
-            .props
-            .get("tasks.max")
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .unwrap_or(1)
-            .max(1);
-        let task_configs = match connector.task_configs(&resolved.props, max_tasks) {
-            Ok(t) => t,
-            Err(e) => {
-                c.state = (State::Failed, Some(resolved.mask(&e.trace())));
-                return;
-            }
         };
-        c.state = (State::Running, None);
-        c.tasks.clear();
         let task_count = task_configs.len().clamp(1, max_tasks) as u32;
         for (i, task_props) in task_configs.into_iter().take(max_tasks).enumerate() {
             let mut props = resolved.props.clone();
@@ -986,6 +954,44 @@ impl Engine {
             backoff_max: self.inner.config.task_backoff_max,
         })
     }
+}
+
+/// What starting a connector of either kind begins with: log its (redacted) config, resolve
+/// placeholders, and split the work into at most `tasks.max` task configs. `None` with the
+/// connector FAILED when that is not possible; else the connector is RUNNING with no tasks yet.
+fn plan_tasks(
+    name: &str,
+    c: &mut Connector,
+    connector_def: &ConfigDef,
+    task_configs: impl FnOnce(
+        &Properties,
+        usize,
+    ) -> Result<Vec<Properties>, headwater_api::ConnectError>,
+) -> Option<(Resolved, usize, Vec<Properties>)> {
+    let def = framework_config_def().merge(connector_def.clone());
+    tracing::info!(connector = %name, kind = c.kind, config = ?providers::redacted(&c.config, Some(&def)), "starting connector");
+    let resolved = providers::resolve(&c.config);
+    if let Some(trace) = provider_failure(&resolved) {
+        tracing::error!(connector = %name, error = %trace, "cannot start the connector");
+        c.state = (State::Failed, Some(trace));
+        return None;
+    }
+    let max_tasks = resolved
+        .props
+        .get("tasks.max")
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
+    let configs = match task_configs(&resolved.props, max_tasks) {
+        Ok(t) => t,
+        Err(e) => {
+            c.state = (State::Failed, Some(resolved.mask(&e.trace())));
+            return None;
+        }
+    };
+    c.state = (State::Running, None);
+    c.tasks.clear();
+    Some((resolved, max_tasks, configs))
 }
 
 /// A sink's `topics` / `topics.regex`: exactly one of them (Kafka Connect's rule).

@@ -146,45 +146,74 @@ pub struct TaskSetup {
 /// Runs the task until it is stopped or fails fatally, restarting it with exponential backoff
 /// after retriable errors.
 pub async fn supervise(setup: TaskSetup) {
-    let mut backoff = setup.backoff_initial;
-    let mut control = setup.shared.control.subscribe();
-    loop {
-        if *control.borrow() == Control::Stop {
-            break;
-        }
-        let task = (setup.make_task)();
-        match run_once(&setup, task).await {
-            Ok(()) => break,
-            Err(e) if e.is_retriable() => {
-                tracing::warn!(connector = %setup.connector, task = setup.task_id, error = %e, backoff_ms = backoff.as_millis() as u64, "task failed with a retriable error; restarting after backoff");
-                setup.shared.set_status(State::Running, Some(e.trace()));
-                let sleep = tokio::time::sleep(backoff);
-                tokio::pin!(sleep);
-                loop {
-                    tokio::select! {
-                        _ = &mut sleep => break,
-                        changed = control.changed() => {
-                            if changed.is_err() || *control.borrow() == Control::Stop {
-                                return;
+    let restart = Restart {
+        connector: &setup.connector,
+        task_id: setup.task_id,
+        shared: &setup.shared,
+        topics: &setup.topics,
+        backoff_initial: setup.backoff_initial,
+        backoff_max: setup.backoff_max,
+    };
+    restart.run(|| run_once(&setup, (setup.make_task)())).await;
+}
+
+/// The restart policy shared by source and sink tasks: run until stopped; after a retriable
+/// error wait (exponentially longer, up to a maximum, cut short by a stop) and run again; after
+/// any other error mark the task FAILED (in its status and the status topic) and stop.
+pub(crate) struct Restart<'a> {
+    pub connector: &'a str,
+    pub task_id: u32,
+    pub shared: &'a Arc<TaskShared>,
+    pub topics: &'a InternalTopics,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Restart<'_> {
+    pub(crate) async fn run<F, Fut>(&self, mut run_once: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<(), ConnectError>>,
+    {
+        let mut backoff = self.backoff_initial;
+        let mut control = self.shared.control.subscribe();
+        loop {
+            if *control.borrow() == Control::Stop {
+                break;
+            }
+            match run_once().await {
+                Ok(()) => break,
+                Err(e) if e.is_retriable() => {
+                    tracing::warn!(connector = %self.connector, task = self.task_id, error = %e, backoff_ms = backoff.as_millis() as u64, "task failed with a retriable error; restarting after backoff");
+                    self.shared.set_status(State::Running, Some(e.trace()));
+                    let sleep = tokio::time::sleep(backoff);
+                    tokio::pin!(sleep);
+                    loop {
+                        tokio::select! {
+                            _ = &mut sleep => break,
+                            changed = control.changed() => {
+                                if changed.is_err() || *control.borrow() == Control::Stop {
+                                    return;
+                                }
                             }
                         }
                     }
+                    backoff = (backoff * 2).min(self.backoff_max);
                 }
-                backoff = (backoff * 2).min(setup.backoff_max);
-            }
-            Err(e) => {
-                tracing::error!(connector = %setup.connector, task = setup.task_id, error = %e, "task failed");
-                setup.shared.set_status(State::Failed, Some(e.trace()));
-                let _ = setup
-                    .topics
-                    .put_status(
-                        &format!("status-task-{}-{}", setup.connector, setup.task_id),
-                        "FAILED",
-                        Some(&e.trace()),
-                        "headwater",
-                    )
-                    .await;
-                return;
+                Err(e) => {
+                    tracing::error!(connector = %self.connector, task = self.task_id, error = %e, "task failed");
+                    self.shared.set_status(State::Failed, Some(e.trace()));
+                    let _ = self
+                        .topics
+                        .put_status(
+                            &format!("status-task-{}-{}", self.connector, self.task_id),
+                            "FAILED",
+                            Some(&e.trace()),
+                            "headwater",
+                        )
+                        .await;
+                    return;
+                }
             }
         }
     }

@@ -120,50 +120,17 @@ pub struct SinkSetup {
 }
 
 /// Runs the sink task until it is stopped or fails fatally, restarting it with exponential
-/// backoff after retriable errors.
+/// backoff after retriable errors (the same policy as source tasks).
 pub async fn supervise_sink(setup: SinkSetup) {
-    let mut backoff = setup.backoff_initial;
-    let mut control = setup.shared.control.subscribe();
-    loop {
-        if *control.borrow() == Control::Stop {
-            break;
-        }
-        let task = (setup.make_task)();
-        match run_once(&setup, task).await {
-            Ok(()) => break,
-            Err(e) if e.is_retriable() => {
-                tracing::warn!(connector = %setup.connector, task = setup.task_id, error = %e, backoff_ms = backoff.as_millis() as u64, "sink task failed with a retriable error; restarting after backoff");
-                setup.shared.set_status(State::Running, Some(e.trace()));
-                let sleep = tokio::time::sleep(backoff);
-                tokio::pin!(sleep);
-                loop {
-                    tokio::select! {
-                        _ = &mut sleep => break,
-                        changed = control.changed() => {
-                            if changed.is_err() || *control.borrow() == Control::Stop {
-                                return;
-                            }
-                        }
-                    }
-                }
-                backoff = (backoff * 2).min(setup.backoff_max);
-            }
-            Err(e) => {
-                tracing::error!(connector = %setup.connector, task = setup.task_id, error = %e, "sink task failed");
-                setup.shared.set_status(State::Failed, Some(e.trace()));
-                let _ = setup
-                    .topics
-                    .put_status(
-                        &format!("status-task-{}-{}", setup.connector, setup.task_id),
-                        "FAILED",
-                        Some(&e.trace()),
-                        "headwater",
-                    )
-                    .await;
-                return;
-            }
-        }
-    }
+    let restart = crate::runner::Restart {
+        connector: &setup.connector,
+        task_id: setup.task_id,
+        shared: &setup.shared,
+        topics: &setup.topics,
+        backoff_initial: setup.backoff_initial,
+        backoff_max: setup.backoff_max,
+    };
+    restart.run(|| run_once(&setup, (setup.make_task)())).await;
 }
 
 /// The offsets-topic partition map of a sink's topic partition (Kafka Connect's form).

@@ -228,40 +228,20 @@ impl ReadResult {
     /// read_committed reads) aborted transactions.
     pub fn records(&self, from_offset: i64) -> Result<Vec<OwnedRecord>, LogError> {
         let mut out = Vec::new();
-        let mut pos = 0;
-        while pos < self.bytes.len() {
-            let decoded = crate::batch::DecodedBatch::decode(&self.bytes[pos..])?;
-            let h = decoded.header;
-            pos += h.total_size();
-            if h.is_control() || h.next_offset() <= from_offset {
-                continue;
-            }
-            if h.is_transactional()
-                && self.aborted.iter().any(|a| {
-                    a.producer_id == h.producer_id
-                        && a.first_offset <= h.base_offset
-                        && h.base_offset < a.last_offset
-                })
-            {
-                continue;
-            }
-            for r in decoded.records()? {
-                if r.offset < from_offset {
-                    continue;
-                }
-                out.push(OwnedRecord {
-                    offset: r.offset,
-                    timestamp: r.timestamp,
-                    key: r.key.map(<[u8]>::to_vec),
-                    value: r.value.map(<[u8]>::to_vec),
-                    headers: r
-                        .headers
-                        .iter()
-                        .map(|(k, v)| ((*k).to_owned(), v.map(<[u8]>::to_vec)))
-                        .collect(),
-                });
-            }
-        }
+        self.for_each_record(from_offset, |r| -> Result<(), LogError> {
+            out.push(OwnedRecord {
+                offset: r.offset,
+                timestamp: r.timestamp,
+                key: r.key.map(<[u8]>::to_vec),
+                value: r.value.map(<[u8]>::to_vec),
+                headers: r
+                    .headers
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), v.map(<[u8]>::to_vec)))
+                    .collect(),
+            });
+            Ok(())
+        })?;
         Ok(out)
     }
 }
