@@ -10,6 +10,7 @@
 //! - [`config`]: keys, defaults and cross-field validation; `connection.url` parsing;
 //! - [`change`]: a record -> a row change of a table (key, columns, unchanged TOAST);
 //! - [`batch`]: a batch's changes reduced per table to set-based steps;
+//! - [`sql`]: quoting, schema-evolution DDL and key-change look-ups for both dialects;
 //! - [`values`]: Connect types -> SQL types, values -> the destination's input syntax;
 //! - [`postgres`] / [`mysql`]: the writers (COPY + merge; multi-row upserts);
 //! - [`connector`]: the plugin and its task.
@@ -20,6 +21,7 @@ pub mod config;
 pub mod connector;
 pub mod mysql;
 pub mod postgres;
+pub mod sql;
 pub mod values;
 
 pub use connector::{JdbcSinkConnector, JdbcSinkTask, CLASS};

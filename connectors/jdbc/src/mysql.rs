@@ -20,7 +20,7 @@ use mysql_async::{Conn, OptsBuilder, Params};
 use crate::batch::{group_by_columns, ColumnGroup, Step, TablePlan, UpsertRow};
 use crate::change::{Column, Shape};
 use crate::config::{DatabaseKind, InsertMode, JdbcSinkConfig};
-use crate::values::{render, sql_type};
+use crate::values::render;
 
 /// MySQL's limit on parameters per statement.
 const MAX_PARAMS: usize = 65_535;
@@ -41,14 +41,11 @@ fn my_err(context: &str, e: mysql_async::Error) -> ConnectError {
 }
 
 fn quote(name: &str) -> String {
-    format!("`{}`", name.replace('`', "``"))
+    crate::sql::quote(DatabaseKind::MySql, name, true)
 }
 
 fn quote_table(name: &str) -> String {
-    match name.split_once('.') {
-        Some((s, t)) => format!("{}.{}", quote(s), quote(t)),
-        None => quote(name),
-    }
+    crate::sql::quote_table(DatabaseKind::MySql, name, true)
 }
 
 pub struct MySqlWriter {
@@ -234,35 +231,16 @@ impl MySqlWriter {
         for step in &mut plan.steps {
             let Step::Upserts(rows) = step else { continue };
             for row in rows.iter_mut() {
-                let Some(old_key) = row.carry_key.clone() else {
+                let Some((sql, old_key, carried)) =
+                    crate::sql::carry_query(DatabaseKind::MySql, true, table, row)
+                else {
                     continue;
                 };
-                let carried: Vec<usize> = (0..row.unchanged.len())
-                    .filter(|&i| row.unchanged[i])
-                    .collect();
-                if carried.is_empty() || self.table_columns(table).await?.is_none() {
+                if self.table_columns(table).await?.is_none() {
                     continue;
                 }
-                let shape = &row.shape;
-                let select: Vec<String> = carried
-                    .iter()
-                    .map(|&i| quote(&shape.columns[i].name))
-                    .collect();
-                let cond: Vec<String> = shape
-                    .key
-                    .iter()
-                    .map(|&i| format!("CAST({} AS CHAR) = ?", quote(&shape.columns[i].name)))
-                    .collect();
-                let sql = format!(
-                    "SELECT {} FROM {} WHERE {}",
-                    select.join(", "),
-                    quote_table(table),
-                    cond.join(" AND ")
-                );
-                let params: Vec<mysql_async::Value> = old_key
-                    .iter()
-                    .map(|k| mysql_async::Value::from(k.clone()))
-                    .collect();
+                let params: Vec<mysql_async::Value> =
+                    old_key.into_iter().map(mysql_async::Value::from).collect();
                 let found: Option<mysql_async::Row> = self
                     .conn
                     .exec_first(sql, Params::Positional(params))
@@ -274,21 +252,21 @@ impl MySqlWriter {
                         )
                     })?;
                 let Some(found) = found else { continue };
-                let mut new_shape = (**shape).clone();
-                for (j, &i) in carried.iter().enumerate() {
-                    let raw: mysql_async::Value = found.get(j).unwrap_or(mysql_async::Value::NULL);
-                    new_shape.columns[i].schema =
-                        headwater_api::SchemaBuilder::bytes().optional().build_ref();
-                    row.values[i] = match raw {
+                let values = (0..carried.len())
+                    .map(|j| match found.get(j).unwrap_or(mysql_async::Value::NULL) {
                         mysql_async::Value::Bytes(b) => Value::Bytes(b),
                         mysql_async::Value::NULL => Value::Null,
                         other => {
                             Value::Bytes(other.as_sql(true).trim_matches('\'').as_bytes().to_vec())
                         }
-                    };
-                    row.unchanged[i] = false;
-                }
-                row.shape = Arc::new(new_shape);
+                    })
+                    .collect();
+                crate::sql::fill_carried(
+                    row,
+                    &carried,
+                    values,
+                    crate::sql::carried_schema(DatabaseKind::MySql),
+                );
             }
         }
         Ok(())
@@ -320,83 +298,33 @@ impl MySqlWriter {
     }
 
     async fn ensure_table(&mut self, table: &str, shape: &Shape) -> Result<(), ConnectError> {
-        let q = quote_table(table);
-        match self.table_columns(table).await? {
-            None => {
-                if !self.cfg.schema_evolution {
-                    return Err(ConnectError::fatal(format!(
-                        "table {table} does not exist in the destination; create it, or set schema.evolution=basic"
-                    )));
-                }
-                let mut cols: Vec<String> = shape
-                    .columns
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| {
-                        let key = shape.key.contains(&i);
-                        let null = if key || !c.schema.is_optional() {
-                            " NOT NULL"
-                        } else {
-                            " NULL"
-                        };
-                        format!(
-                            "{} {}{null}",
-                            quote(&c.name),
-                            sql_type(DatabaseKind::MySql, &c.schema, key)
-                        )
-                    })
-                    .collect();
-                if !shape.key.is_empty() {
-                    let key: Vec<String> = shape
-                        .key
-                        .iter()
-                        .map(|&i| quote(&shape.columns[i].name))
-                        .collect();
-                    cols.push(format!("PRIMARY KEY ({})", key.join(", ")));
-                }
-                // DDL commits implicitly in MySQL: `write` runs it before the batch's transaction.
-                let ddl = format!(
-                    "CREATE TABLE IF NOT EXISTS {q} ({}) ENGINE=InnoDB",
-                    cols.join(", ")
-                );
-                tracing::info!(table = %table, ddl = %ddl, "creating destination table (schema.evolution=basic)");
-                self.conn
-                    .query_drop(ddl)
-                    .await
-                    .map_err(|e| my_err(&format!("creating table {table}"), e))?;
-                self.tables.remove(table);
+        // DDL commits implicitly in MySQL: `write` runs this before the batch's transaction.
+        let existing = self.table_columns(table).await?;
+        let evolution = crate::sql::evolution(
+            DatabaseKind::MySql,
+            true,
+            self.cfg.schema_evolution,
+            table,
+            shape,
+            existing.as_deref(),
+        )?;
+        let statements = match evolution {
+            crate::sql::Evolution::Nothing => return Ok(()),
+            crate::sql::Evolution::Create(ddl) => vec![(None, ddl)],
+            crate::sql::Evolution::AddColumns(cols) => {
+                cols.into_iter().map(|(c, ddl)| (Some(c), ddl)).collect()
             }
-            Some(existing) => {
-                let missing: Vec<&Column> = shape
-                    .columns
-                    .iter()
-                    .filter(|c| !existing.iter().any(|m| m.eq_ignore_ascii_case(&c.name)))
-                    .collect();
-                if missing.is_empty() {
-                    return Ok(());
-                }
-                if !self.cfg.schema_evolution {
-                    let names: Vec<&str> = missing.iter().map(|c| c.name.as_str()).collect();
-                    return Err(ConnectError::fatal(format!(
-                        "table {table} has no column(s) {}; add them, or set schema.evolution=basic",
-                        names.join(", ")
-                    )));
-                }
-                for c in missing {
-                    let ddl = format!(
-                        "ALTER TABLE {q} ADD COLUMN {} {} NULL",
-                        quote(&c.name),
-                        sql_type(DatabaseKind::MySql, &c.schema, false)
-                    );
-                    tracing::info!(table = %table, ddl = %ddl, "adding a destination column (schema.evolution=basic)");
-                    self.conn
-                        .query_drop(ddl)
-                        .await
-                        .map_err(|e| my_err(&format!("adding column {} to {table}", c.name), e))?;
-                }
-                self.tables.remove(table);
-            }
+        };
+        for (column, ddl) in statements {
+            tracing::info!(table = %table, ddl = %ddl, "evolving the destination schema (schema.evolution=basic)");
+            self.conn.query_drop(ddl).await.map_err(|e| {
+                let what = column.map_or(format!("creating table {table}"), |c| {
+                    format!("adding column {c} to {table}")
+                });
+                my_err(&what, e)
+            })?;
         }
+        self.tables.remove(table);
         Ok(())
     }
 

@@ -23,7 +23,7 @@ use tokio_postgres::{Client, NoTls};
 use crate::batch::{group_by_columns, ColumnGroup, Step, TablePlan, UpsertRow};
 use crate::change::{Column, Shape};
 use crate::config::{DatabaseKind, InsertMode, JdbcSinkConfig};
-use crate::values::{copy_escape, render, sql_type};
+use crate::values::{copy_escape, render};
 
 /// Bytes of COPY data sent per chunk.
 const COPY_CHUNK: usize = 1024 * 1024;
@@ -51,30 +51,12 @@ fn pg_err(context: &str, e: tokio_postgres::Error) -> ConnectError {
     }
 }
 
-/// Quotes an identifier when asked to or when it needs it (PostgreSQL folds bare names to
-/// lower case).
-pub fn quote(name: &str, always: bool) -> String {
-    let plain = !name.is_empty()
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if plain && !always {
-        name.to_owned()
-    } else {
-        format!("\"{}\"", name.replace('"', "\"\""))
-    }
+fn quote(name: &str, always: bool) -> String {
+    crate::sql::quote(DatabaseKind::Postgres, name, always)
 }
 
-/// `schema.table` or `table`, each part quoted as needed.
 fn quote_table(name: &str, always: bool) -> String {
-    match name.split_once('.') {
-        Some((s, t)) => format!("{}.{}", quote(s, always), quote(t, always)),
-        None => quote(name, always),
-    }
+    crate::sql::quote_table(DatabaseKind::Postgres, name, always)
 }
 
 /// What is known about a destination table.
@@ -287,38 +269,14 @@ impl PgWriter {
         for step in &mut plan.steps {
             let Step::Upserts(rows) = step else { continue };
             for row in rows.iter_mut() {
-                let Some(old_key) = row.carry_key.clone() else {
+                let Some((sql, old_key, carried)) =
+                    crate::sql::carry_query(DatabaseKind::Postgres, always, table, row)
+                else {
                     continue;
                 };
-                let carried: Vec<usize> = (0..row.unchanged.len())
-                    .filter(|&i| row.unchanged[i])
-                    .collect();
-                if carried.is_empty() || self.table_meta(table).await?.is_none() {
+                if self.table_meta(table).await?.is_none() {
                     continue;
                 }
-                let shape = &row.shape;
-                let select: Vec<String> = carried
-                    .iter()
-                    .map(|&i| format!("{}::text", quote(&shape.columns[i].name, always)))
-                    .collect();
-                let cond: Vec<String> = shape
-                    .key
-                    .iter()
-                    .enumerate()
-                    .map(|(j, &i)| {
-                        format!(
-                            "{}::text = ${}",
-                            quote(&shape.columns[i].name, always),
-                            j + 1
-                        )
-                    })
-                    .collect();
-                let sql = format!(
-                    "SELECT {} FROM {} WHERE {}",
-                    select.join(", "),
-                    quote_table(table, always),
-                    cond.join(" AND ")
-                );
                 let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = old_key
                     .iter()
                     .map(|s| s as &(dyn tokio_postgres::types::ToSql + Sync))
@@ -332,14 +290,19 @@ impl PgWriter {
                 else {
                     continue;
                 };
-                let mut new_shape = (**shape).clone();
-                for (j, &i) in carried.iter().enumerate() {
-                    let text: Option<String> = found.get(j);
-                    new_shape.columns[i].schema = headwater_api::Schema::optional_string();
-                    row.values[i] = text.map(Value::String).unwrap_or(Value::Null);
-                    row.unchanged[i] = false;
-                }
-                row.shape = Arc::new(new_shape);
+                let values = (0..carried.len())
+                    .map(|j| {
+                        found
+                            .get::<_, Option<String>>(j)
+                            .map_or(Value::Null, Value::String)
+                    })
+                    .collect();
+                crate::sql::fill_carried(
+                    row,
+                    &carried,
+                    values,
+                    crate::sql::carried_schema(DatabaseKind::Postgres),
+                );
             }
         }
         Ok(())
@@ -389,80 +352,32 @@ impl PgWriter {
     /// Makes sure the table exists with every column of `shape` (schema evolution), or says
     /// what is missing.
     async fn ensure_table(&mut self, table: &str, shape: &Shape) -> Result<(), ConnectError> {
-        let q = quote_table(table, self.cfg.quote_identifiers);
-        let always = self.cfg.quote_identifiers;
-        match self.table_meta(table).await? {
-            None => {
-                if !self.cfg.schema_evolution {
-                    return Err(ConnectError::fatal(format!(
-                        "table {table} does not exist in the destination; create it, or set schema.evolution=basic"
-                    )));
-                }
-                let mut cols: Vec<String> = shape
-                    .columns
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| {
-                        let key = shape.key.contains(&i);
-                        let null = if key || !c.schema.is_optional() {
-                            " NOT NULL"
-                        } else {
-                            ""
-                        };
-                        format!(
-                            "{} {}{null}",
-                            quote(&c.name, always),
-                            sql_type(DatabaseKind::Postgres, &c.schema, key)
-                        )
-                    })
-                    .collect();
-                if !shape.key.is_empty() {
-                    let key: Vec<String> = shape
-                        .key
-                        .iter()
-                        .map(|&i| quote(&shape.columns[i].name, always))
-                        .collect();
-                    cols.push(format!("PRIMARY KEY ({})", key.join(", ")));
-                }
-                let ddl = format!("CREATE TABLE IF NOT EXISTS {q} ({})", cols.join(", "));
-                tracing::info!(table = %table, ddl = %ddl, "creating destination table (schema.evolution=basic)");
-                self.client
-                    .batch_execute(&ddl)
-                    .await
-                    .map_err(|e| pg_err(&format!("creating table {table}"), e))?;
-                self.tables.remove(table);
+        let existing = self.table_meta(table).await?.map(|m| m.columns);
+        let evolution = crate::sql::evolution(
+            DatabaseKind::Postgres,
+            self.cfg.quote_identifiers,
+            self.cfg.schema_evolution,
+            table,
+            shape,
+            existing.as_deref(),
+        )?;
+        let statements = match evolution {
+            crate::sql::Evolution::Nothing => return Ok(()),
+            crate::sql::Evolution::Create(ddl) => vec![(None, ddl)],
+            crate::sql::Evolution::AddColumns(cols) => {
+                cols.into_iter().map(|(c, ddl)| (Some(c), ddl)).collect()
             }
-            Some(meta) => {
-                let missing: Vec<&Column> = shape
-                    .columns
-                    .iter()
-                    .filter(|c| !meta.columns.iter().any(|m| m == &c.name))
-                    .collect();
-                if missing.is_empty() {
-                    return Ok(());
-                }
-                if !self.cfg.schema_evolution {
-                    let names: Vec<&str> = missing.iter().map(|c| c.name.as_str()).collect();
-                    return Err(ConnectError::fatal(format!(
-                        "table {table} has no column(s) {}; add them, or set schema.evolution=basic",
-                        names.join(", ")
-                    )));
-                }
-                for c in missing {
-                    let ddl = format!(
-                        "ALTER TABLE {q} ADD COLUMN IF NOT EXISTS {} {}",
-                        quote(&c.name, always),
-                        sql_type(DatabaseKind::Postgres, &c.schema, false)
-                    );
-                    tracing::info!(table = %table, ddl = %ddl, "adding a destination column (schema.evolution=basic)");
-                    self.client
-                        .batch_execute(&ddl)
-                        .await
-                        .map_err(|e| pg_err(&format!("adding column {} to {table}", c.name), e))?;
-                }
-                self.tables.remove(table);
-            }
+        };
+        for (column, ddl) in statements {
+            tracing::info!(table = %table, ddl = %ddl, "evolving the destination schema (schema.evolution=basic)");
+            self.client.batch_execute(&ddl).await.map_err(|e| {
+                let what = column.map_or(format!("creating table {table}"), |c| {
+                    format!("adding column {c} to {table}")
+                });
+                pg_err(&what, e)
+            })?;
         }
+        self.tables.remove(table);
         Ok(())
     }
 
