@@ -188,6 +188,41 @@ async fn a_sink_gets_every_record_once_in_order_and_resumes_after_its_offsets() 
         State::Running
     );
 
+    // Pause: nothing is put while paused; resume: the rest arrives.
+    engine
+        .set_target("sink", TargetState::Paused)
+        .await
+        .unwrap();
+    wait_for(|| {
+        futures_lite_block(engine.status("sink"))
+            .is_ok_and(|s| s.tasks.first().is_some_and(|t| t.state == State::Paused))
+    })
+    .await;
+    engine
+        .create_connector(
+            "gen2",
+            props(&[
+                ("connector.class", "datagen"),
+                ("kafka.topic", "gen.events"),
+                ("iterations", "100"),
+                ("records.per.second", "0"),
+            ]),
+            TargetState::Started,
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        dest.lock().unwrap().rows.len(),
+        1000,
+        "a paused sink puts nothing"
+    );
+    engine
+        .set_target("sink", TargetState::Started)
+        .await
+        .unwrap();
+    wait_for(|| dest.lock().unwrap().rows.len() == 1100).await;
+
     // A sink that keeps its own offsets is resumed from them (here: it says 700).
     {
         let mut d = dest.lock().unwrap();
