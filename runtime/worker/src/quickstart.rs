@@ -168,12 +168,32 @@ impl Session {
         );
 
         let root = self.root.as_ref().expect("root").path().to_path_buf();
-        let rest = pick_port(args.rest_port, 8083)?;
-        let kafka = pick_port(args.kafka_port, 9092)?;
-        let worker = start_worker(&root, rest, kafka, self.keep)?;
-        self.worker = Some(worker);
-        let endpoint = Endpoint::parse(&format!("http://{rest}"), None, None)?;
-        wait_for_worker(&endpoint, self.worker.as_mut().expect("worker"), &root)?;
+        // Ports picked here may be taken by someone else before the worker binds them: then
+        // (and only for ports we picked) try again with others.
+        let mut attempt = 0;
+        let (rest, kafka, endpoint) = loop {
+            attempt += 1;
+            let rest = pick_port(args.rest_port, 8083)?;
+            let kafka = pick_port(args.kafka_port, 9092)?;
+            let worker = start_worker(&root, rest, kafka, self.keep)?;
+            self.worker = Some(worker);
+            let endpoint = Endpoint::parse(&format!("http://{rest}"), None, None)?;
+            match wait_for_worker(&endpoint, self.worker.as_mut().expect("worker"), &root) {
+                Ok(()) => break (rest, kafka, endpoint),
+                Err(_)
+                    if attempt < 3
+                        && args.rest_port.is_none()
+                        && args.kafka_port.is_none()
+                        && log_tail(&root).contains("Address already in use") =>
+                {
+                    if let Some(mut w) = self.worker.take() {
+                        stop_child(&mut w);
+                    }
+                    let _ = std::fs::remove_dir_all(root.join("data"));
+                }
+                Err(e) => return Err(e),
+            }
+        };
         say(
             style,
             &format!(
