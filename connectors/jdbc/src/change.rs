@@ -101,7 +101,7 @@ pub fn table_name(
                 .ok_or_else(|| {
                     ConnectError::data(format!(
                         "collection.name.format uses {placeholder}, but the record at {}-{} offset {} has no source.{field}",
-                        record.topic, record.partition, record.offset
+                        record.original_topic, record.partition, record.offset
                     ))
                 })?;
             name = name.replace(placeholder, value);
@@ -176,7 +176,8 @@ pub fn change_of(
     shapes: &mut ShapeCache,
     record: SinkRecord,
 ) -> Result<Option<Change>, ConnectError> {
-    let where_ = |r: &SinkRecord| format!("{}-{} offset {}", r.topic, r.partition, r.offset);
+    let where_ =
+        |r: &SinkRecord| format!("{}-{} offset {}", r.original_topic, r.partition, r.offset);
     let mut record = record;
     let value = std::mem::take(&mut record.value);
     let tombstone = value.is_null();
@@ -317,7 +318,7 @@ fn build_shape(
     let where_ = || {
         format!(
             "{}-{} offset {}",
-            record.topic, record.partition, record.offset
+            record.original_topic, record.partition, record.offset
         )
     };
     let mut columns = Vec::new();
@@ -460,7 +461,7 @@ fn key_columns(
     let where_ = || {
         format!(
             "{}-{} offset {}",
-            record.topic, record.partition, record.offset
+            record.original_topic, record.partition, record.offset
         )
     };
     match cfg.primary_key_mode {

@@ -452,33 +452,38 @@ impl ParquetSinkTask {
         Ok(())
     }
 
-    fn add(&mut self, r: SinkRecord, log_topic: &str) -> Result<(), ConnectError> {
+    fn add(&mut self, r: SinkRecord) -> Result<(), ConnectError> {
         let Value::Struct(v) = r.value else {
             return Ok(());
         };
-        let envelope = v.schema().field("op").is_some() && v.schema().field("after").is_some();
-        let (row, op, source_ts) = if envelope {
-            let op = v
-                .get("op")
-                .and_then(Value::as_str)
-                .unwrap_or("u")
-                .to_owned();
-            let image = if op == "d" {
-                v.get("before")
-            } else {
-                v.get("after")
-            };
-            let source_ts = v
-                .get("source")
-                .and_then(Value::as_struct)
-                .and_then(|s| s.get("ts_ms"))
-                .and_then(Value::as_i64);
-            match image {
-                Some(Value::Struct(row)) => (row.clone(), op, source_ts),
-                _ => return Ok(()),
+        let schema = v.schema().clone();
+        let (row, op, source_ts) = match schema
+            .field("after")
+            .filter(|_| schema.field("op").is_some())
+        {
+            Some(after) => {
+                let op = v
+                    .get("op")
+                    .and_then(Value::as_str)
+                    .unwrap_or("u")
+                    .to_owned();
+                let source_ts = v
+                    .get("source")
+                    .and_then(Value::as_struct)
+                    .and_then(|s| s.get("ts_ms"))
+                    .and_then(Value::as_i64);
+                let image = if op == "d" {
+                    schema.field("before").map(|f| f.index())
+                } else {
+                    Some(after.index())
+                };
+                // Move the image out of the envelope instead of copying it.
+                match image.map(|i| v.into_values().swap_remove(i)) {
+                    Some(Value::Struct(row)) => (row, op, source_ts),
+                    _ => return Ok(()),
+                }
             }
-        } else {
-            (v, "u".to_owned(), None)
+            None => (v, "u".to_owned(), None),
         };
         if op == "m" || op == "t" {
             return Ok(());
@@ -489,7 +494,7 @@ impl ParquetSinkTask {
             .map(|p| p.dir(&row, r.timestamp))
             .unwrap_or_default();
         let schema = row.schema().clone();
-        let i = self.file_for(log_topic, r.partition, rel_dir, &schema, r.offset)?;
+        let i = self.file_for(&r.original_topic, r.partition, rel_dir, &schema, r.offset)?;
         let f = &mut self.open[i];
         let mut values = row.into_values();
         values.push(Value::String(op.clone()));
@@ -614,18 +619,12 @@ impl SinkTask for ParquetSinkTask {
 
     fn put(&mut self, batch: SinkBatch) -> BoxFuture<'_, Result<(), ConnectError>> {
         Box::pin(async move {
-            // Records are written under the topic they were read from, so the manifest's
-            // offsets and the files agree (a router's topic is not a log position).
-            let tps: Vec<(TopicPartition, i64)> = batch.next_offsets.clone();
+            // Files are written under the topic a record was read from, so the manifest's
+            // offsets and the open files agree (a router's topic is not a log position).
             for r in batch.records {
-                let log_topic = tps
-                    .iter()
-                    .find(|(tp, _)| tp.partition == r.partition && tp.topic == r.topic)
-                    .map(|(tp, _)| tp.topic.clone())
-                    .unwrap_or_else(|| r.topic.clone());
-                self.add(r, &log_topic)?;
+                self.add(r)?;
             }
-            for (tp, next) in tps {
+            for (tp, next) in batch.next_offsets {
                 self.consumed.insert(tp, next);
             }
             self.commit_due(false)

@@ -52,6 +52,9 @@ pub struct SinkRecord {
     /// The topic after transforms (routers may rename it); the partition and offset are where
     /// it was read.
     pub topic: String,
+    /// The topic it was read from (Kafka Connect's `originalTopic`): the one its partition
+    /// and offset, and the batch's `next_offsets`, refer to.
+    pub original_topic: String,
     pub partition: u32,
     pub offset: i64,
     /// Milliseconds since the epoch (the record's timestamp in the log).

@@ -588,6 +588,7 @@ fn convert(
         };
         Ok(Some(SinkRecord {
             topic: out.topic,
+            original_topic: tp.topic.clone(),
             partition: tp.partition,
             offset: r.offset,
             timestamp: out.timestamp.unwrap_or(r.timestamp),

@@ -2,6 +2,10 @@
 //! order, offsets are committed with them, lifecycle operations work, and a restarted engine
 //! resumes each connector in its stored state from its committed offsets.
 
+mod common;
+
+use common::{futures_lite_block, wait_for};
+
 use std::time::Duration;
 
 use headwater_api::Properties;
@@ -45,16 +49,6 @@ fn seqs(log: &Log, topic: &str) -> Vec<i64> {
         offset = next;
     }
     out
-}
-
-async fn wait_for(mut check: impl FnMut() -> bool) {
-    for _ in 0..400 {
-        if check() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("condition not reached in 10 s");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,9 +152,4 @@ async fn datagen_records_arrive_exactly_once_and_survive_restart() {
     engine.delete_connector("gen").await.unwrap();
     assert!(engine.status("gen").await.is_err());
     engine.shutdown().await;
-}
-
-/// Polls a future to completion on the current runtime from a sync closure.
-fn futures_lite_block<F: std::future::Future>(f: F) -> F::Output {
-    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
 }

@@ -4,6 +4,10 @@
 //! Connect's form and a restarted engine resumes after them; a sink that keeps its own offsets
 //! (exactly-once) is resumed from those; `topics` / `topics.regex` are validated.
 
+mod common;
+
+use common::{futures_lite_block, wait_for};
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -102,16 +106,6 @@ fn props(pairs: &[(&str, &str)]) -> Properties {
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect()
-}
-
-async fn wait_for(mut check: impl FnMut() -> bool) {
-    for _ in 0..400 {
-        if check() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("condition not reached in 10 s");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,9 +282,4 @@ async fn sink_subscriptions_are_validated() {
             "{key}: {errors:?}"
         );
     }
-}
-
-/// Runs a future to completion on the current runtime's blocking-safe path.
-fn futures_lite_block<F: std::future::Future>(f: F) -> F::Output {
-    tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
 }

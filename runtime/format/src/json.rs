@@ -565,15 +565,10 @@ impl JsonConverter {
                 (bytes.len() > prefix.len()
                     && bytes.starts_with(prefix)
                     && bytes.last() == Some(&b'}'))
-                .then(|| schema.clone())
+                .then(|| (schema.clone(), prefix.len()))
             })
         };
-        if let Some(schema) = hit {
-            let prefix_len = self
-                .lock()
-                .last_envelope
-                .as_ref()
-                .map_or(0, |(p, _)| p.len());
+        if let Some((schema, prefix_len)) = hit {
             let payload = &bytes[prefix_len..bytes.len() - 1];
             let mut de = serde_json::Deserializer::from_slice(payload);
             let seed = ValueSeed {
