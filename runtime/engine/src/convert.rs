@@ -1,7 +1,8 @@
 //! Key, value and header conversion of a connector's records, configured from its properties
 //! (`key.converter`, `value.converter`, `key.converter.<setting>`, ...) over the worker's
 //! defaults (Kafka Connect's: `JsonConverter` with schemas for both). Converter classes come
-//! from `headwater_format::converters` (JsonConverter, StringConverter, ByteArrayConverter).
+//! from `headwater_format::converters` (JsonConverter, AvroConverter, StringConverter,
+//! ByteArrayConverter).
 //! Also the text form of a record for `errors.log.include.messages` ([`describe_record`]).
 
 use headwater_api::config::ConfigValidation;
@@ -29,6 +30,16 @@ fn sub_props(props: &Properties, prefix: &str) -> Properties {
         .collect()
 }
 
+/// A converter's own settings: those under `<which>.` plus `converter.type` (`key`/`value`),
+/// which Kafka Connect's worker sets so one converter class can tell keys from values.
+fn converter_props(props: &Properties, which: &str) -> Properties {
+    let mut own = sub_props(props, &format!("{which}."));
+    let kind = which.strip_suffix(".converter").unwrap_or(which);
+    own.entry("converter.type".to_owned())
+        .or_insert_with(|| kind.to_owned());
+    own
+}
+
 impl Converters {
     /// Validates the converter settings, reporting each bad key.
     pub fn validate(props: &Properties) -> ConfigValidation {
@@ -42,7 +53,7 @@ impl Converters {
                 );
                 continue;
             };
-            if let Err(errors) = (plugin.configure)(&sub_props(props, &format!("{which}."))) {
+            if let Err(errors) = (plugin.configure)(&converter_props(props, which)) {
                 for e in errors.entries() {
                     for message in &e.errors {
                         v.add_error(&format!("{which}.{}", e.name), message.clone());
@@ -57,7 +68,7 @@ impl Converters {
     pub fn from_props(props: &Properties) -> Result<Self, headwater_api::ConnectError> {
         let make = |which: &str| {
             let class = props.get(which).map_or(DEFAULT_CONVERTER, String::as_str);
-            create_converter(class, &sub_props(props, &format!("{which}.")))
+            create_converter(class, &converter_props(props, which))
         };
         Ok(Converters {
             key: make("key.converter")?,

@@ -311,9 +311,18 @@ pub struct ConverterPlugin {
     pub configure: fn(&Properties) -> Result<Box<dyn Converter>, ConfigValidation>,
 }
 
-/// Every converter Headwater has (Avro comes later).
+/// Every converter Headwater has.
 pub fn converters() -> Vec<ConverterPlugin> {
     vec![
+        ConverterPlugin {
+            class: "io.confluent.connect.avro.AvroConverter",
+            aliases: &["AvroConverter", "Avro"],
+            config_def: crate::avro::AvroConverterConfig::config_def,
+            configure: |p| {
+                crate::avro::AvroConverterConfig::from_props(p)
+                    .map(|c| Box::new(crate::avro::AvroConverter::new(c)) as Box<dyn Converter>)
+            },
+        },
         ConverterPlugin {
             class: "org.apache.kafka.connect.json.JsonConverter",
             aliases: &["JsonConverter", "Json"],
@@ -484,12 +493,15 @@ mod tests {
             .err()
             .unwrap();
         assert!(bad.message().contains("decimal.format"), "{bad}");
-        let err = create_converter("io.confluent.connect.avro.AvroConverter", &props(&[]))
-            .err()
-            .unwrap();
+        let err = create_converter(
+            "io.confluent.connect.protobuf.ProtobufConverter",
+            &props(&[]),
+        )
+        .err()
+        .unwrap();
         assert!(
             err.message()
-                .contains("Known converters: org.apache.kafka.connect.json.JsonConverter"),
+                .contains("Known converters: io.confluent.connect.avro.AvroConverter, org.apache.kafka.connect.json.JsonConverter"),
             "{err}"
         );
         assert!(find_converter("String").is_some());

@@ -4,9 +4,11 @@
 //! converter registry by class name.
 //!
 //! [`json::JsonConverter`] reproduces Kafka Connect's `JsonConverter` byte for byte (proved
-//! against records captured from Debezium in the golden tests). Converters depend on
-//! `headwater-api` only.
+//! against records captured from Debezium in the golden tests). [`avro::AvroConverter`] is
+//! Confluent's AvroConverter with a schema registry client. Converters depend on
+//! `headwater-api` (and `ureq` to reach an external registry).
 
+pub mod avro;
 pub mod converters;
 pub mod java_text;
 pub mod json;
