@@ -66,6 +66,8 @@ struct Inner {
     info: ServerInfo,
     engine: Option<headwater_engine::Engine>,
     auth: RestAuth,
+    /// Routes of other services on this listener (the embedded schema registry).
+    extra_routes: Option<Router>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -74,6 +76,7 @@ impl std::fmt::Debug for Inner {
             .field("info", &self.info)
             .field("engine", &self.engine.is_some())
             .field("auth", &self.auth)
+            .field("extra_routes", &self.extra_routes.is_some())
             .finish()
     }
 }
@@ -86,6 +89,7 @@ impl RestState {
                 info,
                 engine: None,
                 auth: RestAuth::default(),
+                extra_routes: None,
             }),
         }
     }
@@ -97,6 +101,7 @@ impl RestState {
                 info,
                 engine: Some(engine),
                 auth: RestAuth::default(),
+                extra_routes: None,
             }),
         }
     }
@@ -104,6 +109,14 @@ impl RestState {
     /// The same state with REST authentication `auth` (off when it is empty).
     pub fn with_auth(mut self, auth: RestAuth) -> Self {
         Arc::make_mut(&mut self.inner).auth = auth;
+        self
+    }
+
+    /// The same state serving `routes` beside the Connect API on the same listener, behind the
+    /// same authentication (the worker mounts its schema registry this way). Their paths must
+    /// not overlap the Connect API's.
+    pub fn with_routes(mut self, routes: Router) -> Self {
+        Arc::make_mut(&mut self.inner).extra_routes = Some(routes);
         self
     }
 
@@ -196,7 +209,7 @@ impl IntoResponse for RestError {
 /// Unknown paths answer 404 and known paths with a wrong method answer 405, both
 /// with Kafka Connect's JSON error body (axum still adds the `Allow` header).
 pub fn router(state: RestState) -> Router {
-    Router::new()
+    let connect: Router<RestState> = Router::new()
         .route("/", get(server_info))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
@@ -253,16 +266,16 @@ pub fn router(state: RestState) -> Router {
         .route(
             "/topics/{topic}/partitions/{partition}/records",
             get(topics::records),
-        )
-        // Must stay after every `.route(..)`: axum applies the 405 fallback only
-        // to method routers registered before this call.
-        .method_not_allowed_fallback(method_not_allowed)
+        );
+    let mut all: Router = connect.with_state(state.clone());
+    if let Some(extra) = &state.inner.extra_routes {
+        all = all.merge(extra.clone());
+    }
+    // Must stay after every `.route(..)` and merge: axum applies the 405 fallback only to
+    // method routers registered before this call.
+    all.method_not_allowed_fallback(method_not_allowed)
         .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::require,
-        ))
-        .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(state, auth::require))
 }
 
 /// Serve [`router`] on `listener` until `shutdown` completes, then stop

@@ -270,6 +270,11 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "IP:PORT", env = "HEADWATER_KAFKA_LISTEN")]
     pub kafka_listen: Option<SocketAddr>,
 
+    /// Also serve the embedded schema registry on its own listener (it is
+    /// always served on the REST listener too) [default: off]
+    #[arg(long, value_name = "IP:PORT", env = "HEADWATER_SCHEMA_REGISTRY_LISTEN")]
+    pub schema_registry_listen: Option<SocketAddr>,
+
     /// TOML config file with worker settings (see config/worker.toml)
     #[arg(long, value_name = "FILE", env = "HEADWATER_CONFIG")]
     pub config: Option<PathBuf>,

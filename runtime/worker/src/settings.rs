@@ -9,7 +9,7 @@
 //!
 //! Invariants:
 //! * The config file holds top-level keys only (`data_dir`, `rest_listen`,
-//!   `kafka_listen`, `log_format`, `log_level`, `rest_auth_token`,
+//!   `kafka_listen`, `schema_registry_listen`, `log_format`, `log_level`, `rest_auth_token`,
 //!   `rest_auth_users`, `rest_tls_cert`, `rest_tls_key`); any other key, or a
 //!   `[table]`, is rejected (`deny_unknown_fields`).
 //! * REST authentication is off unless a token or a user is set; an empty
@@ -54,6 +54,9 @@ pub struct FileSettings {
     /// See [`Settings::kafka_listen`].
     #[serde(default, deserialize_with = "deserialize_addr")]
     pub kafka_listen: Option<SocketAddr>,
+    /// See [`Settings::schema_registry_listen`].
+    #[serde(default, deserialize_with = "deserialize_addr")]
+    pub schema_registry_listen: Option<SocketAddr>,
     /// See [`Settings::log_format`].
     pub log_format: Option<LogFormat>,
     /// See [`Settings::log_level`].
@@ -137,6 +140,8 @@ pub struct Settings {
     pub rest_listen: SocketAddr,
     /// Address of the Kafka protocol listener.
     pub kafka_listen: SocketAddr,
+    /// A listener of its own for the schema registry (it is on the REST listener anyway).
+    pub schema_registry_listen: Option<SocketAddr>,
     /// Log line format.
     pub log_format: LogFormat,
     /// Log filter (validated by [`logging::parse_filter`]).
@@ -232,6 +237,7 @@ impl Settings {
                 .kafka_listen
                 .or(file.kafka_listen)
                 .unwrap_or_else(|| default_addr(DEFAULT_KAFKA_LISTEN)),
+            schema_registry_listen: args.schema_registry_listen.or(file.schema_registry_listen),
             log_format: args.log_format.or(file.log_format).unwrap_or_default(),
             log_level,
             config_file: args.config.clone(),
@@ -263,6 +269,7 @@ mod tests {
                 data_dir: PathBuf::from(DEFAULT_DATA_DIR),
                 rest_listen: addr(DEFAULT_REST_LISTEN),
                 kafka_listen: addr(DEFAULT_KAFKA_LISTEN),
+                schema_registry_listen: None,
                 log_format: LogFormat::Human,
                 log_level: DEFAULT_LOG_LEVEL.to_owned(),
                 config_file: None,
@@ -441,6 +448,7 @@ mod tests {
                 data_dir: Some(PathBuf::from(DEFAULT_DATA_DIR)),
                 rest_listen: Some(addr(DEFAULT_REST_LISTEN)),
                 kafka_listen: Some(addr(DEFAULT_KAFKA_LISTEN)),
+                schema_registry_listen: None,
                 log_format: Some(LogFormat::default()),
                 log_level: Some(DEFAULT_LOG_LEVEL.to_owned()),
                 rest_auth_token: Some(String::new()),

@@ -82,6 +82,27 @@ async fn serve(
             log_dir.display()
         ))
     })?;
+    // The schema registry comes up before any connector, so Avro converters find it.
+    let registry = headwater_registry::Registry::open(log.clone())
+        .map_err(|err| Failure::runtime(format!("cannot open the schema registry: {err}")))?;
+    let registry_listener = match settings.schema_registry_listen {
+        Some(addr) => Some(TcpListener::bind(addr).await.map_err(|err| {
+            Failure::runtime(format!(
+                "cannot bind the schema registry listener on {addr}: {err}"
+            ))
+        })?),
+        None => None,
+    };
+    let mut registry_urls = local_urls(rest_addr);
+    if let Some(l) = &registry_listener {
+        let addr = l.local_addr().map_err(|err| {
+            Failure::runtime(format!("cannot read the schema registry's address: {err}"))
+        })?;
+        registry_urls.extend(local_urls(addr));
+    }
+    let registry_handle: std::sync::Arc<dyn headwater_format::avro::registry::SchemaRegistry> =
+        std::sync::Arc::new(registry.clone());
+    headwater_format::avro::registry::register_local(&registry_urls, registry_handle.clone());
     let engine = Engine::start(
         log.clone(),
         crate::plugins::registry(),
@@ -178,7 +199,21 @@ async fn serve(
         },
         engine.clone(),
     )
-    .with_auth(settings.rest_auth.clone());
+    .with_auth(settings.rest_auth.clone())
+    .with_routes(headwater_registry::http::router(registry.clone()));
+    let registry_task = registry_listener.map(|listener| {
+        let routes = headwater_registry::http::router(registry.clone());
+        let auth_state = state.clone();
+        tokio::spawn(async move {
+            let app = routes.layer(axum::middleware::from_fn_with_state(
+                auth_state,
+                headwater_rest::auth::require,
+            ));
+            if let Err(err) = axum::serve(listener, app).await {
+                warn!(error = %err, "the schema registry listener failed");
+            }
+        })
+    });
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(headwater_rest::serve(listener, state, async move {
         let _ = stop_rx.await;
@@ -229,10 +264,26 @@ async fn serve(
         }
     }
     server.abort();
+    if let Some(task) = registry_task {
+        task.abort();
+    }
     engine.shutdown().await;
+    headwater_format::avro::registry::unregister_local(&registry_handle);
     log.close()
         .map_err(|err| Failure::runtime(format!("closing the log failed: {err}")))?;
     Ok(())
+}
+
+/// The URLs by which converters in this process may name a listener of the worker: its
+/// address, and for a loopback or wildcard address also `localhost` and `127.0.0.1`.
+fn local_urls(addr: std::net::SocketAddr) -> Vec<String> {
+    let port = addr.port();
+    let mut urls = vec![format!("http://{addr}")];
+    if addr.ip().is_loopback() || addr.ip().is_unspecified() {
+        urls.push(format!("http://localhost:{port}"));
+        urls.push(format!("http://127.0.0.1:{port}"));
+    }
+    urls
 }
 
 /// SIGINT and SIGTERM, whichever comes first.

@@ -13,8 +13,9 @@
 //! - an optional schema is a union with null: null first, unless the schema has a non-null
 //!   default, then null second (Avro requires a union's default to match its first branch);
 //!   an optional field gets `"default": null` (or its default);
-//! - schema metadata become properties: `connect.version`, `connect.doc`, `connect.parameters`,
-//!   `connect.default` and `connect.name` (records carry their doc as `doc`);
+//! - schema metadata become properties, in this order: `connect.doc`, `connect.version`,
+//!   `connect.parameters`, `connect.default`, `connect.name` (then `connect.type`, then
+//!   `logicalType`); an optional struct keeps null first in its union whatever its default;
 //! - the logical types get Avro's logical types too: Decimal is `bytes` with `logicalType
 //!   decimal`, `scale` and `precision` (from `connect.decimal.precision`, else 64), Date is
 //!   `date`, Time `time-millis`, Timestamp `timestamp-millis`;
@@ -190,7 +191,9 @@ impl<'a> ToAvro<'a> {
         if !schema.is_optional() {
             return Ok((base, node));
         }
-        let null_second = schema.default_value().is_some_and(|d| !d.is_null());
+        // An optional struct keeps null first whatever its default (as AvroData does).
+        let null_second = schema.schema_type() != SchemaType::Struct
+            && schema.default_value().is_some_and(|d| !d.is_null());
         if null_second {
             Ok((
                 Json::Array(vec![base, json!("null")]),
@@ -205,19 +208,12 @@ impl<'a> ToAvro<'a> {
     }
 
     /// The `connect.*` properties of a schema, in AvroData's order.
-    fn connect_props(
-        &self,
-        schema: &Schema,
-        obj: &mut Map<String, Json>,
-        record: bool,
-    ) -> Result<(), DataError> {
+    fn connect_props(&self, schema: &Schema, obj: &mut Map<String, Json>) -> Result<(), DataError> {
+        if let Some(doc) = schema.doc() {
+            obj.insert("connect.doc".into(), json!(doc));
+        }
         if let Some(v) = schema.version() {
             obj.insert("connect.version".into(), json!(v));
-        }
-        if let Some(doc) = schema.doc() {
-            if !record {
-                obj.insert("connect.doc".into(), json!(doc));
-            }
         }
         if let Some(params) = schema.parameters() {
             let map: Map<String, Json> = params
@@ -242,14 +238,18 @@ impl<'a> ToAvro<'a> {
         &self,
         schema: &Schema,
         avro_type: &str,
-        extra: &[(&str, Json)],
+        pre: &[(&str, Json)],
+        post: &[(&str, Json)],
     ) -> Result<Json, DataError> {
         let mut obj = Map::new();
         obj.insert("type".into(), json!(avro_type));
-        for (k, v) in extra {
+        for (k, v) in pre {
             obj.insert((*k).to_owned(), v.clone());
         }
-        self.connect_props(schema, &mut obj, false)?;
+        self.connect_props(schema, &mut obj)?;
+        for (k, v) in post {
+            obj.insert((*k).to_owned(), v.clone());
+        }
         if obj.len() == 1 {
             return Ok(json!(avro_type));
         }
@@ -260,11 +260,11 @@ impl<'a> ToAvro<'a> {
         let name = schema.name();
         Ok(match schema.schema_type() {
             SchemaType::Int8 => (
-                self.primitive(schema, "int", &[("connect.type", json!("int8"))])?,
+                self.primitive(schema, "int", &[], &[("connect.type", json!("int8"))])?,
                 Node::Int,
             ),
             SchemaType::Int16 => (
-                self.primitive(schema, "int", &[("connect.type", json!("int16"))])?,
+                self.primitive(schema, "int", &[], &[("connect.type", json!("int16"))])?,
                 Node::Int,
             ),
             SchemaType::Int32 => {
@@ -273,23 +273,23 @@ impl<'a> ToAvro<'a> {
                     Some(time::LOGICAL_NAME) => Some("time-millis"),
                     _ => None,
                 };
-                let mut json = self.primitive(schema, "int", &[])?;
+                let mut json = self.primitive(schema, "int", &[], &[])?;
                 if let (Some(l), Json::Object(obj)) = (logical, &mut json) {
                     obj.insert("logicalType".into(), json!(l));
                 }
                 (json, Node::Int)
             }
             SchemaType::Int64 => {
-                let mut json = self.primitive(schema, "long", &[])?;
+                let mut json = self.primitive(schema, "long", &[], &[])?;
                 if let (Some(timestamp::LOGICAL_NAME), Json::Object(obj)) = (name, &mut json) {
                     obj.insert("logicalType".into(), json!("timestamp-millis"));
                 }
                 (json, Node::Long)
             }
-            SchemaType::Float32 => (self.primitive(schema, "float", &[])?, Node::Float),
-            SchemaType::Float64 => (self.primitive(schema, "double", &[])?, Node::Double),
-            SchemaType::Boolean => (self.primitive(schema, "boolean", &[])?, Node::Boolean),
-            SchemaType::String => (self.primitive(schema, "string", &[])?, Node::String),
+            SchemaType::Float32 => (self.primitive(schema, "float", &[], &[])?, Node::Float),
+            SchemaType::Float64 => (self.primitive(schema, "double", &[], &[])?, Node::Double),
+            SchemaType::Boolean => (self.primitive(schema, "boolean", &[], &[])?, Node::Boolean),
+            SchemaType::String => (self.primitive(schema, "string", &[], &[])?, Node::String),
             SchemaType::Bytes => {
                 if name == Some(decimal::LOGICAL_NAME) {
                     let scale = decimal::scale(schema)?;
@@ -303,13 +303,14 @@ impl<'a> ToAvro<'a> {
                         schema,
                         "bytes",
                         &[("scale", json!(scale)), ("precision", json!(precision))],
+                        &[],
                     )?;
                     if let Json::Object(obj) = &mut json {
                         obj.insert("logicalType".into(), json!("decimal"));
                     }
                     (json, Node::Bytes)
                 } else {
-                    (self.primitive(schema, "bytes", &[])?, Node::Bytes)
+                    (self.primitive(schema, "bytes", &[], &[])?, Node::Bytes)
                 }
             }
             SchemaType::Array => {
@@ -320,7 +321,7 @@ impl<'a> ToAvro<'a> {
                 let mut obj = Map::new();
                 obj.insert("type".into(), json!("array"));
                 obj.insert("items".into(), items_json);
-                self.connect_props(schema, &mut obj, false)?;
+                self.connect_props(schema, &mut obj)?;
                 (Json::Object(obj), Node::Array(Arc::new(items_node)))
             }
             SchemaType::Map => {
@@ -335,7 +336,7 @@ impl<'a> ToAvro<'a> {
                 if key.schema_type() == SchemaType::String && !key.is_optional() {
                     obj.insert("type".into(), json!("map"));
                     obj.insert("values".into(), value_json);
-                    self.connect_props(schema, &mut obj, false)?;
+                    self.connect_props(schema, &mut obj)?;
                     (Json::Object(obj), Node::Map(Arc::new(value_node)))
                 } else {
                     let (key_json, key_node) = self.schema(key, None)?;
@@ -356,7 +357,7 @@ impl<'a> ToAvro<'a> {
                     });
                     obj.insert("type".into(), json!("array"));
                     obj.insert("items".into(), entry);
-                    self.connect_props(schema, &mut obj, false)?;
+                    self.connect_props(schema, &mut obj)?;
                     (
                         Json::Object(obj),
                         Node::MapEntries(Arc::new((key_node, value_node))),
@@ -419,11 +420,8 @@ impl<'a> ToAvro<'a> {
         obj.insert("type".into(), json!("record"));
         obj.insert("name".into(), json!(record_name));
         obj.insert("namespace".into(), json!(namespace));
-        if let Some(doc) = schema.doc() {
-            obj.insert("doc".into(), json!(doc));
-        }
         obj.insert("fields".into(), Json::Array(fields));
-        self.connect_props(schema, &mut obj, true)?;
+        self.connect_props(schema, &mut obj)?;
         self.defined.insert(full, (schema, node.clone()));
         Ok((Json::Object(obj), node))
     }
@@ -797,7 +795,11 @@ impl FromAvro {
             None if !connect_default => b = b.name(full.clone()),
             None => {}
         }
-        if let Some(doc) = obj.get("doc").and_then(Json::as_str) {
+        if let Some(doc) = obj
+            .get("connect.doc")
+            .or_else(|| obj.get("doc"))
+            .and_then(Json::as_str)
+        {
             b = b.doc(doc);
         }
         if let Some(v) = obj.get("connect.version").and_then(Json::as_i64) {
