@@ -24,7 +24,7 @@ pub mod compat;
 pub mod http;
 mod store;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use headwater_format::avro::registry::{RegisteredSchema, RegistryError, SchemaRegistry};
@@ -53,15 +53,52 @@ struct State {
     global: Option<CompatibilityLevel>,
     /// Subject-level compatibility.
     subject_levels: BTreeMap<String, CompatibilityLevel>,
+    /// [`canonical_text`] of each schema -> its id (equal schemas share an id).
+    by_canonical: HashMap<String, i32>,
     next_id: i32,
 }
 
 impl State {
-    fn id_of(&self, text: &str, parsed: &Json) -> Option<i32> {
-        self.schemas
-            .iter()
-            .find(|(_, t)| t.as_str() == text || same_json(t, parsed))
-            .map(|(id, _)| *id)
+    fn id_of(&self, canonical: &str) -> Option<i32> {
+        self.by_canonical.get(canonical).copied()
+    }
+
+    /// Records the text of schema `id` (the first text stays, as ids never change meaning).
+    fn add_schema(&mut self, id: i32, text: String) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = self.schemas.entry(id) {
+            if let Ok(parsed) = serde_json::from_str::<Json>(&text) {
+                self.by_canonical
+                    .entry(canonical_text(&parsed))
+                    .or_insert(id);
+            }
+            slot.insert(text);
+        }
+        self.next_id = self.next_id.max(id + 1);
+    }
+
+    /// Sets (or with `None` removes) the global or a subject's level.
+    fn apply_level(&mut self, subject: Option<&str>, level: Option<CompatibilityLevel>) {
+        match (subject, level) {
+            (None, l) => self.global = l,
+            (Some(s), Some(l)) => {
+                self.subject_levels.insert(s.to_owned(), l);
+            }
+            (Some(s), None) => {
+                self.subject_levels.remove(s);
+            }
+        }
+    }
+
+    /// A subject's versions, when it has any (live ones unless `include_deleted`).
+    fn subject_versions(
+        &self,
+        subject: &str,
+        include_deleted: bool,
+    ) -> Result<&Vec<SubjectVersion>, RegistryError> {
+        self.subjects
+            .get(subject)
+            .filter(|v| include_deleted || v.iter().any(|v| !v.deleted))
+            .ok_or_else(|| subject_not_found(subject))
     }
 
     fn level(&self, subject: &str) -> CompatibilityLevel {
@@ -76,6 +113,7 @@ impl State {
     fn forget_unused(&mut self, id: i32) {
         if !self.subjects.values().flatten().any(|v| v.id == id) {
             self.schemas.remove(&id);
+            self.by_canonical.retain(|_, v| *v != id);
         }
     }
 
@@ -87,8 +125,25 @@ impl State {
     }
 }
 
-fn same_json(text: &str, parsed: &Json) -> bool {
-    serde_json::from_str::<Json>(text).is_ok_and(|j| &j == parsed)
+/// A schema's JSON with every object's keys sorted: equal schemas written with their keys in
+/// different orders get one text (arrays, such as a record's fields, keep their order).
+fn canonical_text(json: &Json) -> String {
+    fn sorted(json: &Json) -> Json {
+        match json {
+            Json::Object(o) => {
+                let mut keys: Vec<&String> = o.keys().collect();
+                keys.sort();
+                Json::Object(
+                    keys.into_iter()
+                        .map(|k| (k.clone(), sorted(&o[k])))
+                        .collect(),
+                )
+            }
+            Json::Array(a) => Json::Array(a.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    sorted(json).to_string()
 }
 
 /// The embedded schema registry (cheap to clone).
@@ -143,8 +198,9 @@ fn storage_error(e: impl std::fmt::Display) -> RegistryError {
 
 /// A schema posted by a client, validated.
 struct Candidate {
+    /// Compact JSON, as stored and served.
     text: String,
-    parsed: Json,
+    canonical: String,
     avro: apache_avro::Schema,
 }
 
@@ -160,7 +216,7 @@ fn parse_candidate(schema: &str) -> Result<Candidate, RegistryError> {
         .map_err(|e| RegistryError::new(422, 42201, format!("Invalid schema {schema}: {e}")))?;
     Ok(Candidate {
         text: parsed.to_string(),
-        parsed,
+        canonical: canonical_text(&parsed),
         avro,
     })
 }
@@ -186,7 +242,7 @@ impl Registry {
     pub fn register_schema(&self, subject: &str, schema: &str) -> Result<i32, RegistryError> {
         let candidate = parse_candidate(schema)?;
         let mut st = self.state();
-        let existing_id = st.id_of(&candidate.text, &candidate.parsed);
+        let existing_id = st.id_of(&candidate.canonical);
         if let Some(id) = existing_id {
             if st.live_versions(subject).iter().any(|v| v.id == id) {
                 return Ok(id);
@@ -227,8 +283,7 @@ impl Registry {
             false,
         )
         .map_err(storage_error)?;
-        st.schemas.entry(id).or_insert(candidate.text);
-        st.next_id = st.next_id.max(id + 1);
+        st.add_schema(id, candidate.text);
         st.subjects
             .entry(subject.to_owned())
             .or_default()
@@ -248,14 +303,10 @@ impl Registry {
         include_deleted: bool,
     ) -> Result<RegisteredSchema, RegistryError> {
         let st = self.state();
-        let versions = st
-            .subjects
-            .get(subject)
-            .filter(|v| include_deleted || v.iter().any(|v| !v.deleted))
-            .ok_or_else(|| subject_not_found(subject))?;
+        let versions = st.subject_versions(subject, include_deleted)?;
         let candidate = parse_candidate(schema)?;
         let id = st
-            .id_of(&candidate.text, &candidate.parsed)
+            .id_of(&candidate.canonical)
             .ok_or_else(|| RegistryError::new(404, 40403, "Schema not found"))?;
         let v = versions
             .iter()
@@ -278,11 +329,7 @@ impl Registry {
         include_deleted: bool,
     ) -> Result<RegisteredSchema, RegistryError> {
         let st = self.state();
-        let versions = st
-            .subjects
-            .get(subject)
-            .filter(|v| include_deleted || v.iter().any(|v| !v.deleted))
-            .ok_or_else(|| subject_not_found(subject))?;
+        let versions = st.subject_versions(subject, include_deleted)?;
         let found = match version {
             VersionSpec::Latest => versions
                 .iter()
@@ -517,15 +564,7 @@ impl Registry {
         let mut st = self.state();
         store::put_config(&self.inner.log, subject, level).map_err(storage_error)?;
         store::sync(&self.inner.log).map_err(storage_error)?;
-        match (subject, level) {
-            (None, l) => st.global = l,
-            (Some(s), Some(l)) => {
-                st.subject_levels.insert(s.to_owned(), l);
-            }
-            (Some(s), None) => {
-                st.subject_levels.remove(s);
-            }
-        }
+        st.apply_level(subject, level);
         Ok(())
     }
 

@@ -134,15 +134,7 @@ pub(crate) fn load(log: &Log) -> Result<State, LogError> {
                     .and_then(|v| v.get("compatibilityLevel"))
                     .and_then(Json::as_str)
                     .and_then(CompatibilityLevel::parse);
-                match (subject, level) {
-                    (None, l) => st.global = l,
-                    (Some(s), Some(l)) => {
-                        st.subject_levels.insert(s.to_owned(), l);
-                    }
-                    (Some(s), None) => {
-                        st.subject_levels.remove(s);
-                    }
-                }
+                st.apply_level(subject, level);
             }
             Some("ID") => {
                 if let Some(n) = value
@@ -193,6 +185,5 @@ fn apply_schema(st: &mut State, key: &Json, value: Option<&Json>) {
             .and_then(Json::as_bool)
             .unwrap_or(false),
     });
-    st.schemas.entry(id).or_insert_with(|| schema.to_owned());
-    st.next_id = st.next_id.max(id + 1);
+    st.add_schema(id, schema.to_owned());
 }

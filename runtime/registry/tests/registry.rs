@@ -396,3 +396,15 @@ fn source_schema_evolution_registers_versions_and_refuses_incompatible_changes()
         .is_ok());
     assert_eq!(r.latest("db.public.orders-value").unwrap().version, 2);
 }
+
+#[test]
+fn equal_schemas_written_with_other_key_orders_share_an_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_log, r) = open(dir.path());
+    let a = r#"{"type":"record","name":"V","fields":[{"name":"id","type":"int"}]}"#;
+    let b = r#"{"fields":[{"type":"int","name":"id"}],"name":"V","type":"record"}"#;
+    let id = r.register_schema("s1", a).unwrap();
+    assert_eq!(r.register_schema("s2", b).unwrap(), id);
+    assert_eq!(r.versions("s1", false).unwrap(), vec![1]);
+    assert_eq!(r.lookup_schema("s1", b, false).unwrap().id, id);
+}

@@ -319,8 +319,27 @@ impl<'a> Reader<'a> {
             let _size = self.long()?;
             return Ok(n.unsigned_abs() as usize);
         }
-        // Each item takes at least one byte except for null/empty records; bound by input.
         Ok(n as usize)
+    }
+
+    /// The items of an array or map: blocks of `count` items until a zero count.
+    fn blocks<T>(
+        &mut self,
+        mut item: impl FnMut(&mut Self) -> Result<T, DataError>,
+    ) -> Result<Vec<T>, DataError> {
+        let mut out = Vec::new();
+        loop {
+            let n = self.block_count()?;
+            if n == 0 {
+                return Ok(out);
+            }
+            // Every item takes at least one byte of input, except empty records; don't let
+            // a forged count reserve more than the input could hold.
+            out.reserve(n.min(self.remaining()));
+            for _ in 0..n {
+                out.push(item(self)?);
+            }
+        }
     }
 
     /// Reads one value of `node` as Connect schema `schema`.
@@ -375,58 +394,23 @@ impl<'a> Reader<'a> {
                 let item_schema = schema
                     .value_schema()
                     .ok_or_else(|| DataError::new("array schema without an item schema"))?;
-                let mut out = Vec::new();
-                loop {
-                    let n = self.block_count()?;
-                    if n == 0 {
-                        break;
-                    }
-                    out.reserve(n.min(self.remaining()));
-                    for _ in 0..n {
-                        out.push(self.value(items, item_schema)?);
-                    }
-                }
-                Value::Array(out)
+                Value::Array(self.blocks(|r| r.value(items, item_schema))?)
             }
             Node::Map(values) => {
                 let value_schema = schema
                     .value_schema()
                     .ok_or_else(|| DataError::new("map schema without a value schema"))?;
-                let mut out = Vec::new();
-                loop {
-                    let n = self.block_count()?;
-                    if n == 0 {
-                        break;
-                    }
-                    out.reserve(n.min(self.remaining()));
-                    for _ in 0..n {
-                        let k = self.bytes()?;
-                        let k = std::str::from_utf8(k)
-                            .map_err(|_| DataError::new("an Avro map key that is not UTF-8"))?;
-                        let v = self.value(values, value_schema)?;
-                        out.push((Value::String(k.to_owned()), v));
-                    }
-                }
-                Value::Map(out)
+                Value::Map(self.blocks(|r| {
+                    let k = std::str::from_utf8(r.bytes()?)
+                        .map_err(|_| DataError::new("an Avro map key that is not UTF-8"))?;
+                    Ok((Value::String(k.to_owned()), r.value(values, value_schema)?))
+                })?)
             }
             Node::MapEntries(kv) => {
                 let (Some(ks), Some(vs)) = (schema.key_schema(), schema.value_schema()) else {
                     return Err(DataError::new("map schema without key and value schemas"));
                 };
-                let mut out = Vec::new();
-                loop {
-                    let n = self.block_count()?;
-                    if n == 0 {
-                        break;
-                    }
-                    out.reserve(n.min(self.remaining()));
-                    for _ in 0..n {
-                        let k = self.value(&kv.0, ks)?;
-                        let v = self.value(&kv.1, vs)?;
-                        out.push((k, v));
-                    }
-                }
-                Value::Map(out)
+                Value::Map(self.blocks(|r| Ok((r.value(&kv.0, ks)?, r.value(&kv.1, vs)?)))?)
             }
             Node::Record(fields) => {
                 let schema_fields = schema.fields();
@@ -437,7 +421,8 @@ impl<'a> Reader<'a> {
                 for (f, n) in schema_fields.iter().zip(fields.iter()) {
                     values.push(self.value(n, f.schema())?);
                 }
-                Value::Struct(Struct::from_values(schema.clone(), values)?)
+                // Each value was read for its own field's schema just above.
+                Value::Struct(Struct::from_trusted_values(schema.clone(), values))
             }
             Node::Union(branches) => {
                 let i = self.long()?;
@@ -460,10 +445,10 @@ impl<'a> Reader<'a> {
                     let v = self.value(branch, field.schema())?;
                     let mut values = vec![Value::Null; fields.len()];
                     values[non_null_index] = v;
-                    return Ok(Value::Struct(Struct::from_values(
+                    return Ok(Value::Struct(Struct::from_trusted_values(
                         Arc::clone(schema),
                         values,
-                    )?));
+                    )));
                 }
                 self.value(branch, schema)?
             }
