@@ -51,7 +51,8 @@ pub fn run_with_timeout(cmd: &mut Command, limit: Duration) -> Output {
     }
 }
 
-/// The cached virtualenv with confluent-kafka (`HEADWATER_TEST_VENV`, default
+/// The cached virtualenv with confluent-kafka and its Avro/Schema Registry extras
+/// (`HEADWATER_TEST_VENV`, default
 /// `/var/tmp/headwater-test-venv`); created on first use.
 pub fn python() -> PathBuf {
     let venv = std::env::var_os("HEADWATER_TEST_VENV")
@@ -60,7 +61,7 @@ pub fn python() -> PathBuf {
     let python = venv.join("bin/python");
     let ready = |python: &Path| {
         Command::new(python)
-            .args(["-c", "import confluent_kafka"])
+            .args(["-c", "import confluent_kafka.schema_registry.avro"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -84,9 +85,9 @@ pub fn python() -> PathBuf {
             .expect("python3 -m venv (install python3-venv: scripts/install-deps)");
         assert!(status.success(), "python3 -m venv failed");
         let status = Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "confluent-kafka"])
+            .args(["install", "--quiet", "confluent-kafka[avro,schemaregistry]"])
             .status()
-            .expect("pip install confluent-kafka");
+            .expect("pip install confluent-kafka[avro,schemaregistry]");
         assert!(status.success(), "pip install confluent-kafka failed");
     }
     drop(lock);

@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub struct Worker {
+    /// The REST listener.
     pub addr: SocketAddr,
+    /// The Kafka protocol listener.
+    pub kafka: SocketAddr,
     child: Child,
     logs: Arc<Mutex<Vec<String>>>,
 }
@@ -75,7 +78,18 @@ impl Worker {
                 .find_map(|w| w.strip_prefix("rest=http://"))
             {
                 let addr = rest.parse().expect("address");
-                return Worker { child, addr, logs };
+                let kafka = line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("kafka="))
+                    .unwrap_or_else(|| panic!("no kafka= in {line}"))
+                    .parse()
+                    .expect("Kafka address");
+                return Worker {
+                    child,
+                    addr,
+                    kafka,
+                    logs,
+                };
             }
             seen.push(line);
         }
