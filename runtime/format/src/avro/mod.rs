@@ -190,6 +190,15 @@ impl AvroConverterConfig {
         if parsed.get_bool("enhanced.avro.schema.support") == Some(true) {
             errors.push(("enhanced.avro.schema.support", "Invalid value true for configuration enhanced.avro.schema.support: Headwater's AvroConverter does not support the enhanced mapping".to_owned()));
         }
+        // Confluent's client TLS keys (a private CA, client certificates): not read, so a user
+        // who relies on them hears so instead of meeting a certificate error later.
+        let ssl_keys: Vec<&String> = props
+            .keys()
+            .filter(|k| k.starts_with("schema.registry.ssl."))
+            .collect();
+        for key in &ssl_keys {
+            errors.push((key.as_str(), format!("Invalid configuration {key}: Headwater's AvroConverter verifies https:// registries against the Mozilla root certificates only; custom trust and key stores are not supported")));
+        }
         let mut urls: Vec<String> = parsed
             .get_list("schema.registry.url")
             .map(|l| {

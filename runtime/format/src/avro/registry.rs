@@ -307,4 +307,25 @@ mod tests {
         assert_eq!(normalize_url(" http://h:1/a/ "), "http://h:1/a");
         assert_eq!(encode_segment("t.a-value/x y"), "t.a-value%2Fx%20y");
     }
+
+    /// An `https://` registry is reached over TLS: the first bytes on the wire are a TLS
+    /// handshake record, and a peer that is no TLS server gives an "unreachable" error.
+    #[test]
+    fn https_urls_speak_tls() {
+        use std::io::Read;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let peer = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut first = [0u8; 3];
+            stream.read_exact(&mut first).unwrap();
+            first
+        });
+        let registry = HttpRegistry::new(vec![format!("https://127.0.0.1:{port}")], None);
+        let err = registry.schema_by_id(1).unwrap_err();
+        // A TLS record header: handshake (22), protocol major version 3.
+        assert_eq!(peer.join().unwrap()[..2], [22, 3]);
+        assert_eq!(err.status, 0, "{err:?}");
+        assert!(err.message.contains("unreachable"), "{err:?}");
+    }
 }

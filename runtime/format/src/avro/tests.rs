@@ -508,6 +508,10 @@ fn bad_config_values_are_rejected_per_key() {
     props.insert("value.subject.name.strategy".into(), "Nope".into());
     props.insert("connect.meta.data".into(), "false".into());
     props.insert("schema.registry.url".into(), "ftp://x".into());
+    props.insert(
+        "schema.registry.ssl.truststore.location".into(),
+        "/etc/ca.jks".into(),
+    );
     let v = AvroConverterConfig::from_props(&props).unwrap_err();
     let names: Vec<&str> = v
         .entries()
@@ -519,6 +523,7 @@ fn bad_config_values_are_rejected_per_key() {
         "value.subject.name.strategy",
         "connect.meta.data",
         "schema.registry.url",
+        "schema.registry.ssl.truststore.location",
     ] {
         assert!(names.contains(&key), "{key} in {names:?}");
     }
