@@ -28,39 +28,83 @@ pub fn default_bin() -> PathBuf {
 
 /// One HTTP/1.1 GET, returning the JSON body (Null on any failure).
 pub fn get(addr: SocketAddr, path: &str) -> Value {
-    let Ok(mut s) = TcpStream::connect(addr) else {
-        return Value::Null;
-    };
+    get_text(addr, path)
+        .and_then(|body| serde_json::from_str(&body).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// One HTTP/1.1 GET, returning the body as text (`None` on any failure).
+pub fn get_text(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(addr).ok()?;
     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
     let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    if s.write_all(req.as_bytes()).is_err() {
-        return Value::Null;
-    }
+    s.write_all(req.as_bytes()).ok()?;
     let mut buf = Vec::new();
     let _ = s.read_to_end(&mut buf);
     let text = String::from_utf8_lossy(&buf);
-    let Some((head, body)) = text.split_once("\r\n\r\n") else {
-        return Value::Null;
-    };
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        let mut out = String::new();
-        let mut rest = body;
-        while let Some((size, after)) = rest.split_once("\r\n") {
-            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-            if n == 0 || after.len() < n {
-                break;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    Some(
+        if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            let mut out = String::new();
+            let mut rest = body;
+            while let Some((size, after)) = rest.split_once("\r\n") {
+                let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+                if n == 0 || after.len() < n {
+                    break;
+                }
+                out.push_str(&after[..n]);
+                rest = &after[(n + 2).min(after.len())..];
             }
-            out.push_str(&after[..n]);
-            rest = &after[(n + 2).min(after.len())..];
+            out
+        } else {
+            body.to_owned()
+        },
+    )
+}
+
+/// The sum of a Prometheus counter over the samples whose labels contain `label` (e.g.
+/// `connector="bench"`), from the worker's `/metrics`; `None` when it is not there.
+pub fn metric_sum(addr: SocketAddr, name: &str, label: &str) -> Option<u64> {
+    let text = get_text(addr, "/metrics")?;
+    let mut found = None;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        // `name{labels} value` or `name value`; anything else is another metric.
+        let sample = match rest.strip_prefix('{') {
+            Some(r) => r.split_once("} "),
+            None => rest.strip_prefix(' ').map(|v| ("", v)),
+        };
+        let Some((labels, value)) = sample else {
+            continue;
+        };
+        if let (true, Ok(v)) = (labels.contains(label), value.trim().parse::<u64>()) {
+            *found.get_or_insert(0) += v;
         }
-        out
-    } else {
-        body.to_owned()
+    }
+    found
+}
+
+/// Record bytes per record the connector's tasks committed (key, value, headers and the
+/// record framing, before log compression) and on-disk log bytes per record (compressed, the
+/// whole data dir's log including internal topics), from `/metrics`.
+pub fn bytes_per_record(addr: SocketAddr, connector: &str) -> (f64, f64) {
+    let label = format!("connector=\"{connector}\"");
+    let records = metric_sum(addr, "headwater_task_records_written_total", &label).unwrap_or(0);
+    let bytes = metric_sum(addr, "headwater_task_bytes_written_total", &label).unwrap_or(0);
+    let disk = metric_sum(addr, "headwater_log_disk_bytes", "").unwrap_or(0);
+    let per = |n: u64| {
+        if records == 0 {
+            0.0
+        } else {
+            n as f64 / records as f64
+        }
     };
-    serde_json::from_str(&body).unwrap_or(Value::Null)
+    (per(bytes), per(disk))
 }
 
 /// One HTTP/1.1 request with a JSON body; returns the status code (0 on failure).
@@ -279,6 +323,35 @@ pub struct BenchArgs {
     /// `--threads` (only where the program takes it).
     pub threads: u64,
     pub dir: Option<PathBuf>,
+    /// `--format json|avro`: the connector's key and value converter (JSON with schemas, or
+    /// Confluent's AvroConverter on the worker's embedded registry).
+    pub format: RecordFormat,
+}
+
+/// The record format a benchmark's source connector writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordFormat {
+    Json,
+    Avro,
+}
+
+impl RecordFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordFormat::Json => "json",
+            RecordFormat::Avro => "avro",
+        }
+    }
+
+    /// Adds this format's converter keys to a connector's `config` object (JSON is the
+    /// worker's default and adds nothing).
+    pub fn apply(self, config: &mut Value) {
+        if self == RecordFormat::Avro {
+            for key in ["key.converter", "value.converter"] {
+                config[key] = Value::from("io.confluent.connect.avro.AvroConverter");
+            }
+        }
+    }
 }
 
 impl BenchArgs {
@@ -292,7 +365,7 @@ impl BenchArgs {
     pub fn parse_with(program: &str, threads: bool, rows: u64, stream_events: u64) -> BenchArgs {
         let usage = || -> ! {
             let t = if threads { " [--threads N]" } else { "" };
-            eprintln!("usage: {program} [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N]{t} [--dir DIR]");
+            eprintln!("usage: {program} [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N]{t} [--format json|avro] [--dir DIR]");
             std::process::exit(2)
         };
         let mut a = BenchArgs {
@@ -303,6 +376,7 @@ impl BenchArgs {
             seconds: 20,
             threads: 2,
             dir: None,
+            format: RecordFormat::Json,
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -319,6 +393,13 @@ impl BenchArgs {
                 "--threads" if threads => a.threads = num().max(1),
                 "--bin" => a.bin = PathBuf::from(it.next().unwrap_or_else(|| usage())),
                 "--dir" => a.dir = Some(PathBuf::from(it.next().unwrap_or_else(|| usage()))),
+                "--format" => {
+                    a.format = match it.next().as_deref() {
+                        Some("json") => RecordFormat::Json,
+                        Some("avro") => RecordFormat::Avro,
+                        _ => usage(),
+                    }
+                }
                 _ => usage(),
             }
         }
@@ -378,6 +459,10 @@ pub struct Figures {
     pub rate: u64,
     pub polls: u64,
     pub peak_rss_mb: f64,
+    /// The connector's record format.
+    pub format: RecordFormat,
+    /// [`bytes_per_record`]: (record bytes, log bytes on disk) per record.
+    pub bytes_per_record: (f64, f64),
 }
 
 impl Figures {
@@ -393,6 +478,11 @@ impl Figures {
             self.polls
         );
         eprintln!("peak RSS {:.1} MB", self.peak_rss_mb);
+        let (record_bytes, disk_bytes) = self.bytes_per_record;
+        eprintln!(
+            "{}: {record_bytes:.1} record bytes per record, {disk_bytes:.1} log bytes on disk per record",
+            self.format.name()
+        );
         let round = |v: f64, digits: i32| (v * 10f64.powi(digits)).round() / 10f64.powi(digits);
         let mut out = serde_json::json!({
             "rows": self.rows, "stream_events": self.stream_events, "latency_commits": lat.len(),
@@ -403,6 +493,9 @@ impl Figures {
             "peak_rss_mb": round(self.peak_rss_mb, 1),
             "snapshot_cpu_us_per_row": round(self.snapshot_cpu_us_per_row, 2),
             "stream_cpu_us_per_event": round(self.stream_cpu_us_per_event, 2),
+            "format": self.format.name(),
+            "record_bytes_per_event": round(record_bytes, 1),
+            "log_disk_bytes_per_event": round(disk_bytes, 1),
         });
         if let (Some(o), Value::Object(e)) = (out.as_object_mut(), extra) {
             o.extend(e);

@@ -236,7 +236,11 @@ struct Pending {
     full: Vec<(String, u32, BatchBuilder)>,
     /// Source partition (as JSON) -> (partition, latest offset).
     offsets: BTreeMap<String, (OffsetMap, OffsetMap)>,
+    /// Record bytes staged since the last commit or spill (what [`COMMIT_BYTES`] bounds).
     bytes: usize,
+    /// Record bytes of the open transaction already spilled to the sealer (counted in the
+    /// task's `bytes_written` at its commit, with `bytes`).
+    spilled_bytes: usize,
     records: usize,
     since: Option<Instant>,
     scratch: Scratch,
@@ -338,6 +342,7 @@ async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<()
         full: Vec::new(),
         offsets: BTreeMap::new(),
         bytes: 0,
+        spilled_bytes: 0,
         records: 0,
         since: None,
         scratch: Scratch::default(),
@@ -696,6 +701,7 @@ async fn spill(sealer: &Sealer, pending: &mut Pending) -> Result<(), ConnectErro
         }
     }
     send_full(sealer, pending).await?;
+    pending.spilled_bytes += pending.bytes;
     pending.bytes = 0;
     Ok(())
 }
@@ -719,7 +725,7 @@ async fn commit(
             fields
         }
     };
-    let staged_bytes = pending.bytes;
+    let staged_bytes = pending.bytes + pending.spilled_bytes;
     let records = pending.records;
     let offsets: Vec<(OffsetMap, OffsetMap)> =
         std::mem::take(&mut pending.offsets).into_values().collect();
@@ -748,6 +754,7 @@ async fn commit(
     pending.txn = None;
     pending.records = 0;
     pending.bytes = 0;
+    pending.spilled_bytes = 0;
     pending.since = None;
     pending.scratch.last_topic = None;
     in_flight.push_back(InFlight {

@@ -1,6 +1,7 @@
 //! The runner's batch contract with a scripted source (no database): records with empty offsets
 //! are covered by the last record's offset, and a batch that says `caught_up` is committed
-//! before the next poll (no linger).
+//! before the next poll (no linger); a transaction spilled to the log before its commit is
+//! counted whole in the task's metrics.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -109,11 +110,10 @@ impl SourceTask for ScriptedTask {
     }
 }
 
-struct ScriptedConnector {
-    seen: Arc<Mutex<Seen>>,
-}
+/// A connector with one task, made by `new_task`.
+struct OneTaskConnector<F>(F);
 
-impl SourceConnector for ScriptedConnector {
+impl<F: Fn() -> Box<dyn SourceTask> + Send + Sync> SourceConnector for OneTaskConnector<F> {
     fn version(&self) -> String {
         "test".into()
     }
@@ -128,29 +128,26 @@ impl SourceConnector for ScriptedConnector {
         Ok(vec![Properties::new()])
     }
     fn create_task(&self) -> Box<dyn SourceTask> {
-        Box::new(ScriptedTask {
-            seen: self.seen.clone(),
-            polls: 0,
-        })
+        (self.0)()
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn empty_offsets_are_covered_and_caught_up_batches_commit_before_the_next_poll() {
-    let dir = tempfile::tempdir().unwrap();
-    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let plugins = {
-        let seen = seen.clone();
-        Plugins::new().register_source("test.Scripted", &["scripted"], move || {
-            Box::new(ScriptedConnector { seen: seen.clone() })
-        })
-    };
+/// An engine over a fresh log in `dir` running connector `name` (StringConverter values) whose
+/// single task `new_task` makes.
+async fn start_connector(
+    dir: &std::path::Path,
+    name: &'static str,
+    new_task: impl Fn() -> Box<dyn SourceTask> + Clone + Send + Sync + 'static,
+) -> (Log, Engine) {
+    let log = Log::open(dir, LogOptions::default()).unwrap();
+    let plugins = Plugins::new().register_source("test.Source", &[name], move || {
+        Box::new(OneTaskConnector(new_task.clone()))
+    });
     let engine = Engine::start(log.clone(), plugins, EngineConfig::default())
         .await
         .unwrap();
     let props: Properties = [
-        ("connector.class".to_owned(), "scripted".to_owned()),
+        ("connector.class".to_owned(), name.to_owned()),
         (
             "value.converter".to_owned(),
             "org.apache.kafka.connect.storage.StringConverter".to_owned(),
@@ -159,9 +156,26 @@ async fn empty_offsets_are_covered_and_caught_up_batches_commit_before_the_next_
     .into_iter()
     .collect();
     engine
-        .create_connector("scripted", props, TargetState::Started)
+        .create_connector(name, props, TargetState::Started)
         .await
         .unwrap();
+    (log, engine)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_offsets_are_covered_and_caught_up_batches_commit_before_the_next_poll() {
+    let dir = tempfile::tempdir().unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let (log, engine) = {
+        let seen = seen.clone();
+        start_connector(dir.path(), "scripted", move || {
+            Box::new(ScriptedTask {
+                seen: seen.clone(),
+                polls: 0,
+            })
+        })
+        .await
+    };
     for _ in 0..400 {
         if seen.lock().unwrap().commits.len() >= 2 {
             break;
@@ -207,5 +221,91 @@ async fn empty_offsets_are_covered_and_caught_up_batches_commit_before_the_next_
         values.push(String::from_utf8(rec.value.unwrap()).unwrap());
     }
     assert_eq!(values, ["a", "b", "c", "d"]);
+    engine.shutdown().await;
+}
+
+/// One source transaction larger than the runner's in-memory commit bound, over two polls:
+/// the runner spills the first part to the log mid-transaction, and the task's
+/// `records_written` and `bytes_written` metrics count the whole transaction at its commit.
+struct BigTransactionTask {
+    polls: usize,
+}
+
+/// Records and value size of the big transaction (12 MiB, above the 8 MiB spill bound).
+const BIG_RECORDS: usize = 48;
+const BIG_VALUE: usize = 256 * 1024;
+
+impl SourceTask for BigTransactionTask {
+    fn start(
+        &mut self,
+        _context: SourceTaskContext,
+        _props: Properties,
+    ) -> BoxFuture<'_, Result<(), ConnectError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn poll(&mut self) -> BoxFuture<'_, Result<SourceBatch, ConnectError>> {
+        Box::pin(async move {
+            self.polls += 1;
+            let value = "x".repeat(BIG_VALUE);
+            match self.polls {
+                1 => {
+                    let mut batch = SourceBatch::committed(
+                        (0..BIG_RECORDS - 1).map(|_| record(&value, None)).collect(),
+                    );
+                    batch.boundary = headwater_api::Boundary::Open;
+                    Ok(batch)
+                }
+                2 => Ok(SourceBatch::committed(vec![record(&value, Some(1))])),
+                _ => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    Ok(SourceBatch::empty())
+                }
+            }
+        })
+    }
+
+    fn commit<'a>(
+        &'a mut self,
+        _committed: &'a [(OffsetMap, OffsetMap)],
+    ) -> BoxFuture<'a, Result<(), ConnectError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn stop(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// The Prometheus sample `name{connector="big",task="0"}`.
+fn task_metric(text: &str, name: &str) -> Option<u64> {
+    let prefix = format!("{name}{{connector=\"big\",task=\"0\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spilled_transaction_counts_all_its_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_log, engine) = start_connector(dir.path(), "big", || {
+        Box::new(BigTransactionTask { polls: 0 })
+    })
+    .await;
+    let mut written = None;
+    for _ in 0..400 {
+        let text = engine.prometheus().await;
+        if task_metric(&text, "headwater_task_records_written_total") == Some(BIG_RECORDS as u64) {
+            written = task_metric(&text, "headwater_task_bytes_written_total");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let written = written.expect("the transaction committed");
+    let values = (BIG_RECORDS * BIG_VALUE) as u64;
+    assert!(
+        written >= values && written < values + values / 100,
+        "bytes_written {written} counts every record of the transaction ({values} value bytes)"
+    );
     engine.shutdown().await;
 }

@@ -24,11 +24,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::{http, wait_until, Worker};
+use common::{http, seeded_server, sql, wait_until, Worker};
 use headwater_api::{Properties, SchemaRef, SchemaType, Value};
 use headwater_format::avro::{AvroConverter, AvroConverterConfig};
 use headwater_format::{Converter, JsonConverter, JsonConverterConfig};
-use headwater_tests::PostgresServer;
 use serde_json::{json, Value as Json};
 
 /// Produces the cases file's records (when given), then consumes `counts` records of each topic
@@ -348,16 +347,6 @@ fn hex(bytes: Vec<u8>) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn sql(runtime: &tokio::runtime::Runtime, server: &PostgresServer, text: &str) {
-    runtime.block_on(async {
-        let client = server.connect("production").await.expect("connect");
-        client
-            .batch_execute(text)
-            .await
-            .unwrap_or_else(|e| panic!("{text}: {e}"));
-    });
-}
-
 fn record_count(w: &Worker, topic: &str) -> usize {
     let (status, _, body) = http(
         w.addr,
@@ -387,30 +376,10 @@ fn task_status(w: &Worker, connector: &str) -> Json {
 /// connector, naming the subject; customers keeps streaming.
 #[test]
 fn postgres_source_writes_avro_and_evolves_schemas_in_the_embedded_registry() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let server = PostgresServer::start().expect("PostgreSQL");
-    runtime
-        .block_on(server.create_database("production"))
-        .unwrap();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let schema = std::fs::read_to_string(
-        root.join("tests/data/golden/debezium/postgres/pg_seed_schema.sql"),
-    )
-    .unwrap();
-    sql(&runtime, &server, &schema);
-    sql(
-        &runtime,
-        &server,
+    let (runtime, server, seed) = seeded_server(
         "INSERT INTO public.customers VALUES (1,'Ada','ada@example.com','2024-01-02 03:04:05.123456+00');
          INSERT INTO public.orders VALUES (1,1,19.98,'new','2024-01-02 03:04:05.123456+00','first order');",
     );
-    let seed: Json = serde_json::from_str(
-        &std::fs::read_to_string(root.join("config/connectors/postgres-cdc-source.json")).unwrap(),
-    )
-    .unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let mut files = Vec::new();
     for (name, table, slot) in [
@@ -420,7 +389,6 @@ fn postgres_source_writes_avro_and_evolves_schemas_in_the_embedded_registry() {
         let mut config = seed.clone();
         config["name"] = json!(name);
         let c = &mut config["config"];
-        c["database.port"] = json!(server.port().to_string());
         c["table.include.list"] = json!(table);
         c["slot.name"] = json!(slot);
         c["publication.name"] = json!(format!("{slot}_pub"));

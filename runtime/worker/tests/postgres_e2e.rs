@@ -8,8 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{http, http_raw, wait_until, Worker};
-use headwater_tests::PostgresServer;
+use common::{http, http_raw, seeded_server, sql, wait_until, Worker};
 use serde_json::Value;
 
 /// Every record of a topic's partition 0 as `(key, value)` JSON.
@@ -40,44 +39,6 @@ fn ops(w: &Worker, topic: &str) -> Vec<String> {
                 .map_or("tombstone".to_owned(), str::to_owned)
         })
         .collect()
-}
-
-fn sql(runtime: &tokio::runtime::Runtime, server: &PostgresServer, text: &str) {
-    runtime.block_on(async {
-        let client = server.connect("production").await.expect("connect");
-        client
-            .batch_execute(text)
-            .await
-            .unwrap_or_else(|e| panic!("{text}: {e}"));
-    });
-}
-
-/// A PostgreSQL with the seed tables and rows, its runtime for SQL, and the seed connector
-/// config pointing at it.
-fn seeded_server(rows: &str) -> (tokio::runtime::Runtime, PostgresServer, Value) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let server = PostgresServer::start().expect("PostgreSQL");
-    runtime
-        .block_on(server.create_database("production"))
-        .unwrap();
-    let schema = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/data/golden/debezium/postgres/pg_seed_schema.sql"
-    ))
-    .unwrap();
-    sql(&runtime, &server, &schema);
-    sql(&runtime, &server, rows);
-    let seed = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../config/connectors/postgres-cdc-source.json"
-    ))
-    .unwrap();
-    let mut config: Value = serde_json::from_str(&seed).unwrap();
-    config["config"]["database.port"] = Value::String(server.port().to_string());
-    (runtime, server, config)
 }
 
 #[test]

@@ -24,8 +24,8 @@ use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use headwater_tests::bench::{
-    paced_commits, peak_rss_mb, snapshot_phase, stream_phase, wait_until_past, BenchArgs, Figures,
-    OffsetPoller, Worker,
+    bytes_per_record, paced_commits, peak_rss_mb, snapshot_phase, stream_phase, wait_until_past,
+    BenchArgs, Figures, OffsetPoller, Worker,
 };
 use headwater_tests::{MongoOptions, MongoServer};
 use mongodb::bson::{doc, oid::ObjectId, Document};
@@ -86,11 +86,12 @@ fn main() {
         })
     };
 
-    let config = json!({"name": "bench", "config": {
+    let mut config = json!({"name": "bench", "config": {
         "connector.class": "io.debezium.connector.mongodb.MongoDbConnector",
         "mongodb.connection.string": server.uri(), "topic.prefix": "bench",
         "collection.include.list": "bench.orders",
         "snapshot.max.threads": args.threads.to_string()}});
+    args.format.apply(&mut config["config"]);
     let file = work.path().join("bench.json");
     std::fs::write(&file, config.to_string()).unwrap();
 
@@ -140,6 +141,8 @@ fn main() {
         rate: args.rate,
         polls,
         peak_rss_mb: peak_rss_mb(pid),
+        format: args.format,
+        bytes_per_record: bytes_per_record(w.addr, "bench"),
     };
     drop(w);
     figures.print(json!({"snapshot_threads": args.threads, "documents": args.rows}));

@@ -25,8 +25,8 @@
 use std::time::{Duration, Instant};
 
 use headwater_tests::bench::{
-    binlog_position, mariadb_orders_insert, paced_commits, peak_rss_mb, snapshot_phase,
-    stream_phase, wait_until_past, BenchArgs, Figures, OffsetPoller, Worker,
+    binlog_position, bytes_per_record, mariadb_orders_insert, paced_commits, peak_rss_mb,
+    snapshot_phase, stream_phase, wait_until_past, BenchArgs, Figures, OffsetPoller, Worker,
 };
 use headwater_tests::MariaDbServer;
 use mysql_async::prelude::Queryable;
@@ -78,12 +78,13 @@ fn main() {
         binlog_position(&file, pos)
     };
 
-    let config = json!({"name": "bench", "config": {
+    let mut config = json!({"name": "bench", "config": {
         "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
         "database.hostname": "127.0.0.1", "database.port": server.port().to_string(),
         "database.user": "root", "database.server.id": "5400", "topic.prefix": "bench",
         "database.include.list": "bench", "table.include.list": "bench.orders",
         "snapshot.max.threads": args.threads.to_string()}});
+    args.format.apply(&mut config["config"]);
     let file = work.path().join("bench.json");
     std::fs::write(&file, config.to_string()).unwrap();
 
@@ -147,6 +148,8 @@ fn main() {
         rate: args.rate,
         polls,
         peak_rss_mb: peak_rss_mb(pid),
+        format: args.format,
+        bytes_per_record: bytes_per_record(w.addr, "bench"),
     };
     drop(w);
     figures.print(json!({"snapshot_threads": args.threads}));

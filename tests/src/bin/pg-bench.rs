@@ -3,7 +3,7 @@
 //!
 //! 1. snapshot: `orders(id bigint pk, customer_id int, amount numeric(12,2), status text,
 //!    created_at timestamptz, note text ~50 bytes)` with `--rows` rows (default 1,000,000);
-//!    JSON with schemas; from worker start to the last snapshot record durable in the log
+//!    JSON with schemas, or Avro on the embedded registry with `--format avro`; from worker start to the last snapshot record durable in the log
 //!    (the connector's committed offset says `snapshot_completed`);
 //! 2. stream: `--stream-events` inserts (default 500,000) in transactions of 1,000, from the
 //!    first commit to the last event durable (the committed offset's `lsn_proc` passes the
@@ -15,22 +15,25 @@
 //! The bench session commits with `synchronous_commit = on` (the harness server's default is
 //! off, which delays the walsender by up to `wal_writer_delay`).
 //! CPU time is the worker process's user+system time from `/proc/<pid>/stat` over each phase;
-//! `peak_rss_mb` is its `VmHWM`. Durability is observed through `GET /connectors/{c}/offsets`,
+//! `peak_rss_mb` is its `VmHWM`; `record_bytes_per_event` is the tasks' committed record bytes
+//! (key, value, framing; before compression) per record and `log_disk_bytes_per_event` the log's
+//! size on disk per record, both from `/metrics`. Durability is observed through `GET /connectors/{c}/offsets`,
 //! which the engine only updates after the log transaction holding the records is durable.
 //! Prints a summary and a final JSON line: `{"snapshot_rows_s","stream_events_s",
 //! "latency_p50_ms","latency_p99_ms","peak_rss_mb","snapshot_cpu_us_per_row",
-//! "stream_cpu_us_per_event",...}`.
+//! "stream_cpu_us_per_event","format","record_bytes_per_event","log_disk_bytes_per_event",...}`.
 //!
 //! Usage: `cargo build --release -p headwater && cargo run --release -p headwater-tests --bin
 //! pg-bench -- [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N]
-//! [--threads N] [--dir DIR]`; the binary defaults to `$CARGO_TARGET_DIR/release/headwater`
+//! [--threads N] [--format json|avro] [--dir DIR]`; the binary defaults to `$CARGO_TARGET_DIR/release/headwater`
 //! (or `target/release/headwater` in the workspace).
 
 use std::time::{Duration, Instant};
 
 use headwater_tests::bench::{
-    paced_commits, parse_lsn, peak_rss_mb, pg_bench_session, pg_orders_insert, pg_orders_sql,
-    snapshot_phase, stream_phase, wait_until_past, BenchArgs, Figures, OffsetPoller, Worker,
+    bytes_per_record, paced_commits, parse_lsn, peak_rss_mb, pg_bench_session, pg_orders_insert,
+    pg_orders_sql, snapshot_phase, stream_phase, wait_until_past, BenchArgs, Figures, OffsetPoller,
+    Worker,
 };
 use serde_json::{json, Value};
 
@@ -43,12 +46,13 @@ fn main() {
         .unwrap();
     eprintln!("loaded {} rows in {:?}", args.rows, load.elapsed());
 
-    let config = json!({"name": "bench", "config": {
+    let mut config = json!({"name": "bench", "config": {
         "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
         "database.hostname": "127.0.0.1", "database.port": server.port().to_string(),
         "database.user": "postgres", "database.dbname": "bench", "topic.prefix": "bench",
         "table.include.list": "public.orders", "slot.name": "bench_slot",
         "publication.name": "bench_pub", "snapshot.max.threads": args.threads.to_string()}});
+    args.format.apply(&mut config["config"]);
     let file = work.path().join("bench.json");
     std::fs::write(&file, config.to_string()).unwrap();
 
@@ -111,6 +115,7 @@ fn main() {
     });
     poller.wait_past(commits.last().map_or(0, |c| c.1), Duration::from_secs(60));
     let (latencies, polls) = poller.finish(&commits);
+
     let figures = Figures {
         rows: args.rows,
         stream_events: events,
@@ -122,6 +127,8 @@ fn main() {
         rate: args.rate,
         polls,
         peak_rss_mb: peak_rss_mb(pid),
+        format: args.format,
+        bytes_per_record: bytes_per_record(w.addr, "bench"),
     };
     drop(w);
     figures.print(json!({"snapshot_threads": args.threads}));

@@ -12,10 +12,11 @@
 //!
 //! CPU time is the worker's user+system time over the sink phase (the PostgreSQL server's
 //! work is not in it; both share the machine's cores). Prints a summary and a final JSON line:
-//! `{"rows","sink_rows_s","sink_cpu_us_per_row","peak_rss_mb","snapshot_rows_s"}`.
+//! `{"rows","sink_rows_s","sink_cpu_us_per_row","peak_rss_mb","snapshot_rows_s","format"}`.
+//! `--format avro` makes the source write and the sink read Avro (embedded registry).
 //!
 //! Usage: `cargo build --release -p headwater && cargo run --release -p headwater-tests --bin
-//! sink-bench -- [--bin PATH] [--rows N] [--dir DIR]`.
+//! sink-bench -- [--bin PATH] [--rows N] [--format json|avro] [--dir DIR]`.
 
 use std::time::{Duration, Instant};
 
@@ -35,12 +36,13 @@ fn main() {
         .unwrap();
     eprintln!("loaded {} rows in {:?}", args.rows, load.elapsed());
 
-    let source = json!({"name": "bench", "config": {
+    let mut source = json!({"name": "bench", "config": {
         "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
         "database.hostname": "127.0.0.1", "database.port": server.port().to_string(),
         "database.user": "postgres", "database.dbname": "bench", "topic.prefix": "bench",
         "table.include.list": "public.orders", "slot.name": "bench_slot",
         "publication.name": "bench_pub"}});
+    args.format.apply(&mut source["config"]);
     let file = work.path().join("bench.json");
     std::fs::write(&file, source.to_string()).unwrap();
 
@@ -56,13 +58,14 @@ fn main() {
         .expect("the topic's end offset");
 
     // 2. The sink.
-    let sink = json!({
+    let mut sink = json!({
         "connector.class": "io.debezium.connector.jdbc.JdbcSinkConnector",
         "topics": "bench.public.orders",
         "connection.url": format!("jdbc:postgresql://127.0.0.1:{}/warehouse", server.port()),
         "connection.username": "postgres",
         "insert.mode": "upsert", "primary.key.mode": "record_key", "delete.enabled": "true",
         "schema.evolution": "basic", "collection.name.format": "${source.table}"});
+    args.format.apply(&mut sink);
     let cpu_before = cpu_us(w.pid());
     let sink_started = Instant::now();
     let code = send_json(w.addr, "PUT", "/connectors/sink/config", &sink);
@@ -105,7 +108,7 @@ fn main() {
         json!({"rows": args.rows, "sink_rows_s": rows_s.round(),
                "sink_cpu_us_per_row": (cpu * 100.0).round() / 100.0,
                "peak_rss_mb": (rss * 10.0).round() / 10.0,
-               "snapshot_rows_s": snapshot_rows_s.round()})
+               "snapshot_rows_s": snapshot_rows_s.round(), "format": args.format.name()})
     );
     drop(w);
 }

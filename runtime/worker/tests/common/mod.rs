@@ -1,6 +1,6 @@
 //! Test support shared by the worker's integration tests: spawning the `headwater` binary on a
-//! free port (keeping its log lines), a minimal HTTP/1.1 client for its REST API, and running
-//! the binary's client subcommands.
+//! free port (keeping its log lines), a minimal HTTP/1.1 client for its REST API, running
+//! the binary's client subcommands, and a harness PostgreSQL with the seed tables.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use headwater_tests::PostgresServer;
 use serde_json::Value;
 
 pub struct Worker {
@@ -264,4 +265,43 @@ pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool
         std::thread::sleep(Duration::from_millis(50));
     }
     panic!("timed out waiting for {what}");
+}
+
+/// Runs SQL (one or more statements) in database `production` of a harness PostgreSQL.
+pub fn sql(runtime: &tokio::runtime::Runtime, server: &PostgresServer, text: &str) {
+    runtime.block_on(async {
+        let client = server.connect("production").await.expect("connect");
+        client
+            .batch_execute(text)
+            .await
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+    });
+}
+
+/// A harness PostgreSQL with the seed tables and rows, its runtime for SQL, and the seed connector
+/// config pointing at it.
+pub fn seeded_server(rows: &str) -> (tokio::runtime::Runtime, PostgresServer, Value) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = PostgresServer::start().expect("PostgreSQL");
+    runtime
+        .block_on(server.create_database("production"))
+        .unwrap();
+    let schema = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/data/golden/debezium/postgres/pg_seed_schema.sql"
+    ))
+    .unwrap();
+    sql(&runtime, &server, &schema);
+    sql(&runtime, &server, rows);
+    let seed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../config/connectors/postgres-cdc-source.json"
+    ))
+    .unwrap();
+    let mut config: Value = serde_json::from_str(&seed).unwrap();
+    config["config"]["database.port"] = Value::String(server.port().to_string());
+    (runtime, server, config)
 }
