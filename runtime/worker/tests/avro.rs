@@ -372,8 +372,9 @@ fn task_status(w: &Worker, connector: &str) -> Json {
 
 /// The seed connector (orders) and a second one (customers) with Avro keys and values and no
 /// registry URL: the embedded registry. A column added to orders registers a second value
-/// version that Confluent's client decodes; an incompatible type change fails only the orders
-/// connector, naming the subject; customers keeps streaming.
+/// version that Confluent's client decodes, a widened type (int -> bigint) a third; an
+/// incompatible type change fails only the orders connector, naming the subject, the rule and
+/// both schemas; customers keeps streaming.
 #[test]
 fn postgres_source_writes_avro_and_evolves_schemas_in_the_embedded_registry() {
     let (runtime, server, seed) = seeded_server(
@@ -462,13 +463,47 @@ fn postgres_source_writes_avro_and_evolves_schemas_in_the_embedded_registry() {
         "Ada"
     );
 
+    // A type widened (int -> bigint; Avro promotes int to long): a third, compatible version.
+    sql(
+        &runtime,
+        &server,
+        "ALTER TABLE public.orders ALTER COLUMN customer_id TYPE bigint;
+         INSERT INTO public.orders VALUES (3,5000000000,2.00,'new','2024-03-02 09:00:00+00','third','web');",
+    );
+    wait_until(
+        "the insert after the widening",
+        Duration::from_secs(30),
+        || record_count(&w, "warehouse.orders") == 3,
+    );
+    let (_, _, versions) = http(
+        w.addr,
+        "GET",
+        "/subjects/warehouse.orders-value/versions",
+        None,
+    );
+    assert_eq!(
+        versions,
+        json!([1, 2, 3]),
+        "the widening registers version 3"
+    );
+    let counts = BTreeMap::from([("warehouse.orders".to_owned(), 3)]);
+    let decoded = decode(tmp.path(), &w, &counts, None);
+    let third = decoded["warehouse.orders"]
+        .iter()
+        .find(|r| r["key"] == json!({"id": 3}))
+        .expect("order 3 decoded");
+    assert_eq!(
+        third["value"]["after"]["customer_id"],
+        json!(5_000_000_000_i64)
+    );
+
     // An incompatible change (text -> integer) under BACKWARD: the orders connector fails and
     // says which subject refused what; customers goes on.
     sql(
         &runtime,
         &server,
         "ALTER TABLE public.orders ALTER COLUMN status TYPE integer USING 0;
-         INSERT INTO public.orders VALUES (3,1,1.00,7,'2024-03-02 10:00:00+00','third','web');",
+         INSERT INTO public.orders VALUES (4,1,1.00,7,'2024-03-02 10:00:00+00','fourth','web');",
     );
     wait_until("the orders task to fail", Duration::from_secs(30), || {
         task_status(&w, "orders-avro")["state"] == "FAILED"
@@ -480,7 +515,11 @@ fn postgres_source_writes_avro_and_evolves_schemas_in_the_embedded_registry() {
         "the failure names the subject and the rule: {failed}"
     );
     assert!(trace.contains("BACKWARD"), "names the level: {trace}");
-    assert_eq!(record_count(&w, "warehouse.orders"), 2, "nothing written");
+    assert!(
+        trace.contains("New schema:") && trace.contains("oldSchema:"),
+        "names the new and the old schema: {trace}"
+    );
+    assert_eq!(record_count(&w, "warehouse.orders"), 3, "nothing written");
     sql(
         &runtime,
         &server,
@@ -490,5 +529,35 @@ fn postgres_source_writes_avro_and_evolves_schemas_in_the_embedded_registry() {
         record_count(&w, "warehouse.customers") == 2
     });
     assert_eq!(task_status(&w, "customers-avro")["state"], "RUNNING");
+
+    // The operator's way out (docs/avro.md): relax the subject's level and restart the task;
+    // the refused change is written, nothing lost.
+    let (status, _, body) = http(
+        w.addr,
+        "PUT",
+        "/config/warehouse.orders-value",
+        Some(r#"{"compatibility": "NONE"}"#),
+    );
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = http(
+        w.addr,
+        "POST",
+        "/connectors/orders-avro/tasks/0/restart",
+        None,
+    );
+    assert!(status < 300, "restart: {status} {body}");
+    wait_until(
+        "the refused insert after the restart",
+        Duration::from_secs(30),
+        || record_count(&w, "warehouse.orders") == 4,
+    );
+    assert_eq!(task_status(&w, "orders-avro")["state"], "RUNNING");
+    let (_, _, versions) = http(
+        w.addr,
+        "GET",
+        "/subjects/warehouse.orders-value/versions",
+        None,
+    );
+    assert_eq!(versions, json!([1, 2, 3, 4]));
     w.sigterm();
 }
