@@ -348,16 +348,7 @@ fn hex(bytes: Vec<u8>) -> String {
 }
 
 fn record_count(w: &Worker, topic: &str) -> usize {
-    let (status, _, body) = http(
-        w.addr,
-        "GET",
-        &format!("/topics/{topic}/partitions/0/records?offset=0&max=10000"),
-        None,
-    );
-    if status != 200 {
-        return 0;
-    }
-    body["records"].as_array().map_or(0, Vec::len)
+    w.partition0_records(topic).map_or(0, |r| r.len())
 }
 
 fn task_status(w: &Worker, connector: &str) -> Json {

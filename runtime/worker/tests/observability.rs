@@ -30,15 +30,7 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 /// Records in partition 0 of `topic` (-1 while it does not exist). Offsets are not counts:
 /// each source transaction ends with a marker that takes an offset.
 fn topic_len(w: &Worker, topic: &str) -> i64 {
-    let (status, _, body) = w.call(
-        "GET",
-        &format!("/topics/{topic}/partitions/0/records?offset=0&max=10000"),
-        None,
-    );
-    if status != 200 {
-        return -1;
-    }
-    body["records"].as_array().map_or(-1, |r| r.len() as i64)
+    w.partition0_records(topic).map_or(-1, |r| r.len() as i64)
 }
 
 #[test]

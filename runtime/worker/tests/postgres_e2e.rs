@@ -13,20 +13,10 @@ use serde_json::Value;
 
 /// Every record of a topic's partition 0 as `(key, value)` JSON.
 fn records(w: &Worker, topic: &str) -> Vec<(Value, Value)> {
-    let (status, _, body) = http(
-        w.addr,
-        "GET",
-        &format!("/topics/{topic}/partitions/0/records?offset=0&max=10000"),
-        None,
-    );
-    if status != 200 {
-        return Vec::new();
-    }
-    body["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| (r["key"].clone(), r["value"].clone()))
+    w.partition0_records(topic)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|mut r| (r["key"].take(), r["value"].take()))
         .collect()
 }
 

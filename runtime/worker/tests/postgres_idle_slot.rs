@@ -17,16 +17,7 @@ fn parse_lsn(s: &str) -> u64 {
 }
 
 fn topic_len(w: &Worker, topic: &str) -> usize {
-    let (status, _, body) = http(
-        w.addr,
-        "GET",
-        &format!("/topics/{topic}/partitions/0/records?offset=0&max=1000"),
-        None,
-    );
-    if status != 200 {
-        return 0;
-    }
-    body["records"].as_array().map_or(0, Vec::len)
+    w.partition0_records(topic).map_or(0, |r| r.len())
 }
 
 #[test]

@@ -14,20 +14,10 @@ use mysql_async::prelude::Queryable;
 use serde_json::{json, Value};
 
 fn values(w: &Worker, topic: &str) -> Vec<Value> {
-    let (status, _, body) = http(
-        w.addr,
-        "GET",
-        &format!("/topics/{topic}/partitions/0/records?offset=0&max=1000"),
-        None,
-    );
-    if status != 200 {
-        return Vec::new();
-    }
-    body["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["value"]["payload"].clone())
+    w.partition0_records(topic)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|mut r| r["value"]["payload"].take())
         .collect()
 }
 

@@ -118,6 +118,24 @@ impl Worker {
         self.child.wait().expect("wait");
     }
 
+    /// The records of `topic`'s partition 0 (at most 10,000) as the REST API renders them
+    /// (`offset`, `key`, `value`, ...), or `None` while the topic does not exist. Offsets are
+    /// not counts: each source transaction ends with a marker that takes an offset.
+    pub fn partition0_records(&self, topic: &str) -> Option<Vec<Value>> {
+        let (status, _, mut body) = self.call(
+            "GET",
+            &format!("/topics/{topic}/partitions/0/records?offset=0&max=10000"),
+            None,
+        );
+        if status != 200 {
+            return None;
+        }
+        match body["records"].take() {
+            Value::Array(records) => Some(records),
+            _ => None,
+        }
+    }
+
     pub fn call(
         &self,
         method: &str,
