@@ -255,8 +255,20 @@ impl Default for ProducerFields {
 }
 
 /// Builds one batch, appending records with offset deltas 0, 1, 2, ...
+///
+/// With LZ4 the records are compressed as they come: `records` holds the LZ4 frame so far
+/// (frame descriptor, finished blocks) followed, from `staged_from`, by the records not yet
+/// compressed, and each time a block's worth is staged it is compressed in place. A batch's
+/// uncompressed bytes are so never more than one LZ4 block at a time and are compressed while
+/// still in the cache of the thread that wrote them, instead of being written out to a
+/// batch-sized buffer that another thread reads back. Other codecs compress the whole section
+/// when the batch is built.
 pub struct BatchBuilder {
     records: Vec<u8>,
+    /// Where the uncompressed staged records start in `records` (0 unless incremental LZ4).
+    staged_from: usize,
+    /// Uncompressed bytes already compressed into finished blocks.
+    compressed_input: usize,
     count: i32,
     base_timestamp: i64,
     max_timestamp: i64,
@@ -278,8 +290,16 @@ impl BatchBuilder {
         mut buffer: Vec<u8>,
     ) -> Self {
         buffer.clear();
+        let staged_from = if compression == Compression::Lz4 {
+            buffer.extend_from_slice(&LZ4_FRAME_HEADER);
+            LZ4_FRAME_HEADER.len()
+        } else {
+            0
+        };
         BatchBuilder {
             records: buffer,
+            staged_from,
+            compressed_input: 0,
             count: 0,
             base_timestamp: -1,
             max_timestamp: -1,
@@ -297,7 +317,7 @@ impl BatchBuilder {
     }
     /// Uncompressed size of the batch so far (header included).
     pub fn size_bytes(&self) -> usize {
-        HEADER_SIZE + self.records.len()
+        HEADER_SIZE + self.compressed_input + self.records.len() - self.staged_from
     }
 
     /// Appends a record with the next offset delta; `timestamp` is milliseconds since the epoch.
@@ -323,6 +343,52 @@ impl BatchBuilder {
             headers.iter().map(|h| (h.key, h.value)),
         );
         self.count += 1;
+        if self.compression == Compression::Lz4 {
+            while self.records.len() - self.staged_from >= LZ4_BLOCK {
+                self.compress_staged_block(LZ4_BLOCK);
+            }
+        }
+    }
+
+    /// Replaces the first `len` staged bytes by one LZ4 block (size word and data), moving the
+    /// rest of the staged bytes up behind it.
+    fn compress_staged_block(&mut self, len: usize) {
+        let start = self.staged_from;
+        let end = start + len;
+        let written = LZ4_SCRATCH.with(|scratch| {
+            let scratch = &mut *scratch.borrow_mut();
+            // The scratch block has room for the largest compressed size of a block, so
+            // compressing cannot fail; if it ever did, the block is stored uncompressed.
+            let n = lz4_flex::block::compress_into_with_table(
+                &self.records[start..end],
+                &mut scratch.block,
+                &mut scratch.table,
+            )
+            .unwrap_or(usize::MAX);
+            if n < len.saturating_sub(4) {
+                self.records[start..start + 4].copy_from_slice(&(n as u32).to_le_bytes());
+                self.records[start + 4..start + 4 + n].copy_from_slice(&scratch.block[..n]);
+                Some(4 + n)
+            } else {
+                None
+            }
+        });
+        let block_end = match written {
+            Some(w) => {
+                // The block is shorter than its input: close the gap.
+                self.records.copy_within(end.., start + w);
+                self.records.truncate(self.records.len() - (len - w));
+                start + w
+            }
+            None => {
+                // Stored uncompressed: the data stays, behind a size word.
+                let word = (len as u32 | LZ4_UNCOMPRESSED).to_le_bytes();
+                self.records.splice(start..start, word);
+                end + 4
+            }
+        };
+        self.staged_from = block_end;
+        self.compressed_input += len;
     }
 
     /// Finishes the batch with base offset 0 (assign the real one with [`set_base_offset`]).
@@ -335,12 +401,27 @@ impl BatchBuilder {
     /// Finishes the batch into `out` (its contents replaced; base offset 0), compressing the
     /// records straight into it, and hands back the emptied records buffer for reuse. With
     /// reused buffers, building a batch allocates nothing.
-    pub fn build_into(self, out: &mut Vec<u8>) -> Result<Vec<u8>, BatchError> {
+    pub fn build_into(mut self, out: &mut Vec<u8>) -> Result<Vec<u8>, BatchError> {
         out.clear();
-        out.resize(HEADER_SIZE, 0);
         match self.compression {
-            Compression::None => out.extend_from_slice(&self.records),
-            codec => compress_into(codec, &self.records, out)?,
+            Compression::Lz4 => {
+                let staged = self.records.len() - self.staged_from;
+                if staged > 0 {
+                    self.compress_staged_block(staged);
+                }
+                self.records.extend_from_slice(&0u32.to_le_bytes()); // end mark
+                out.reserve(HEADER_SIZE + self.records.len());
+                out.resize(HEADER_SIZE, 0);
+                out.extend_from_slice(&self.records);
+            }
+            Compression::None => {
+                out.resize(HEADER_SIZE, 0);
+                out.extend_from_slice(&self.records);
+            }
+            codec => {
+                out.resize(HEADER_SIZE, 0);
+                compress_into(codec, &self.records, out)?;
+            }
         }
         let mut attributes = self.compression.attribute_bits();
         if self.producer.transactional {
@@ -974,6 +1055,48 @@ mod tests {
                 assert!(records.is_empty());
                 assert_eq!(scratch, b.build().unwrap(), "{codec:?} round {round}");
                 verify(&scratch).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn incremental_lz4_equals_compressing_the_whole_section() {
+        // Records compressed block by block as they are appended give the same bytes as the
+        // uncompressed section compressed at once: across block boundaries, with records
+        // larger than a block, and with incompressible data stored as raw blocks.
+        let [_, _, text, noise] = &sample_payloads()[..] else {
+            unreachable!("four samples")
+        };
+        let values: Vec<&[u8]> = vec![
+            b"small",
+            &text[..3_600],
+            &noise[..100],
+            &text[..],
+            &noise[..],
+            &text[..70_000],
+            b"",
+            &noise[..65_000],
+        ];
+        for rounds in [1, 3, 40] {
+            let mut lz4 = BatchBuilder::new(Compression::Lz4, ProducerFields::default());
+            let mut plain = BatchBuilder::new(Compression::None, ProducerFields::default());
+            for i in 0..rounds * values.len() {
+                let value = values[i % values.len()];
+                let key = format!("key-{i}");
+                lz4.append(5 + i as i64, Some(key.as_bytes()), Some(value), &[]);
+                plain.append(5 + i as i64, Some(key.as_bytes()), Some(value), &[]);
+                assert_eq!(lz4.size_bytes(), plain.size_bytes());
+            }
+            let built = lz4.build().unwrap();
+            let plain = plain.build().unwrap();
+            let whole = compress(Compression::Lz4, &plain[HEADER_SIZE..]).unwrap();
+            assert_eq!(built[HEADER_SIZE..], whole[..], "{rounds} rounds");
+            verify(&built).unwrap();
+            let decoded = DecodedBatch::decode(&built).unwrap();
+            let records = decoded.records().unwrap();
+            assert_eq!(records.len(), rounds * values.len());
+            for (i, r) in records.iter().enumerate() {
+                assert_eq!(r.value, Some(values[i % values.len()]), "record {i}");
             }
         }
     }
