@@ -217,13 +217,14 @@ struct Txn {
 }
 
 /// A captured relation: its schema and, per captured column, its tuple index.
-type CapturedRelation = (Arc<TableSchema>, Vec<usize>);
+type CapturedRelation = (Arc<TableSchema>, Arc<[usize]>);
 
 /// What the stream knows about one relation id.
 struct RelState {
     table: Option<Arc<TableSchema>>,
-    /// For each captured column, its index in the relation's tuples.
-    col_map: Vec<usize>,
+    /// For each captured column, its index in the relation's tuples (shared with every
+    /// change being decoded, so looking a relation up per change allocates nothing).
+    col_map: Arc<[usize]>,
 }
 
 enum Phase {
@@ -2056,7 +2057,7 @@ impl Inner {
                 rel.id,
                 RelState {
                     table: None,
-                    col_map: Vec::new(),
+                    col_map: Arc::from([]),
                 },
             );
             return Ok(());
