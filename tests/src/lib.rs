@@ -28,4 +28,7 @@ pub mod bench;
 pub mod harness;
 pub mod rng;
 
-pub use harness::{HarnessError, MariaDbServer, MongoOptions, MongoServer, PostgresServer};
+pub use harness::{
+    HarnessError, MariaDbServer, MongoOptions, MongoServer, PostgresServer, S3Server,
+    S3_ACCESS_KEY, S3_SECRET_KEY,
+};

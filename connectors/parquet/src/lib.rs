@@ -1,6 +1,9 @@
 //! `headwater-connector-parquet`: a sink that writes topics as Parquet files into a directory,
 //! for analytics engines (DuckDB, Spark, Trino, pandas) to read.
 //!
+//! `parquet.path` is a local directory (or `file://` URL) or an S3-compatible bucket
+//! (`s3://bucket/prefix`, see [`bucket`]: files are staged locally and uploaded when complete).
+//!
 //! Layout under `parquet.path`: `<topic>/[<partition directory>/]<connector>-<p>-<first>-<last>.parquet`
 //! (`p` the log partition, `first`/`last` the offsets of its first and last row), and one
 //! manifest per task, `_headwater/<connector>-<task>.json`, listing the complete files and the
@@ -22,6 +25,7 @@
 //! becomes its value plus the same columns (`__op` "u", `__source_ts_ms` null). Tombstones and
 //! records without a struct value are skipped. A schema change of a row starts a new file.
 
+pub mod bucket;
 pub mod columns;
 
 use std::collections::{BTreeMap, HashMap};
@@ -44,6 +48,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use serde::{Deserialize, Serialize};
 
+use crate::bucket::{Bucket, BucketSettings};
 use crate::columns::ColumnPlan;
 
 /// The connector class name.
@@ -53,7 +58,19 @@ pub fn config_def() -> ConfigDef {
     let key = ConfigKey::new;
     ConfigDef::new()
         .define(key("parquet.path", ConfigType::String).importance(Importance::High).validator(Validator::NonEmptyString)
-            .doc("Directory the files go to (a local path or file:// URL; object storage can be mounted there)."))
+            .doc("Where the files go: a local directory (or file:// URL), or an S3-compatible bucket as s3://bucket/prefix (see the parquet.s3.* settings)."))
+        .define(key("parquet.s3.endpoint", ConfigType::String).default_null().importance(Importance::Medium)
+            .doc("Endpoint of an S3-compatible service (MinIO, Ceph, R2, ...), e.g. http://127.0.0.1:9000; default AWS (or AWS_ENDPOINT_URL). Requests use path-style URLs unless parquet.s3.virtual.hosted.style is true."))
+        .define(key("parquet.s3.region", ConfigType::String).default_null().importance(Importance::Medium)
+            .doc("Region of the bucket; default AWS_REGION, else us-east-1."))
+        .define(key("parquet.s3.access.key.id", ConfigType::String).default_null().importance(Importance::Medium)
+            .doc("Access key id; default AWS_ACCESS_KEY_ID (or the instance's credentials)."))
+        .define(key("parquet.s3.secret.access.key", ConfigType::Password).default_null().importance(Importance::Medium)
+            .doc("Secret access key; default AWS_SECRET_ACCESS_KEY."))
+        .define(key("parquet.s3.virtual.hosted.style", ConfigType::Boolean).default_str("false").importance(Importance::Low)
+            .doc("Address the bucket as a host name (bucket.endpoint) instead of a path (endpoint/bucket)."))
+        .define(key("parquet.staging.dir", ConfigType::String).default_null().importance(Importance::Low)
+            .doc("With an s3:// path: the local directory files are written in before they are uploaded; default <temp dir>/headwater-parquet."))
         .define(key("partition.by", ConfigType::String).default_str("none").importance(Importance::Medium)
             .doc("Subdirectories per file: none, field:<name> (<name>=<value>/ of the row), time:day or time:hour (dt=YYYY-MM-DD[/hour=HH]/ of the record time, UTC)."))
         .define(key("flush.size", ConfigType::Long).default_str("100000").validator(Validator::at_least(1.0)).importance(Importance::Medium)
@@ -73,6 +90,15 @@ fn validate(props: &Properties) -> ConfigValidation {
             v.add_error("parquet.path", e);
         }
     }
+    if let Some(e) = props.get("parquet.s3.endpoint") {
+        let e = e.trim();
+        if !(e.is_empty() || e.starts_with("http://") || e.starts_with("https://")) {
+            v.add_error(
+                "parquet.s3.endpoint",
+                format!("{e:?}: expected an http:// or https:// URL"),
+            );
+        }
+    }
     if let Some(p) = props.get("partition.by") {
         if let Err(e) = PartitionBy::parse(p) {
             v.add_error("partition.by", e);
@@ -81,17 +107,28 @@ fn validate(props: &Properties) -> ConfigValidation {
     v
 }
 
-fn base_dir(raw: &str) -> Result<PathBuf, String> {
+/// Where `parquet.path` points.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Destination {
+    Local(PathBuf),
+    /// Bucket and key prefix.
+    S3(String, String),
+}
+
+fn base_dir(raw: &str) -> Result<Destination, String> {
     let raw = raw.trim();
     if let Some(rest) = raw.strip_prefix("file://") {
-        return Ok(PathBuf::from(rest));
+        return Ok(Destination::Local(PathBuf::from(rest)));
+    }
+    if let Some(s3) = bucket::parse_s3_url(raw) {
+        return s3.map(|(b, p)| Destination::S3(b, p));
     }
     if raw.contains("://") {
         return Err(format!(
-            "{raw:?}: only local directories (or file:// URLs) are supported in this build; mount the bucket (s3fs, gcsfuse, ...) and give its path"
+            "{raw:?}: only local directories (or file:// URLs) and S3-compatible buckets (s3://bucket/prefix) are supported; mount other object stores (gcsfuse, blobfuse, ...) and give the path"
         ));
     }
-    Ok(PathBuf::from(raw))
+    Ok(Destination::Local(PathBuf::from(raw)))
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -197,6 +234,26 @@ pub fn read_manifests(base: &Path, connector: &str) -> Result<Vec<Manifest>, Str
     Ok(out)
 }
 
+/// The manifests of a connector in a bucket (see [`read_manifests`]).
+pub async fn read_bucket_manifests(
+    bucket: &Bucket,
+    connector: &str,
+) -> Result<Vec<Manifest>, ConnectError> {
+    let mut out = Vec::new();
+    for rel in bucket.list("_headwater").await? {
+        let name = rel.rsplit('/').next().unwrap_or(&rel);
+        if name.starts_with(&format!("{connector}-")) && name.ends_with(".json") {
+            if let Some(bytes) = bucket.get(&rel).await? {
+                out.push(
+                    serde_json::from_slice(&bytes)
+                        .map_err(|e| ConnectError::fatal(format!("{}/{rel}: {e}", bucket.url())))?,
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn io_err(what: &str, path: &Path, e: std::io::Error) -> ConnectError {
     ConnectError::retriable(format!("{what} {}: {e}", path.display()))
 }
@@ -240,7 +297,10 @@ struct OpenFile {
 /// The sink task.
 #[derive(Default)]
 pub struct ParquetSinkTask {
+    /// The destination directory, or with a bucket the local staging directory.
     base: PathBuf,
+    /// The bucket files are uploaded to (`parquet.path=s3://...`).
+    bucket: Option<Bucket>,
     connector: String,
     task_id: u32,
     partition_by: Option<PartitionBy>,
@@ -255,6 +315,11 @@ pub struct ParquetSinkTask {
 }
 
 impl ParquetSinkTask {
+    /// The manifest's object key in a bucket, relative to the prefix.
+    fn manifest_key(&self) -> String {
+        format!("_headwater/{}-{}.json", self.connector, self.task_id)
+    }
+
     fn manifest_path(&self) -> PathBuf {
         self.base
             .join("_headwater")
@@ -298,6 +363,46 @@ impl ParquetSinkTask {
         }
     }
 
+    /// With a bucket: deletes this connector's objects no manifest lists (uploads a crash
+    /// left unlisted), and empties this task's staging directory.
+    /// (A free function of the parts it needs: the task itself is not `Sync`, so its
+    /// futures may not hold `&self` across an await.)
+    async fn remove_bucket_orphans(
+        bucket: &Bucket,
+        connector: &str,
+        staging: &Path,
+        listed: &[String],
+    ) -> Result<(), ConnectError> {
+        let prefix = format!("{connector}-");
+        for rel in bucket.list("").await? {
+            let name = rel.rsplit('/').next().unwrap_or(&rel);
+            if name.starts_with(&prefix)
+                && name.ends_with(".parquet")
+                && !rel.starts_with("_headwater/")
+                && !listed.contains(&rel)
+            {
+                tracing::info!(object = %format!("{}/{rel}", bucket.url()), "deleting a Parquet object no manifest lists (left by a crash)");
+                bucket.delete(&rel).await?;
+            }
+        }
+        if staging.exists() {
+            std::fs::remove_dir_all(staging).map_err(|e| io_err("emptying", staging, e))?;
+        }
+        Ok(())
+    }
+
+    /// Every manifest of `connector`, wherever the files go.
+    async fn manifests(
+        bucket: Option<&Bucket>,
+        base: &Path,
+        connector: &str,
+    ) -> Result<Vec<Manifest>, ConnectError> {
+        match bucket {
+            Some(b) => read_bucket_manifests(b, connector).await,
+            None => read_manifests(base, connector).map_err(ConnectError::fatal),
+        }
+    }
+
     fn writer_props(&self) -> WriterProperties {
         WriterProperties::builder()
             .set_compression(self.compression.unwrap_or(Compression::UNCOMPRESSED))
@@ -306,7 +411,7 @@ impl ParquetSinkTask {
     }
 
     /// The open file for a row, opening one when needed.
-    fn file_for(
+    async fn file_for(
         &mut self,
         topic: &str,
         partition: u32,
@@ -323,12 +428,12 @@ impl ParquetSinkTask {
             return Ok(i);
         }
         // Another schema for the same place: finish the old file first (rows stay in order).
-        if let Some(i) = self
+        let other_schema = self
             .open
             .iter()
-            .position(|f| f.topic == topic && f.partition == partition && f.rel_dir == rel_dir)
-        {
-            self.commit_file(i)?;
+            .position(|f| f.topic == topic && f.partition == partition && f.rel_dir == rel_dir);
+        if let Some(i) = other_schema {
+            self.commit_file(i).await?;
         }
         let dir = self.base.join(safe_topic(topic)).join(&rel_dir);
         std::fs::create_dir_all(&dir).map_err(|e| io_err("creating", &dir, e))?;
@@ -371,9 +476,9 @@ impl ParquetSinkTask {
         Ok(())
     }
 
-    /// Closes, syncs and renames file `i` into place and lists it (the manifest is written
-    /// by the caller).
-    fn commit_file(&mut self, i: usize) -> Result<(), ConnectError> {
+    /// Closes, syncs and renames file `i` into place (with a bucket: uploads it and removes
+    /// the staged copy) and lists it (the manifest is written by the caller).
+    async fn commit_file(&mut self, i: usize) -> Result<(), ConnectError> {
         let mut f = self.open.remove(i);
         Self::write_pending(&mut f)?;
         let file = f
@@ -394,6 +499,12 @@ impl ParquetSinkTask {
             .strip_prefix(&self.base)
             .map(|r| r.to_string_lossy().into_owned())
             .unwrap_or(name);
+        if let Some(bucket) = &self.bucket {
+            let key = rel.replace(std::path::MAIN_SEPARATOR, "/");
+            bucket.upload(&dest, &key).await?;
+            std::fs::remove_file(&dest).map_err(|e| io_err("removing", &dest, e))?;
+            tracing::debug!(object = %format!("{}/{key}", bucket.url()), rows = f.rows, "uploaded a Parquet file");
+        }
         self.manifest.files.push(ManifestFile {
             path: rel,
             topic: f.topic,
@@ -407,13 +518,16 @@ impl ParquetSinkTask {
 
     /// Commits files that are full or old enough (all of them when `all`), then writes the
     /// manifest with the offsets its files cover.
-    fn commit_due(&mut self, all: bool) -> Result<(), ConnectError> {
+    async fn commit_due(&mut self, all: bool) -> Result<(), ConnectError> {
         let mut committed = false;
         let mut i = 0;
         while i < self.open.len() {
-            let f = &self.open[i];
-            if all || f.rows >= self.flush_size || f.opened.elapsed() >= self.rotate {
-                self.commit_file(i)?;
+            let due = {
+                let f = &self.open[i];
+                all || f.rows >= self.flush_size || f.opened.elapsed() >= self.rotate
+            };
+            if due {
+                self.commit_file(i).await?;
                 committed = true;
             } else {
                 i += 1;
@@ -441,18 +555,22 @@ impl ParquetSinkTask {
         }
         if committed {
             self.manifest.next_offsets = next;
-            let path = self.manifest_path();
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| io_err("creating", dir, e))?;
-            }
             let bytes = serde_json::to_vec_pretty(&self.manifest)
                 .map_err(|e| ConnectError::fatal(e.to_string()))?;
-            write_atomically(&path, &bytes)?;
+            if let Some(bucket) = &self.bucket {
+                bucket.put(&self.manifest_key(), bytes).await?;
+            } else {
+                let path = self.manifest_path();
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir).map_err(|e| io_err("creating", dir, e))?;
+                }
+                write_atomically(&path, &bytes)?;
+            }
         }
         Ok(())
     }
 
-    fn add(&mut self, r: SinkRecord) -> Result<(), ConnectError> {
+    async fn add(&mut self, r: SinkRecord) -> Result<(), ConnectError> {
         let Value::Struct(v) = r.value else {
             return Ok(());
         };
@@ -494,7 +612,9 @@ impl ParquetSinkTask {
             .map(|p| p.dir(&row, r.timestamp))
             .unwrap_or_default();
         let schema = row.schema().clone();
-        let i = self.file_for(&r.original_topic, r.partition, rel_dir, &schema, r.offset)?;
+        let i = self
+            .file_for(&r.original_topic, r.partition, rel_dir, &schema, r.offset)
+            .await?;
         let f = &mut self.open[i];
         let mut values = row.into_values();
         values.push(Value::String(op.clone()));
@@ -509,7 +629,7 @@ impl ParquetSinkTask {
             Self::write_pending(f)?;
         }
         if f.rows >= self.flush_size {
-            self.commit_due(false)?;
+            self.commit_due(false).await?;
         }
         Ok(())
     }
@@ -549,10 +669,34 @@ impl SinkTask for ParquetSinkTask {
             let p = config_def()
                 .parse(&props)
                 .map_err(|e| ConnectError::config(e.error_message()))?;
-            self.base = base_dir(p.get_string("parquet.path").unwrap_or("."))
-                .map_err(ConnectError::config)?;
             self.connector = context.connector_name.clone();
             self.task_id = context.task_id;
+            match base_dir(p.get_string("parquet.path").unwrap_or("."))
+                .map_err(ConnectError::config)?
+            {
+                Destination::Local(dir) => self.base = dir,
+                Destination::S3(bucket, prefix) => {
+                    let settings = BucketSettings {
+                        bucket,
+                        prefix,
+                        endpoint: p.get_string("parquet.s3.endpoint").map(str::to_owned),
+                        region: p.get_string("parquet.s3.region").map(str::to_owned),
+                        access_key_id: p.get_string("parquet.s3.access.key.id").map(str::to_owned),
+                        secret_access_key: p
+                            .get_string("parquet.s3.secret.access.key")
+                            .map(str::to_owned),
+                        virtual_hosted_style: p
+                            .get_bool("parquet.s3.virtual.hosted.style")
+                            .unwrap_or(false),
+                    };
+                    let staging = p
+                        .get_string("parquet.staging.dir")
+                        .map(PathBuf::from)
+                        .unwrap_or_else(|| std::env::temp_dir().join("headwater-parquet"));
+                    self.base = staging.join(format!("{}-{}", self.connector, self.task_id));
+                    self.bucket = Some(Bucket::open(&settings)?);
+                }
+            }
             self.partition_by = Some(
                 PartitionBy::parse(p.get_string("partition.by").unwrap_or("none"))
                     .map_err(ConnectError::config)?,
@@ -574,21 +718,41 @@ impl SinkTask for ParquetSinkTask {
                     _ => Compression::ZSTD(ZstdLevel::default()),
                 },
             );
-            std::fs::create_dir_all(&self.base).map_err(|e| io_err("creating", &self.base, e))?;
             let manifests =
-                read_manifests(&self.base, &self.connector).map_err(ConnectError::fatal)?;
+                Self::manifests(self.bucket.as_ref(), &self.base, &self.connector).await?;
             let listed: Vec<String> = manifests
                 .iter()
                 .flat_map(|m| m.files.iter().map(|f| f.path.clone()))
                 .collect();
-            self.remove_orphans(&listed);
-            let path = self.manifest_path();
-            self.manifest = match std::fs::read_to_string(&path) {
-                Ok(text) => serde_json::from_str(&text)
-                    .map_err(|e| ConnectError::fatal(format!("{}: {e}", path.display())))?,
-                Err(_) => Manifest::default(),
+            if let Some(bucket) = &self.bucket {
+                Self::remove_bucket_orphans(bucket, &self.connector, &self.base, &listed).await?;
+            } else {
+                std::fs::create_dir_all(&self.base)
+                    .map_err(|e| io_err("creating", &self.base, e))?;
+                self.remove_orphans(&listed);
+            }
+            std::fs::create_dir_all(&self.base).map_err(|e| io_err("creating", &self.base, e))?;
+            self.manifest = match &self.bucket {
+                Some(b) => match b.get(&self.manifest_key()).await? {
+                    Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                        ConnectError::fatal(format!("{}/{}: {e}", b.url(), self.manifest_key()))
+                    })?,
+                    None => Manifest::default(),
+                },
+                None => {
+                    let path = self.manifest_path();
+                    match std::fs::read_to_string(&path) {
+                        Ok(text) => serde_json::from_str(&text)
+                            .map_err(|e| ConnectError::fatal(format!("{}: {e}", path.display())))?,
+                        Err(_) => Manifest::default(),
+                    }
+                }
             };
-            tracing::info!(connector = %self.connector, task = self.task_id, path = %self.base.display(), files = listed.len(), "Parquet sink started");
+            let place = match &self.bucket {
+                Some(b) => b.url().to_owned(),
+                None => self.base.display().to_string(),
+            };
+            tracing::info!(connector = %self.connector, task = self.task_id, path = %place, files = listed.len(), "Parquet sink started");
             Ok(())
         })
     }
@@ -599,7 +763,7 @@ impl SinkTask for ParquetSinkTask {
     ) -> BoxFuture<'a, Result<Vec<(TopicPartition, i64)>, ConnectError>> {
         Box::pin(async move {
             let manifests =
-                read_manifests(&self.base, &self.connector).map_err(ConnectError::fatal)?;
+                Self::manifests(self.bucket.as_ref(), &self.base, &self.connector).await?;
             let mut best: HashMap<&TopicPartition, i64> = HashMap::new();
             for m in &manifests {
                 for tp in partitions {
@@ -622,18 +786,18 @@ impl SinkTask for ParquetSinkTask {
             // Files are written under the topic a record was read from, so the manifest's
             // offsets and the open files agree (a router's topic is not a log position).
             for r in batch.records {
-                self.add(r)?;
+                self.add(r).await?;
             }
             for (tp, next) in batch.next_offsets {
                 self.consumed.insert(tp, next);
             }
-            self.commit_due(false)
+            self.commit_due(false).await
         })
     }
 
     fn stop(&mut self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            if let Err(e) = self.commit_due(true) {
+            if let Err(e) = self.commit_due(true).await {
                 tracing::warn!(connector = %self.connector, error = %e, "committing open Parquet files at stop failed; they are written again after the restart");
             }
         })
@@ -789,4 +953,61 @@ fn arrow_array_display<'a>(
         }),
         other => return Err(format!("unexpected column type {other}")),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> Properties {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn paths_name_a_directory_or_a_bucket() {
+        assert_eq!(
+            base_dir("/data/lake").unwrap(),
+            Destination::Local("/data/lake".into())
+        );
+        assert_eq!(
+            base_dir("file:///data/lake").unwrap(),
+            Destination::Local("/data/lake".into())
+        );
+        assert_eq!(
+            base_dir("s3://analytics/cdc/files/").unwrap(),
+            Destination::S3("analytics".into(), "cdc/files".into())
+        );
+        assert_eq!(
+            base_dir("s3a://analytics").unwrap(),
+            Destination::S3("analytics".into(), String::new())
+        );
+        assert!(base_dir("s3:///cdc").unwrap_err().contains("no bucket"));
+        assert!(base_dir("gs://b/p").unwrap_err().contains("gcsfuse"));
+    }
+
+    #[test]
+    fn bad_s3_settings_are_rejected_per_key() {
+        let v = validate(&props(&[
+            ("parquet.path", "s3://"),
+            ("parquet.s3.endpoint", "minio:9000"),
+        ]));
+        let errors = v.errors_by_field();
+        assert!(
+            errors["parquet.path"][0].contains("no bucket"),
+            "{errors:?}"
+        );
+        assert!(
+            errors["parquet.s3.endpoint"][0].contains("http://"),
+            "{errors:?}"
+        );
+        let ok = validate(&props(&[
+            ("parquet.path", "s3://b/p"),
+            ("parquet.s3.endpoint", "http://127.0.0.1:9000"),
+            ("parquet.s3.secret.access.key", "s"),
+        ]));
+        assert_eq!(ok.error_count(), 0, "{:?}", ok.errors_by_field());
+    }
 }

@@ -1,5 +1,6 @@
 //! Real database servers for tests: [`PostgresServer`], [`MariaDbServer`] and [`MongoServer`]
-//! (SecantusDB, a MongoDB-wire-compatible server), plus the
+//! (SecantusDB, a MongoDB-wire-compatible server), an S3-compatible object store
+//! ([`S3Server`], s3s-fs), plus the
 //! [`HarnessError`] they report.
 //!
 //! Invariants:
@@ -15,6 +16,7 @@
 mod mariadb;
 mod mongo;
 mod postgres;
+mod s3;
 mod support;
 
 use std::path::PathBuf;
@@ -24,6 +26,7 @@ use std::time::Duration;
 pub use mariadb::MariaDbServer;
 pub use mongo::{MongoOptions, MongoServer};
 pub use postgres::PostgresServer;
+pub use s3::{S3Server, S3_ACCESS_KEY, S3_SECRET_KEY};
 
 /// Everything that can go wrong while starting or using a test server.
 #[derive(Debug, thiserror::Error)]
