@@ -158,7 +158,7 @@ impl S3Server {
         format!("http://127.0.0.1:{}", self.port())
     }
 
-    /// Where the server keeps object `key` of `bucket` on disk (`<root>/<bucket>/<key>`).
+    /// The directory holding the objects of `bucket` (object `key` is the file `<this>/<key>`).
     pub fn object_dir(&self, bucket: &str) -> PathBuf {
         self.root.join(bucket)
     }
