@@ -835,7 +835,8 @@ impl<'de> serde::de::DeserializeSeed<'de> for ValueSeed<'_> {
             | SchemaType::Int64
             | SchemaType::Float64
             | SchemaType::Boolean
-            | SchemaType::String => d.deserialize_any(self),
+            | SchemaType::String
+            | SchemaType::Bytes => d.deserialize_any(self),
             _ => {
                 let json = <Json as serde::Deserialize>::deserialize(d)?;
                 self.converter
@@ -858,7 +859,28 @@ impl ValueSeed<'_> {
             self.schema.schema_type()
         ))
     }
+    /// The scale of a decimal schema, `None` for other schemas (a decimal schema without a
+    /// valid scale is a mismatch, which sends the caller to the general path that reports it).
+    fn decimal_scale<E: serde::de::Error>(&self) -> Result<Option<i32>, E> {
+        if self.schema.schema_type() == SchemaType::Bytes
+            && self.schema.name() == Some(decimal::LOGICAL_NAME)
+        {
+            return decimal::scale(self.schema)
+                .map(Some)
+                .map_err(|_| self.mismatch::<E>());
+        }
+        Ok(None)
+    }
+    /// A decimal written as a JSON number (`decimal.format=NUMERIC`), from its plain text.
+    fn numeric_decimal<E: serde::de::Error>(&self, text: &str, scale: i32) -> Result<Value, E> {
+        decimal::unscaled_from_str(text, scale)
+            .map(Value::Bytes)
+            .map_err(|_| self.mismatch::<E>())
+    }
     fn int<E: serde::de::Error>(&self, v: i64) -> Result<Value, E> {
+        if let Some(scale) = self.decimal_scale::<E>()? {
+            return self.numeric_decimal(itoa::Buffer::new().format(v), scale);
+        }
         Ok(match self.schema.schema_type() {
             SchemaType::Int8 => Value::Int8(i8::try_from(v).map_err(|_| self.mismatch::<E>())?),
             SchemaType::Int16 => Value::Int16(i16::try_from(v).map_err(|_| self.mismatch::<E>())?),
@@ -892,9 +914,16 @@ impl<'de> serde::de::Visitor<'de> for ValueSeed<'_> {
         self.int(v)
     }
     fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Value, E> {
+        if let Some(scale) = self.decimal_scale::<E>()? {
+            return self.numeric_decimal(itoa::Buffer::new().format(v), scale);
+        }
         self.int(i64::try_from(v).map_err(|_| self.mismatch::<E>())?)
     }
     fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value, E> {
+        if let Some(scale) = self.decimal_scale::<E>()? {
+            // As `number_plain_text` renders a non-integer number.
+            return self.numeric_decimal(&format!("{v}"), scale);
+        }
         match self.schema.schema_type() {
             SchemaType::Float64 => Ok(Value::Float64(v)),
             _ => Err(self.mismatch()),
@@ -903,6 +932,14 @@ impl<'de> serde::de::Visitor<'de> for ValueSeed<'_> {
     fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Value, E> {
         match self.schema.schema_type() {
             SchemaType::String => Ok(Value::String(v.to_owned())),
+            // Bytes and decimals (`decimal.format=BASE64`, the default) as base64 text.
+            SchemaType::Bytes => {
+                self.decimal_scale::<E>()?;
+                BASE64
+                    .decode(v)
+                    .map(Value::Bytes)
+                    .map_err(|_| self.mismatch::<E>())
+            }
             // Jackson's quoted non-finite doubles.
             SchemaType::Float64 => self
                 .converter
@@ -940,21 +977,32 @@ impl<'de> serde::de::Visitor<'de> for ValueSeed<'_> {
             return Err(self.mismatch());
         }
         let fields = self.schema.fields();
-        let mut values: Vec<Option<Value>> = vec![None; fields.len()];
+        // One vector for the struct's values; which fields arrived is kept in a bit set (a
+        // word for the usual struct, a vector beyond 64 fields).
+        let mut values: Vec<Value> = Vec::with_capacity(fields.len());
+        values.resize(fields.len(), Value::Null);
+        let mut seen_word = 0u64;
+        let mut seen_more: Vec<bool> = if fields.len() > 64 {
+            vec![false; fields.len()]
+        } else {
+            Vec::new()
+        };
         let mut next_guess = 0usize;
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            // Fields usually come in schema order: try the next one first.
-            let idx = if fields.get(next_guess).is_some_and(|f| f.name() == key) {
-                Some(next_guess)
-            } else {
-                fields.iter().position(|f| f.name() == key)
-            };
+        while let Some(idx) = map.next_key_seed(FieldIndexSeed {
+            fields,
+            guess: next_guess,
+        })? {
             match idx {
                 Some(i) => {
-                    values[i] = Some(map.next_value_seed(ValueSeed {
+                    values[i] = map.next_value_seed(ValueSeed {
                         converter: self.converter,
                         schema: fields[i].schema(),
-                    })?);
+                    })?;
+                    if i < 64 {
+                        seen_word |= 1 << i;
+                    } else {
+                        seen_more[i] = true;
+                    }
                     next_guess = i + 1;
                 }
                 None => {
@@ -962,21 +1010,55 @@ impl<'de> serde::de::Visitor<'de> for ValueSeed<'_> {
                 }
             }
         }
-        let mut out = Vec::with_capacity(fields.len());
-        for (f, v) in fields.iter().zip(values) {
-            out.push(match v {
-                Some(v) => v,
-                None => self
+        for (i, f) in fields.iter().enumerate() {
+            let seen = if i < 64 {
+                seen_word & (1 << i) != 0
+            } else {
+                seen_more[i]
+            };
+            if !seen {
+                values[i] = self
                     .converter
                     .to_connect_value(Some(f.schema()), &Json::Null)
-                    .map_err(|e| A::Error::custom(e.to_string()))?,
-            });
+                    .map_err(|e| A::Error::custom(e.to_string()))?;
+            }
         }
         // Every value was built for its field's schema (above, or by to_connect_value).
         Ok(Value::Struct(Struct::from_trusted_values(
             self.schema.clone(),
-            out,
+            values,
         )))
+    }
+}
+
+/// Reads a struct's key as the index of the field it names (`None` for an unknown key),
+/// straight from the input: no `String` per key (a `Cow<str>` key would be an owned copy
+/// whatever the input, as serde deserialises `Cow`).
+struct FieldIndexSeed<'a> {
+    fields: &'a [headwater_api::schema::Field],
+    /// The field expected next: fields usually come in schema order.
+    guess: usize,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for FieldIndexSeed<'_> {
+    type Value = Option<usize>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<usize>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for FieldIndexSeed<'_> {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a field name")
+    }
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Option<usize>, E> {
+        if self.fields.get(self.guess).is_some_and(|f| f.name() == key) {
+            return Ok(Some(self.guess));
+        }
+        Ok(self.fields.iter().position(|f| f.name() == key))
     }
 }
 
@@ -1098,6 +1180,59 @@ mod tests {
             reader.to_connect_data("t", Some(other)).unwrap().value,
             Value::Int32(7)
         );
+    }
+
+    #[test]
+    fn schema_guided_reading_equals_the_json_tree_path() {
+        use serde::de::DeserializeSeed;
+        let dec = headwater_api::logical::decimal::builder(2)
+            .optional()
+            .build_ref();
+        let mut wide = SchemaBuilder::struct_();
+        for i in 0..70 {
+            wide = wide.field(format!("f{i}"), Schema::optional_int32());
+        }
+        let wide = wide.build_ref();
+        let row = SchemaBuilder::struct_()
+            .field("id", Schema::int64())
+            .field("amount", dec.clone())
+            .field("raw", SchemaBuilder::bytes().optional().build_ref())
+            .field("note", Schema::optional_string())
+            .build_ref();
+        let c = JsonConverter::new(JsonConverterConfig::default());
+        let cases: Vec<(&SchemaRef, &str)> = vec![
+            (&row, r#"{"id":1,"amount":"AJY=","raw":"AQID","note":"x"}"#),
+            (&row, r#"{"id":2,"amount":1.5,"raw":null}"#),
+            (&row, r#"{"amount":-7,"id":3,"note":null,"raw":""}"#),
+            (&row, r#"{"id":4,"amount":18446744073709551615}"#),
+            (&dec, r#""AJY=""#),
+            (&dec, "12.34"),
+            (&wide, r#"{"f0":1,"f63":63,"f64":64,"f69":69}"#),
+        ];
+        for (schema, text) in cases {
+            let json: Json = serde_json::from_str(text).unwrap();
+            let general = c.to_connect_value(Some(schema), &json).unwrap();
+            let seed = ValueSeed {
+                converter: &c,
+                schema,
+            };
+            let guided = seed
+                .deserialize(&mut serde_json::Deserializer::from_str(text))
+                .unwrap();
+            assert_eq!(guided, general, "{text}");
+        }
+        // Bad base64 is an error on both paths (the guided one hands over to the general one).
+        let seed = ValueSeed {
+            converter: &c,
+            schema: &row,
+        };
+        let bad = r#"{"id":1,"amount":"not base64!"}"#;
+        assert!(seed
+            .deserialize(&mut serde_json::Deserializer::from_str(bad))
+            .is_err());
+        assert!(c
+            .to_connect_value(Some(&row), &serde_json::from_str(bad).unwrap())
+            .is_err());
     }
 
     #[test]
