@@ -247,12 +247,7 @@ impl SourceTask for DatagenTask {
 mod tests {
     use super::*;
 
-    fn props(pairs: &[(&str, &str)]) -> Properties {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use headwater_api::properties as props;
 
     #[tokio::test]
     async fn generates_deterministic_records_and_resumes_after_the_committed_offset() {

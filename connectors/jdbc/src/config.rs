@@ -242,12 +242,7 @@ impl JdbcSinkConfig {
 mod tests {
     use super::*;
 
-    fn props(pairs: &[(&str, &str)]) -> Properties {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use headwater_api::properties as props;
 
     #[test]
     fn urls_of_each_supported_database_parse() {

@@ -959,12 +959,7 @@ fn arrow_array_display<'a>(
 mod tests {
     use super::*;
 
-    fn props(pairs: &[(&str, &str)]) -> Properties {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use headwater_api::properties as props;
 
     #[test]
     fn paths_name_a_directory_or_a_bucket() {

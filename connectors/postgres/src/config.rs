@@ -487,12 +487,7 @@ impl PostgresConfig {
 mod tests {
     use super::*;
 
-    fn props(pairs: &[(&str, &str)]) -> Properties {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use headwater_api::properties as props;
 
     fn base() -> Vec<(&'static str, &'static str)> {
         vec![

@@ -723,12 +723,7 @@ mod tests {
             .define(ConfigKey::new("tombstones.on.delete", ConfigType::Boolean).default_str("true"))
     }
 
-    fn props(pairs: &[(&str, &str)]) -> Properties {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use crate::plugin::properties as props;
 
     #[test]
     fn reports_every_error_per_field() {

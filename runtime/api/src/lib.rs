@@ -28,8 +28,9 @@ pub use config::{
 };
 pub use error::{ConnectError, DataError, ErrorKind};
 pub use plugin::{
-    Boundary, PluginFactory, Predicate, Properties, SnapshotProgress, SnapshotStatus, SourceBatch,
-    SourceConnector, SourceTask, SourceTaskContext, TaskWaiting, Transform, WaitingStatus,
+    properties, Boundary, PluginFactory, Predicate, Properties, SnapshotProgress, SnapshotStatus,
+    SourceBatch, SourceConnector, SourceTask, SourceTaskContext, TaskWaiting, Transform,
+    WaitingStatus,
 };
 pub use record::{ConnectRecord, Header, Headers, OffsetMap, OffsetValue, SourceRecord};
 pub use schema::{Field, Schema, SchemaBuilder, SchemaRef, SchemaType};

@@ -26,6 +26,14 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// A connector's or task's configuration: a flat string map, as Kafka Connect stores it.
 pub type Properties = BTreeMap<String, String>;
 
+/// Properties from `(key, value)` pairs (tests, tools and code embedding connectors).
+pub fn properties(pairs: &[(&str, &str)]) -> Properties {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
 /// A source connector: validates its configuration and splits the work into task configs.
 ///
 /// Contract: `validate` never fails for bad input, it reports every problem per key;

@@ -326,12 +326,7 @@ mod tests {
     use super::*;
     use headwater_api::config::ConfigKey;
 
-    fn props(pairs: &[(&str, &str)]) -> Properties {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use headwater_api::properties as props;
 
     fn env(name: &str) -> Option<String> {
         match name {

@@ -101,12 +101,7 @@ fn plugins(dest: Arc<Mutex<Destination>>) -> Plugins {
         })
 }
 
-fn props(pairs: &[(&str, &str)]) -> Properties {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
+use headwater_api::properties as props;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_gets_every_record_once_in_order_and_resumes_after_its_offsets() {

@@ -378,12 +378,7 @@ mod tests {
     use super::*;
     use headwater_api::{SchemaBuilder, Struct};
 
-    fn props(pairs: &[(&str, &str)]) -> Properties {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use headwater_api::properties as props;
 
     #[test]
     fn string_converter_round_trip_and_to_string() {

@@ -94,14 +94,9 @@ fn bucket_uploads_large_files_in_parts_and_reads_back() {
     .unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let big = tmp.path().join("big.bin");
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut rng = headwater_tests::rng::Rng::new(7);
     let data: Vec<u8> = (0..SINGLE_PUT_MAX as usize + 5_000_123)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
+        .map(|_| rng.next_u64() as u8)
         .collect();
     std::fs::write(&big, &data).unwrap();
     rt.block_on(async {

@@ -63,15 +63,12 @@ fn find_binary() -> Result<PathBuf, HarnessError> {
     let venv = std::env::var_os(VENV_ENV)
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_VENV));
-    let mut dirs = vec![venv.join("bin")];
-    dirs.extend(support::path_dirs());
-    let dirs = support::dedup_dirs(dirs);
-    support::find_executable(&dirs, &["secantusd-py"]).ok_or_else(|| HarnessError::BinaryNotFound {
-        what: "the SecantusDB server",
-        names: "secantusd-py".into(),
-        searched: support::display_dirs(&dirs),
-        install_hint: INSTALL_HINT,
-    })
+    support::find_server_binary(
+        Some(venv.join("bin")),
+        "secantusd-py",
+        "the SecantusDB server",
+        INSTALL_HINT,
+    )
 }
 
 impl MongoServer {
@@ -109,36 +106,11 @@ impl MongoServer {
     /// Waits until the server logged that it listens (after log offset `from`) and accepts a
     /// connection.
     fn wait_until_ready(&mut self, from: u64) -> Result<(), HarnessError> {
-        let deadline = Instant::now() + STARTUP_TIMEOUT;
-        loop {
-            if let Some(status) = support::exited(&mut self.child) {
-                return Err(HarnessError::ServerExited {
-                    server: SERVER,
-                    status,
-                    log: self.log.path.clone(),
-                    log_tail: self.log.tail(),
-                });
-            }
-            if self.log.read_from(from).contains("listening on")
-                && TcpStream::connect_timeout(
-                    &SocketAddr::from((Ipv4Addr::LOCALHOST, self.port())),
-                    Duration::from_millis(200),
-                )
-                .is_ok()
-            {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(HarnessError::StartupTimeout {
-                    server: SERVER,
-                    port: self.port(),
-                    timeout: STARTUP_TIMEOUT,
-                    log: self.log.path.clone(),
-                    log_tail: self.log.tail(),
-                });
-            }
-            thread::sleep(POLL_INTERVAL);
-        }
+        let port = self.port();
+        let log = &self.log;
+        support::wait_until_serving(&mut self.child, SERVER, port, log, STARTUP_TIMEOUT, || {
+            log.read_from(from).contains("listening on") && support::accepts_connections(port)
+        })
     }
 
     /// Stops the server and starts it again on the same port with the same data.
@@ -194,13 +166,7 @@ fn spawn(
     options: &MongoOptions,
     log: &LogFile,
 ) -> Result<Child, HarnessError> {
-    let out = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&log.path)
-        .map_err(|e| HarnessError::io(format!("opening {}", log.path.display()), e))?;
-    let err = out
-        .try_clone()
-        .map_err(|e| HarnessError::io("duplicating the log handle".to_owned(), e))?;
+    let (out, err) = support::log_outputs(log)?;
     let mut cmd = Command::new(binary);
     cmd.arg("--host")
         .arg("127.0.0.1")
@@ -211,9 +177,7 @@ fn spawn(
     if let Some(n) = options.oplog_max_entries {
         cmd.arg("--oplog-max-entries").arg(n.to_string());
     }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::from(out))
-        .stderr(Stdio::from(err));
+    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
     let description = support::describe(&cmd);
     support::spawn_supervised(cmd, libc::SIGTERM)
         .map_err(|e| HarnessError::io(format!("starting `{description}`"), e))

@@ -14,15 +14,13 @@
 //! * a handle exists only once the server accepts connections;
 //! * dropping the handle stops the server and only then removes the directory.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tempfile::TempDir;
 
-use super::support::{self, ExitCleanup, LogFile, PortReservation, POLL_INTERVAL};
+use super::support::{self, ExitCleanup, LogFile, PortReservation};
 use super::HarnessError;
 
 const SERVER: &str = "s3s-fs";
@@ -51,15 +49,12 @@ fn find_binary() -> Result<PathBuf, HarnessError> {
     let cargo_home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
-    let mut dirs: Vec<PathBuf> = cargo_home.into_iter().map(|c| c.join("bin")).collect();
-    dirs.extend(support::path_dirs());
-    let dirs = support::dedup_dirs(dirs);
-    support::find_executable(&dirs, &["s3s-fs"]).ok_or_else(|| HarnessError::BinaryNotFound {
-        what: "the S3-compatible test server",
-        names: "s3s-fs".into(),
-        searched: support::display_dirs(&dirs),
-        install_hint: INSTALL_HINT,
-    })
+    support::find_server_binary(
+        cargo_home.map(|c| c.join("bin")),
+        "s3s-fs",
+        "the S3-compatible test server",
+        INSTALL_HINT,
+    )
 }
 
 impl S3Server {
@@ -72,13 +67,7 @@ impl S3Server {
             .map_err(|e| HarnessError::io(format!("creating {}", root.display()), e))?;
         let (log, _) = LogFile::open(dir.path().join("server.log"))?;
         let port = support::reserve_port()?;
-        let out = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&log.path)
-            .map_err(|e| HarnessError::io(format!("opening {}", log.path.display()), e))?;
-        let err = out
-            .try_clone()
-            .map_err(|e| HarnessError::io("duplicating the log handle".to_owned(), e))?;
+        let (out, err) = support::log_outputs(&log)?;
         let mut cmd = Command::new(&binary);
         cmd.arg("--host")
             .arg("127.0.0.1")
@@ -90,8 +79,8 @@ impl S3Server {
             .arg(S3_SECRET_KEY)
             .arg(&root)
             .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err));
+            .stdout(out)
+            .stderr(err);
         let description = support::describe(&cmd);
         let child = support::spawn_supervised(cmd, libc::SIGTERM)
             .map_err(|e| HarnessError::io(format!("starting `{description}`"), e))?;
@@ -110,35 +99,15 @@ impl S3Server {
     }
 
     fn wait_until_ready(&mut self) -> Result<(), HarnessError> {
-        let deadline = Instant::now() + STARTUP_TIMEOUT;
-        loop {
-            if let Some(status) = support::exited(&mut self.child) {
-                return Err(HarnessError::ServerExited {
-                    server: SERVER,
-                    status,
-                    log: self.log.path.clone(),
-                    log_tail: self.log.tail(),
-                });
-            }
-            if TcpStream::connect_timeout(
-                &SocketAddr::from((Ipv4Addr::LOCALHOST, self.port())),
-                Duration::from_millis(200),
-            )
-            .is_ok()
-            {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(HarnessError::StartupTimeout {
-                    server: SERVER,
-                    port: self.port(),
-                    timeout: STARTUP_TIMEOUT,
-                    log: self.log.path.clone(),
-                    log_tail: self.log.tail(),
-                });
-            }
-            thread::sleep(POLL_INTERVAL);
-        }
+        let port = self.port();
+        support::wait_until_serving(
+            &mut self.child,
+            SERVER,
+            port,
+            &self.log,
+            STARTUP_TIMEOUT,
+            || support::accepts_connections(port),
+        )
     }
 
     /// Creates bucket `name` (a directory of the server's root, as `s3s-fs` keeps buckets).

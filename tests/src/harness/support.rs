@@ -578,3 +578,79 @@ fn stop_pid(pid: u32, signal: libc::c_int, grace: Duration) {
     kill_group(pid);
     reap(0);
 }
+
+/// Whether something accepts TCP connections on 127.0.0.1:`port`.
+pub(crate) fn accepts_connections(port: u16) -> bool {
+    std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        Duration::from_millis(200),
+    )
+    .is_ok()
+}
+
+/// Polls until `ready()` holds (the server `server`, started as `child` to listen on `port`
+/// and log to `log`); fails when the process exits first or after `timeout`, with the log's
+/// tail in the error.
+pub(crate) fn wait_until_serving(
+    child: &mut Child,
+    server: &'static str,
+    port: u16,
+    log: &LogFile,
+    timeout: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> Result<(), HarnessError> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(status) = exited(child) {
+            return Err(HarnessError::ServerExited {
+                server,
+                status,
+                log: log.path.clone(),
+                log_tail: log.tail(),
+            });
+        }
+        if ready() {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(HarnessError::StartupTimeout {
+                server,
+                port,
+                timeout,
+                log: log.path.clone(),
+                log_tail: log.tail(),
+            });
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// Finds the server executable `name` in `preferred` (searched first), else on `PATH`.
+pub(crate) fn find_server_binary(
+    preferred: Option<PathBuf>,
+    name: &'static str,
+    what: &'static str,
+    install_hint: &'static str,
+) -> Result<PathBuf, HarnessError> {
+    let mut dirs: Vec<PathBuf> = preferred.into_iter().collect();
+    dirs.extend(path_dirs());
+    let dirs = dedup_dirs(dirs);
+    find_executable(&dirs, &[name]).ok_or_else(|| HarnessError::BinaryNotFound {
+        what,
+        names: name.into(),
+        searched: display_dirs(&dirs),
+        install_hint,
+    })
+}
+
+/// Standard output and error handles that append to `log`.
+pub(crate) fn log_outputs(log: &LogFile) -> Result<(Stdio, Stdio), HarnessError> {
+    let out = fs::OpenOptions::new()
+        .append(true)
+        .open(&log.path)
+        .map_err(|e| HarnessError::io(format!("opening {}", log.path.display()), e))?;
+    let err = out
+        .try_clone()
+        .map_err(|e| HarnessError::io("duplicating the log handle".to_owned(), e))?;
+    Ok((Stdio::from(out), Stdio::from(err)))
+}

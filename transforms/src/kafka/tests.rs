@@ -5,19 +5,13 @@ use std::sync::Arc;
 
 use headwater_api::logical::{date, decimal, timestamp};
 use headwater_api::{
-    OffsetMap, Predicate, Properties, Schema, SchemaBuilder, SchemaRef, SourceRecord, Struct,
-    Transform, Value,
+    OffsetMap, Predicate, Schema, SchemaBuilder, SchemaRef, SourceRecord, Struct, Transform, Value,
 };
 
 use super::*;
 use crate::util::Target;
 
-pub(crate) fn props(pairs: &[(&str, &str)]) -> Properties {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
+pub(crate) use headwater_api::properties as props;
 
 pub(crate) fn record(topic: &str, schema: Option<SchemaRef>, value: Value) -> SourceRecord {
     SourceRecord::new(
