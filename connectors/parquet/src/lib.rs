@@ -4,8 +4,9 @@
 //! `parquet.path` is a local directory (or `file://` URL) or an S3-compatible bucket
 //! (`s3://bucket/prefix`, see [`bucket`]: files are staged locally and uploaded when complete).
 //!
-//! Layout under `parquet.path`: `<topic>/[<partition directory>/]<connector>-<p>-<first>-<last>.parquet`
-//! (`p` the log partition, `first`/`last` the offsets of its first and last row), and one
+//! Layout under `parquet.path`: `<topic>/[<partition directory>/]<connector>-<task>-<p>-<first>-<last>.parquet`
+//! (`task` the writing task, `p` the log partition, `first`/`last` the offsets of its first and
+//! last row), and one
 //! manifest per task, `_headwater/<connector>-<task>.json`, listing the complete files and the
 //! next offset to consume per topic partition.
 //!
@@ -15,8 +16,8 @@
 //!   complete exactly when a manifest lists it;
 //! - the manifest's next offsets cover only rows in listed files, and a restarted task resumes
 //!   from them (the engine asks `stored_offsets`), so no row is lost or written twice;
-//! - at start, this connector's `.tmp` files and files no manifest lists (left by a crash) are
-//!   removed;
+//! - at start, a task removes its own `.tmp` files and its own files no manifest lists (left by
+//!   a crash), never a sibling task's (which may be between finishing a file and listing it);
 //! - memory per open file is one row group (`rows.per.row.group` rows); rows reach disk as row
 //!   groups fill.
 //!
@@ -342,13 +343,12 @@ impl ParquetSinkTask {
         }
         let mut files = Vec::new();
         walk(&self.base, &mut files);
-        let prefix = format!("{}-", self.connector);
         for f in files {
             let name = f
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            let ours = name.starts_with(&prefix) || name.starts_with(&format!(".{prefix}"));
+            let ours = written_by_task(&name, &self.connector, self.task_id);
             if !ours || f.parent().is_some_and(|p| p.ends_with("_headwater")) {
                 continue;
             }
@@ -369,14 +369,13 @@ impl ParquetSinkTask {
     /// futures may not hold `&self` across an await.)
     async fn remove_bucket_orphans(
         bucket: &Bucket,
-        connector: &str,
+        (connector, task): (&str, u32),
         staging: &Path,
         listed: &[String],
     ) -> Result<(), ConnectError> {
-        let prefix = format!("{connector}-");
         for rel in bucket.list("").await? {
             let name = rel.rsplit('/').next().unwrap_or(&rel);
-            if name.starts_with(&prefix)
+            if written_by_task(name, connector, task)
                 && name.ends_with(".parquet")
                 && !rel.starts_with("_headwater/")
                 && !listed.contains(&rel)
@@ -438,8 +437,8 @@ impl ParquetSinkTask {
         let dir = self.base.join(safe_topic(topic)).join(&rel_dir);
         std::fs::create_dir_all(&dir).map_err(|e| io_err("creating", &dir, e))?;
         let tmp = dir.join(format!(
-            ".{}-{partition}-{offset}.parquet.tmp",
-            self.connector
+            ".{}-{}-{partition}-{offset}.parquet.tmp",
+            self.connector, self.task_id
         ));
         let file = File::create(&tmp).map_err(|e| io_err("creating", &tmp, e))?;
         let columns = columns::plan(row_schema);
@@ -488,8 +487,8 @@ impl ParquetSinkTask {
         file.sync_all().map_err(|e| io_err("syncing", &f.tmp, e))?;
         drop(file);
         let name = format!(
-            "{}-{}-{}-{}.parquet",
-            self.connector, f.partition, f.first_offset, f.last_offset
+            "{}-{}-{}-{}-{}.parquet",
+            self.connector, self.task_id, f.partition, f.first_offset, f.last_offset
         );
         let dir = f.tmp.parent().map(Path::to_path_buf).unwrap_or_default();
         let dest = dir.join(&name);
@@ -641,6 +640,40 @@ impl OpenFile {
     }
 }
 
+/// Whether `name` is a data file (or a staged `.tmp` file) that task `task` of `connector`
+/// writes: `<connector>-<task>-<partition>-<first>-<last>.parquet`. A task removes only its own
+/// unlisted files, so a task that restarts never deletes a file a sibling task has finished but
+/// not yet listed. Files of the earlier naming without the task
+/// (`<connector>-<partition>-<first>-<last>.parquet`) are task 0's to clean up.
+fn written_by_task(name: &str, connector: &str, task: u32) -> bool {
+    let name = name.strip_prefix('.').unwrap_or(name);
+    let Some(rest) = name
+        .strip_prefix(connector)
+        .and_then(|r| r.strip_prefix('-'))
+    else {
+        return false;
+    };
+    let stem = rest
+        .strip_suffix(".parquet.tmp")
+        .or_else(|| rest.strip_suffix(".parquet"))
+        .unwrap_or(rest);
+    let numbers: Vec<&str> = stem.split('-').collect();
+    if !numbers
+        .iter()
+        .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return false;
+    }
+    let tmp = rest.ends_with(".tmp");
+    match (numbers.len(), tmp) {
+        // <task>-<partition>-<first>-<last>, or staged: <task>-<partition>-<first>
+        (4, false) | (3, true) => numbers[0] == task.to_string(),
+        // The naming before tasks were in it.
+        (3, false) | (2, true) => task == 0,
+        _ => false,
+    }
+}
+
 /// A topic name as a directory name.
 fn safe_topic(topic: &str) -> String {
     topic
@@ -725,7 +758,13 @@ impl SinkTask for ParquetSinkTask {
                 .flat_map(|m| m.files.iter().map(|f| f.path.clone()))
                 .collect();
             if let Some(bucket) = &self.bucket {
-                Self::remove_bucket_orphans(bucket, &self.connector, &self.base, &listed).await?;
+                Self::remove_bucket_orphans(
+                    bucket,
+                    (&self.connector, self.task_id),
+                    &self.base,
+                    &listed,
+                )
+                .await?;
             } else {
                 std::fs::create_dir_all(&self.base)
                     .map_err(|e| io_err("creating", &self.base, e))?;
@@ -981,6 +1020,60 @@ mod tests {
         );
         assert!(base_dir("s3:///cdc").unwrap_err().contains("no bucket"));
         assert!(base_dir("gs://b/p").unwrap_err().contains("gcsfuse"));
+    }
+
+    #[test]
+    fn a_task_claims_only_its_own_files() {
+        assert!(written_by_task("lake-1-0-5-9.parquet", "lake", 1));
+        assert!(!written_by_task("lake-1-0-5-9.parquet", "lake", 0));
+        assert!(written_by_task(".lake-1-0-5.parquet.tmp", "lake", 1));
+        assert!(!written_by_task(".lake-1-0-5.parquet.tmp", "lake", 2));
+        // The naming without the task belongs to task 0.
+        assert!(written_by_task("lake-0-5-9.parquet", "lake", 0));
+        assert!(!written_by_task("lake-0-5-9.parquet", "lake", 1));
+        // Another connector whose name starts the same.
+        assert!(!written_by_task("lake-eu-0-0-5-9.parquet", "lake", 0));
+        assert!(!written_by_task("lakehouse-0-0-5-9.parquet", "lake", 0));
+        assert!(!written_by_task("lake-0.json", "lake", 0));
+    }
+
+    #[test]
+    fn start_up_cleaning_leaves_other_tasks_files_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let topic_dir = dir.path().join("t").join("dt=2026-12-04");
+        std::fs::create_dir_all(&topic_dir).unwrap();
+        let files = [
+            "lake-1-0-0-9.parquet",     // task 1, listed
+            "lake-1-0-10-19.parquet",   // task 1, not listed: removed
+            ".lake-1-0-20.parquet.tmp", // task 1, staged: removed
+            "lake-0-0-20-29.parquet",   // task 0, not listed (a sibling's): kept
+            ".lake-0-0-30.parquet.tmp", // task 0, staged: kept
+            "lake-eu-1-0-0-9.parquet",  // another connector: kept
+        ];
+        for f in files {
+            std::fs::write(topic_dir.join(f), b"x").unwrap();
+        }
+        let task = ParquetSinkTask {
+            base: dir.path().to_path_buf(),
+            connector: "lake".into(),
+            task_id: 1,
+            ..Default::default()
+        };
+        task.remove_orphans(&["t/dt=2026-12-04/lake-1-0-0-9.parquet".to_owned()]);
+        let mut left: Vec<String> = std::fs::read_dir(&topic_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".lake-0-0-30.parquet.tmp",
+                "lake-0-0-20-29.parquet",
+                "lake-1-0-0-9.parquet",
+                "lake-eu-1-0-0-9.parquet"
+            ]
+        );
     }
 
     #[test]
