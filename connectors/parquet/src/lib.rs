@@ -29,7 +29,7 @@
 pub mod bucket;
 pub mod columns;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -218,8 +218,22 @@ pub struct Manifest {
     pub next_offsets: BTreeMap<String, BTreeMap<u32, i64>>,
 }
 
-/// Every manifest of a connector under `base`.
-pub fn read_manifests(base: &Path, connector: &str) -> Result<Vec<Manifest>, String> {
+/// The task whose manifest `name` is, when it is one of `connector`'s
+/// (`<connector>-<task>.json`; another connector whose name merely starts the same, such as
+/// `lake-eu` for `lake`, does not match).
+fn manifest_task(name: &str, connector: &str) -> Option<u32> {
+    let task = name
+        .strip_prefix(connector)?
+        .strip_prefix('-')?
+        .strip_suffix(".json")?;
+    if task.is_empty() || !task.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    task.parse().ok()
+}
+
+/// Every manifest of a connector under `base`, with the task that writes it.
+fn read_task_manifests(base: &Path, connector: &str) -> Result<Vec<(u32, Manifest)>, String> {
     let dir = base.join("_headwater");
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -227,29 +241,38 @@ pub fn read_manifests(base: &Path, connector: &str) -> Result<Vec<Manifest>, Str
     };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with(&format!("{connector}-")) && name.ends_with(".json") {
+        if let Some(task) = manifest_task(&name, connector) {
             let text = std::fs::read_to_string(e.path()).map_err(|err| format!("{name}: {err}"))?;
-            out.push(serde_json::from_str(&text).map_err(|err| format!("{name}: {err}"))?);
+            let manifest = serde_json::from_str(&text).map_err(|err| format!("{name}: {err}"))?;
+            out.push((task, manifest));
         }
     }
     Ok(out)
 }
 
-/// The manifests of a connector in a bucket (see [`read_manifests`]).
-pub async fn read_bucket_manifests(
+/// Every manifest of a connector under `base`.
+pub fn read_manifests(base: &Path, connector: &str) -> Result<Vec<Manifest>, String> {
+    Ok(read_task_manifests(base, connector)?
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect())
+}
+
+/// The manifests of a connector in a bucket, with their tasks (see [`read_manifests`]).
+async fn read_bucket_manifests(
     bucket: &Bucket,
     connector: &str,
-) -> Result<Vec<Manifest>, ConnectError> {
+) -> Result<Vec<(u32, Manifest)>, ConnectError> {
     let mut out = Vec::new();
     for rel in bucket.list("_headwater").await? {
         let name = rel.rsplit('/').next().unwrap_or(&rel);
-        if name.starts_with(&format!("{connector}-")) && name.ends_with(".json") {
-            if let Some(bytes) = bucket.get(&rel).await? {
-                out.push(
-                    serde_json::from_slice(&bytes)
-                        .map_err(|e| ConnectError::fatal(format!("{}/{rel}: {e}", bucket.url())))?,
-                );
-            }
+        let Some(task) = manifest_task(name, connector) else {
+            continue;
+        };
+        if let Some(bytes) = bucket.get(&rel).await? {
+            let manifest = serde_json::from_slice(&bytes)
+                .map_err(|e| ConnectError::fatal(format!("{}/{rel}: {e}", bucket.url())))?;
+            out.push((task, manifest));
         }
     }
     Ok(out)
@@ -322,13 +345,11 @@ impl ParquetSinkTask {
     }
 
     fn manifest_path(&self) -> PathBuf {
-        self.base
-            .join("_headwater")
-            .join(format!("{}-{}.json", self.connector, self.task_id))
+        self.base.join(self.manifest_key())
     }
 
     /// Removes this connector's files that no manifest lists (and `.tmp` leftovers).
-    fn remove_orphans(&self, listed: &[String]) {
+    fn remove_orphans(&self, listed: &HashSet<String>) {
         fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
             if let Ok(entries) = std::fs::read_dir(dir) {
                 for e in entries.flatten() {
@@ -371,15 +392,11 @@ impl ParquetSinkTask {
         bucket: &Bucket,
         (connector, task): (&str, u32),
         staging: &Path,
-        listed: &[String],
+        listed: &HashSet<String>,
     ) -> Result<(), ConnectError> {
         for rel in bucket.list("").await? {
             let name = rel.rsplit('/').next().unwrap_or(&rel);
-            if written_by_task(name, connector, task)
-                && name.ends_with(".parquet")
-                && !rel.starts_with("_headwater/")
-                && !listed.contains(&rel)
-            {
+            if written_by_task(name, connector, task) && !listed.contains(&rel) {
                 tracing::info!(object = %format!("{}/{rel}", bucket.url()), "deleting a Parquet object no manifest lists (left by a crash)");
                 bucket.delete(&rel).await?;
             }
@@ -390,15 +407,15 @@ impl ParquetSinkTask {
         Ok(())
     }
 
-    /// Every manifest of `connector`, wherever the files go.
+    /// Every manifest of `connector` with its task, wherever the files go.
     async fn manifests(
         bucket: Option<&Bucket>,
         base: &Path,
         connector: &str,
-    ) -> Result<Vec<Manifest>, ConnectError> {
+    ) -> Result<Vec<(u32, Manifest)>, ConnectError> {
         match bucket {
             Some(b) => read_bucket_manifests(b, connector).await,
-            None => read_manifests(base, connector).map_err(ConnectError::fatal),
+            None => read_task_manifests(base, connector).map_err(ConnectError::fatal),
         }
     }
 
@@ -753,9 +770,9 @@ impl SinkTask for ParquetSinkTask {
             );
             let manifests =
                 Self::manifests(self.bucket.as_ref(), &self.base, &self.connector).await?;
-            let listed: Vec<String> = manifests
+            let listed: HashSet<String> = manifests
                 .iter()
-                .flat_map(|m| m.files.iter().map(|f| f.path.clone()))
+                .flat_map(|(_, m)| m.files.iter().map(|f| f.path.clone()))
                 .collect();
             if let Some(bucket) = &self.bucket {
                 Self::remove_bucket_orphans(
@@ -766,27 +783,14 @@ impl SinkTask for ParquetSinkTask {
                 )
                 .await?;
             } else {
-                std::fs::create_dir_all(&self.base)
-                    .map_err(|e| io_err("creating", &self.base, e))?;
                 self.remove_orphans(&listed);
             }
             std::fs::create_dir_all(&self.base).map_err(|e| io_err("creating", &self.base, e))?;
-            self.manifest = match &self.bucket {
-                Some(b) => match b.get(&self.manifest_key()).await? {
-                    Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                        ConnectError::fatal(format!("{}/{}: {e}", b.url(), self.manifest_key()))
-                    })?,
-                    None => Manifest::default(),
-                },
-                None => {
-                    let path = self.manifest_path();
-                    match std::fs::read_to_string(&path) {
-                        Ok(text) => serde_json::from_str(&text)
-                            .map_err(|e| ConnectError::fatal(format!("{}: {e}", path.display())))?,
-                        Err(_) => Manifest::default(),
-                    }
-                }
-            };
+            self.manifest = manifests
+                .into_iter()
+                .find(|(task, _)| *task == self.task_id)
+                .map(|(_, m)| m)
+                .unwrap_or_default();
             let place = match &self.bucket {
                 Some(b) => b.url().to_owned(),
                 None => self.base.display().to_string(),
@@ -804,7 +808,7 @@ impl SinkTask for ParquetSinkTask {
             let manifests =
                 Self::manifests(self.bucket.as_ref(), &self.base, &self.connector).await?;
             let mut best: HashMap<&TopicPartition, i64> = HashMap::new();
-            for m in &manifests {
+            for (_, m) in &manifests {
                 for tp in partitions {
                     if let Some(o) = m
                         .next_offsets
@@ -1023,6 +1027,16 @@ mod tests {
     }
 
     #[test]
+    fn manifests_belong_to_one_connector_and_task() {
+        assert_eq!(manifest_task("lake-0.json", "lake"), Some(0));
+        assert_eq!(manifest_task("lake-12.json", "lake"), Some(12));
+        assert_eq!(manifest_task("lake-eu-0.json", "lake"), None);
+        assert_eq!(manifest_task("lake-0.json.tmp", "lake"), None);
+        assert_eq!(manifest_task("lake-+1.json", "lake"), None);
+        assert_eq!(manifest_task("lakehouse-0.json", "lake"), None);
+    }
+
+    #[test]
     fn a_task_claims_only_its_own_files() {
         assert!(written_by_task("lake-1-0-5-9.parquet", "lake", 1));
         assert!(!written_by_task("lake-1-0-5-9.parquet", "lake", 0));
@@ -1059,7 +1073,9 @@ mod tests {
             task_id: 1,
             ..Default::default()
         };
-        task.remove_orphans(&["t/dt=2026-12-04/lake-1-0-0-9.parquet".to_owned()]);
+        task.remove_orphans(&HashSet::from([
+            "t/dt=2026-12-04/lake-1-0-0-9.parquet".to_owned()
+        ]));
         let mut left: Vec<String> = std::fs::read_dir(&topic_dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
