@@ -569,18 +569,21 @@ impl JsonConverter {
             })
         };
         if let Some((schema, prefix_len)) = hit {
-            let payload = &bytes[prefix_len..bytes.len() - 1];
-            let mut de = serde_json::Deserializer::from_slice(payload);
-            let seed = ValueSeed {
-                converter: self,
-                schema: &schema,
-            };
-            if let Ok(value) = serde::de::DeserializeSeed::deserialize(seed, &mut de) {
-                if de.end().is_ok() {
-                    return Ok(SchemaAndValue {
-                        schema: Some(schema),
-                        value,
-                    });
+            // The payload is checked as UTF-8 once, so the reader need not check every key
+            // and string again (a slice reader does, at a cost per string).
+            if let Ok(payload) = std::str::from_utf8(&bytes[prefix_len..bytes.len() - 1]) {
+                let mut de = serde_json::Deserializer::from_str(payload);
+                let seed = ValueSeed {
+                    converter: self,
+                    schema: &schema,
+                };
+                if let Ok(value) = serde::de::DeserializeSeed::deserialize(seed, &mut de) {
+                    if de.end().is_ok() {
+                        return Ok(SchemaAndValue {
+                            schema: Some(schema),
+                            value,
+                        });
+                    }
                 }
             }
         }
@@ -980,7 +983,7 @@ impl<'de> serde::de::Visitor<'de> for ValueSeed<'_> {
         // One vector for the struct's values; which fields arrived is kept in a bit set (a
         // word for the usual struct, a vector beyond 64 fields).
         let mut values: Vec<Value> = Vec::with_capacity(fields.len());
-        values.resize(fields.len(), Value::Null);
+        values.resize_with(fields.len(), || Value::Null);
         let mut seen_word = 0u64;
         let mut seen_more: Vec<bool> = if fields.len() > 64 {
             vec![false; fields.len()]

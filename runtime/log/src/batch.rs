@@ -650,11 +650,12 @@ fn take_records_buffer() -> Vec<u8> {
     SPARE_RECORDS.with(|s| std::mem::take(&mut *s.borrow_mut()))
 }
 
-fn give_back_records_buffer(mut buffer: Vec<u8>) {
+fn give_back_records_buffer(buffer: Vec<u8>) {
     if buffer.capacity() > SPARE_RECORDS_MAX {
         return;
     }
-    buffer.clear();
+    // The length is kept: those bytes are initialised, so the LZ4 path reuses them without
+    // zeroing; every other user clears the buffer first.
     SPARE_RECORDS.with(|s| {
         let mut spare = s.borrow_mut();
         if buffer.capacity() > spare.capacity() {
@@ -928,8 +929,8 @@ pub fn decompress(codec: Compression, data: &[u8]) -> Result<Vec<u8>, BatchError
         if let Some(done) = decompress_lz4_blocks(data, &mut out) {
             return done.map(|()| out);
         }
-        out.clear();
     }
+    out.clear();
     out.reserve(data.len() * 3);
     match codec {
         Compression::None => out.extend_from_slice(data),
@@ -1028,12 +1029,17 @@ fn decompress_lz4_blocks(data: &[u8], out: &mut Vec<u8>) -> Option<Result<(), Ba
         };
         at += 4 + len;
     }
-    out.clear();
-    out.reserve(bound);
+    // A recycled buffer keeps its length (see `give_back_records_buffer`): its bytes are
+    // initialised already, so only the part past it is zeroed before blocks are written.
+    if out.len() < bound {
+        out.resize(bound, 0);
+    }
     let mut at = 7;
+    let mut written = 0usize;
     loop {
         let word = word_at(at).unwrap_or(0);
         if word == 0 {
+            out.truncate(written);
             return Some(Ok(()));
         }
         let len = (word & !LZ4_UNCOMPRESSED) as usize;
@@ -1041,12 +1047,11 @@ fn decompress_lz4_blocks(data: &[u8], out: &mut Vec<u8>) -> Option<Result<(), Ba
             return truncated();
         };
         if word & LZ4_UNCOMPRESSED != 0 {
-            out.extend_from_slice(block);
+            out[written..written + len].copy_from_slice(block);
+            written += len;
         } else {
-            let start = out.len();
-            out.resize(start + max_block, 0);
-            match lz4_flex::block::decompress_into(block, &mut out[start..]) {
-                Ok(n) => out.truncate(start + n),
+            match lz4_flex::block::decompress_into(block, &mut out[written..written + max_block]) {
+                Ok(n) => written += n,
                 Err(e) => return Some(Err(BatchError::Compression(e.to_string()))),
             }
         }
@@ -1189,6 +1194,40 @@ mod tests {
         let second = DecodedBatch::decode(&batch).unwrap();
         assert_eq!(second.records.as_ptr(), first_ptr);
         assert_eq!(second.records().unwrap().len(), 3);
+        drop(second);
+        // A recycled buffer keeps its old bytes: a shorter batch after a long one, and other
+        // codecs after LZ4, must see exactly their own records.
+        let batch_of = |codec: Compression, records: usize, fill: u8| {
+            let mut b = BatchBuilder::new(codec, ProducerFields::default());
+            for i in 0..records {
+                b.append(1_700_000_000_000 + i as i64, None, Some(&[fill; 500]), &[]);
+            }
+            b.build().unwrap()
+        };
+        let long = batch_of(Compression::Lz4, 2_000, b'a');
+        assert_eq!(
+            DecodedBatch::decode(&long)
+                .unwrap()
+                .records()
+                .unwrap()
+                .len(),
+            2_000
+        );
+        for codec in [Compression::Lz4, Compression::Gzip, Compression::Snappy] {
+            let short = batch_of(codec, 3, b'b');
+            let decoded = DecodedBatch::decode(&short).unwrap();
+            let records = decoded.records().unwrap();
+            assert_eq!(records.len(), 3, "{codec:?}");
+            assert!(
+                records.iter().all(|r| r.value == Some(&[b'b'; 500][..])),
+                "{codec:?}"
+            );
+            assert_eq!(decoded.records.len(), {
+                let mut plain = batch_of(Compression::None, 3, b'b');
+                plain.drain(..HEADER_SIZE);
+                plain.len()
+            });
+        }
     }
 
     #[test]
