@@ -82,14 +82,15 @@ pub struct TablePlan {
 
 #[derive(Debug, Default)]
 struct Reduced {
-    order: Vec<Vec<u8>>,
-    /// (A fast hasher: one insert per row.)
-    last: HashMap<Vec<u8>, (Arc<Shape>, Action), foldhash::fast::RandomState>,
+    /// The last change per key, in the order each key first appeared.
+    last: Vec<(Arc<Shape>, Action)>,
+    /// Key bytes -> index into `last` (a fast hasher: one lookup per row).
+    index: HashMap<Vec<u8>, usize, foldhash::fast::RandomState>,
 }
 
 /// A byte string that identifies key values (equal keys, equal bytes; common types without
 /// formatting).
-fn key_bytes(values: &[&Value]) -> Vec<u8> {
+fn key_bytes<'v>(values: impl Iterator<Item = &'v Value>) -> Vec<u8> {
     let mut out = Vec::with_capacity(16);
     for v in values {
         match v {
@@ -135,13 +136,9 @@ impl TablePlan {
         let Some(r) = self.reduced.take() else {
             return;
         };
-        let mut ups = Vec::new();
+        let mut ups = Vec::with_capacity(r.last.len());
         let mut dels: Option<(Arc<Shape>, Vec<Vec<Value>>)> = None;
-        let mut last = r.last;
-        for k in r.order {
-            let Some((shape, action)) = last.remove(&k) else {
-                continue;
-            };
+        for (shape, action) in r.last {
             match action {
                 Action::Upsert {
                     values,
@@ -172,17 +169,13 @@ impl TablePlan {
     fn push_reduced(&mut self, change: Change) {
         let r = self.reduced.get_or_insert_with(Reduced::default);
         let key = match &change.action {
-            Action::Upsert { values, .. } => key_bytes(
-                &change
-                    .shape
-                    .key
-                    .iter()
-                    .map(|&i| &values[i])
-                    .collect::<Vec<_>>(),
-            ),
-            Action::Delete { key } => key_bytes(&key.iter().collect::<Vec<_>>()),
+            Action::Upsert { values, .. } => {
+                key_bytes(change.shape.key.iter().map(|&i| &values[i]))
+            }
+            Action::Delete { key } => key_bytes(key.iter()),
             Action::Truncate => return,
         };
+        let earlier = r.index.get(&key).copied();
         let mut action = change.action;
         if let (
             Action::Upsert {
@@ -196,7 +189,7 @@ impl TablePlan {
                     ..
                 },
             )),
-        ) = (&mut action, r.last.get(&key))
+        ) = (&mut action, earlier.map(|i| &r.last[i]))
         {
             if unchanged.iter().any(|u| *u) {
                 for (i, col) in change.shape.columns.iter().enumerate() {
@@ -212,8 +205,12 @@ impl TablePlan {
                 }
             }
         }
-        if r.last.insert(key.clone(), (change.shape, action)).is_none() {
-            r.order.push(key);
+        match earlier {
+            Some(i) => r.last[i] = (change.shape, action),
+            None => {
+                r.index.insert(key, r.last.len());
+                r.last.push((change.shape, action));
+            }
         }
     }
 
