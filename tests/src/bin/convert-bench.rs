@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use headwater_format::{JsonConverter, JsonConverterConfig};
 use headwater_log::batch::{BatchBuilder, Compression, DecodedBatch, ProducerFields};
+use headwater_tests::bench::cpu_us;
 
 const GOLDEN: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -54,14 +55,14 @@ fn main() {
     let value_converter = JsonConverter::new(JsonConverterConfig::default());
     // One untimed round warms the converters' schema caches, as a running sink has them.
     convert_bench_measure(&batches, &key_converter, &value_converter);
-    let cpu_start = cpu_time_ns();
+    let cpu_start = cpu_us(std::process::id());
     let wall_start = Instant::now();
     let mut converted = 0usize;
     for _ in 0..rounds {
         converted += convert_bench_measure(&batches, &key_converter, &value_converter);
     }
     let wall = wall_start.elapsed().as_secs_f64();
-    let cpu_ns = (cpu_time_ns() - cpu_start) as f64;
+    let cpu_ns = (cpu_us(std::process::id()) - cpu_start) as f64 * 1000.0;
     assert_eq!(converted, records * rounds, "every record was converted");
     let records_s = converted as f64 / wall;
     let ns_per_record = cpu_ns / converted as f64;
@@ -143,16 +144,4 @@ fn convert_bench_measure(
         }
     }
     converted
-}
-
-/// This process's user + system CPU time.
-fn cpu_time_ns() -> u64 {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::uninit();
-    // SAFETY: getrusage fills the struct it is given.
-    let usage = unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
-        usage.assume_init()
-    };
-    let tv = |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
-    tv(usage.ru_utime) + tv(usage.ru_stime)
 }
