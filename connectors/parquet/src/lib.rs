@@ -15,7 +15,11 @@
 //!   that lists it is replaced (written to a temporary file, fsynced, renamed); a file is
 //!   complete exactly when a manifest lists it;
 //! - the manifest's next offsets cover only rows in listed files, and a restarted task resumes
-//!   from them (the engine asks `stored_offsets`), so no row is lost or written twice;
+//!   from them (the engine asks `stored_offsets`), so no row is lost;
+//! - a listed file can hold rows past its log partition's next offset (when a file of another
+//!   partition directory of that log partition, with lower offsets, is still open); a restarted
+//!   task skips a record whose directory and offset a listed file covers, so no row is written
+//!   twice (see `ListedAhead`);
 //! - at start, a task removes its own `.tmp` files and its own files no manifest lists (left by
 //!   a crash), never a sibling task's (which may be between finishing a file and listing it);
 //! - memory per open file is one row group (`rows.per.row.group` rows); rows reach disk as row
@@ -336,6 +340,71 @@ pub struct ParquetSinkTask {
     manifest: Manifest,
     /// Per log partition, the offset consumption continues from (after the last batch).
     consumed: BTreeMap<TopicPartition, i64>,
+    /// Listed files at or past the offset this task resumes from (see [`ListedAhead`]).
+    listed_ahead: Vec<ListedAhead>,
+    /// Every manifest this task wrote, for tests of the invariants.
+    #[cfg(test)]
+    written: Vec<Manifest>,
+}
+
+/// A listed file that holds offsets at or past the resume point of its log partition.
+///
+/// Files of several partition directories of one log partition can be open at once, and the
+/// manifest's next offset stops at the first row of the oldest open one; so a file that was
+/// committed while an older one stayed open holds rows past that next offset. A file of one
+/// directory holds every row of that directory between its first and last offset, so after a
+/// restart a record whose directory and offset fall in such a file is already stored and is
+/// skipped: nothing is written twice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ListedAhead {
+    topic: String,
+    partition: u32,
+    rel_dir: String,
+    first_offset: i64,
+    last_offset: i64,
+}
+
+impl ListedAhead {
+    /// The files of `manifests` whose last offset is at or past the offset their log
+    /// partition resumes from (the highest next offset any manifest stores, as
+    /// `stored_offsets` answers; all of a partition's files when none does).
+    fn of(manifests: &[(u32, Manifest)]) -> Vec<ListedAhead> {
+        let mut resume: HashMap<(&str, u32), i64> = HashMap::new();
+        for (_, m) in manifests {
+            for (topic, parts) in &m.next_offsets {
+                for (p, o) in parts {
+                    let e = resume.entry((topic.as_str(), *p)).or_insert(*o);
+                    *e = (*e).max(*o);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (_, m) in manifests {
+            for f in &m.files {
+                let from = resume
+                    .get(&(f.topic.as_str(), f.kafka_partition))
+                    .copied()
+                    .unwrap_or(i64::MIN);
+                if f.last_offset < from {
+                    continue;
+                }
+                let topic_dir = safe_topic(&f.topic);
+                let rel_dir = Path::new(&f.path)
+                    .parent()
+                    .and_then(|d| d.strip_prefix(&topic_dir).ok())
+                    .map(|d| d.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                out.push(ListedAhead {
+                    topic: f.topic.clone(),
+                    partition: f.kafka_partition,
+                    rel_dir,
+                    first_offset: f.first_offset,
+                    last_offset: f.last_offset,
+                });
+            }
+        }
+        out
+    }
 }
 
 impl ParquetSinkTask {
@@ -582,6 +651,8 @@ impl ParquetSinkTask {
                 }
                 write_atomically(&path, &bytes)?;
             }
+            #[cfg(test)]
+            self.written.push(self.manifest.clone());
         }
         Ok(())
     }
@@ -627,6 +698,11 @@ impl ParquetSinkTask {
             .as_ref()
             .map(|p| p.dir(&row, r.timestamp))
             .unwrap_or_default();
+        if !self.listed_ahead.is_empty()
+            && self.already_listed(&r.original_topic, r.partition, &rel_dir, r.offset)
+        {
+            return Ok(());
+        }
         let schema = row.schema().clone();
         let i = self
             .file_for(&r.original_topic, r.partition, rel_dir, &schema, r.offset)
@@ -645,9 +721,34 @@ impl ParquetSinkTask {
             Self::write_pending(f)?;
         }
         if f.rows >= self.flush_size {
+            // A full file is committed in the middle of a batch: the manifest written with it
+            // must cover this row, so its partition counts as consumed up to here (every
+            // earlier record of the partition is in a file or was skipped). Without this the
+            // manifest would list the file with the previous batch's offset, and a crash
+            // before the batch's end would write these rows again after the restart.
+            let tp = TopicPartition::new(r.original_topic, r.partition);
+            let next = r.offset + 1;
+            let at = self.consumed.entry(tp).or_insert(next);
+            *at = (*at).max(next);
             self.commit_due(false).await?;
         }
         Ok(())
+    }
+}
+
+impl ParquetSinkTask {
+    /// Whether a listed file already holds the record at `offset` of this log partition and
+    /// directory (see [`ListedAhead`]). Offsets only grow per partition, so files that end
+    /// before `offset` are forgotten.
+    fn already_listed(&mut self, topic: &str, partition: u32, rel_dir: &str, offset: i64) -> bool {
+        self.listed_ahead
+            .retain(|f| !(f.partition == partition && f.topic == topic && f.last_offset < offset));
+        self.listed_ahead.iter().any(|f| {
+            f.partition == partition
+                && f.topic == topic
+                && f.rel_dir == rel_dir
+                && f.first_offset <= offset
+        })
     }
 }
 
@@ -786,6 +887,10 @@ impl SinkTask for ParquetSinkTask {
                 self.remove_orphans(&listed);
             }
             std::fs::create_dir_all(&self.base).map_err(|e| io_err("creating", &self.base, e))?;
+            self.listed_ahead = ListedAhead::of(&manifests);
+            if !self.listed_ahead.is_empty() {
+                tracing::info!(connector = %self.connector, task = self.task_id, files = self.listed_ahead.len(), "listed Parquet files hold rows past the resume offsets; their rows are not written again");
+            }
             self.manifest = manifests
                 .into_iter()
                 .find(|(task, _)| *task == self.task_id)
@@ -1090,6 +1195,172 @@ mod tests {
                 "lake-eu-1-0-0-9.parquet"
             ]
         );
+    }
+
+    /// Plain rows `{id, k}` at offsets `0..n` of partition 0 of topic `t`, `k` alternating
+    /// between two values so that files of two directories are open at once.
+    fn interleaved_records(n: i64) -> Vec<SinkRecord> {
+        use headwater_api::schema::{Schema, SchemaBuilder};
+        let schema = SchemaBuilder::struct_()
+            .name("t.Value")
+            .field("id", Schema::int64())
+            .field("k", Schema::string())
+            .build_ref();
+        (0..n)
+            .map(|offset| {
+                let row = Struct::from_values(
+                    schema.clone(),
+                    vec![
+                        Value::Int64(offset),
+                        Value::String(if offset % 3 == 0 { "a" } else { "b" }.into()),
+                    ],
+                )
+                .unwrap();
+                SinkRecord {
+                    topic: "t".into(),
+                    original_topic: "t".into(),
+                    partition: 0,
+                    offset,
+                    timestamp: 0,
+                    key_schema: None,
+                    key: Value::Null,
+                    value_schema: Some(schema.clone()),
+                    value: Value::Struct(row),
+                    headers: Default::default(),
+                }
+            })
+            .collect()
+    }
+
+    async fn started_task(dir: &Path, partition_by: &str) -> ParquetSinkTask {
+        let mut task = ParquetSinkTask::default();
+        let context = SinkTaskContext {
+            connector_name: "lake".into(),
+            task_id: 0,
+        };
+        let path = dir.to_string_lossy().into_owned();
+        task.start(
+            context,
+            props(&[
+                ("parquet.path", path.as_str()),
+                ("partition.by", partition_by),
+                ("flush.size", "3"),
+                ("rotate.interval.ms", "3600000"),
+            ]),
+        )
+        .await
+        .unwrap();
+        task
+    }
+
+    /// Puts `records` in batches of four.
+    async fn put_all(task: &mut ParquetSinkTask, records: &[SinkRecord]) {
+        for batch in records.chunks(4) {
+            let next = batch.last().unwrap().offset + 1;
+            task.put(SinkBatch {
+                records: batch.to_vec(),
+                next_offsets: vec![(TopicPartition::new("t", 0), next)],
+            })
+            .await
+            .unwrap();
+        }
+    }
+
+    fn next_offset(m: &Manifest) -> i64 {
+        m.next_offsets
+            .get("t")
+            .and_then(|p| p.get(&0))
+            .copied()
+            .unwrap_or(i64::MIN)
+    }
+
+    /// With one file open at a time, every manifest's next offset is past every row of the
+    /// files it lists, also when a file fills (and is committed) in the middle of a batch.
+    #[tokio::test]
+    async fn with_one_open_file_the_next_offset_is_past_every_listed_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut task = started_task(dir.path(), "none").await;
+        put_all(&mut task, &interleaved_records(23)).await;
+        assert!(task.written.len() >= 7, "{:?}", task.written);
+        for m in &task.written {
+            let next = next_offset(m);
+            assert!(
+                m.files.iter().all(|f| f.last_offset < next),
+                "a listed file is past the next offset: {m:?}"
+            );
+        }
+    }
+
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap().flatten() {
+            let dest = to.join(e.file_name());
+            if e.path().is_dir() {
+                copy_dir(&e.path(), &dest);
+            } else {
+                std::fs::copy(e.path(), dest).unwrap();
+            }
+        }
+    }
+
+    /// A crash right after any manifest write, then a restart that resumes from the stored
+    /// offsets: every row ends up in the listed files exactly once. Files of two directories
+    /// are open at once and full files are committed in the middle of batches, the two ways
+    /// a listed file can hold rows past the manifest's next offset.
+    #[tokio::test]
+    async fn a_restart_after_any_manifest_write_stores_every_row_once() {
+        let records = interleaved_records(23);
+        let full = tempfile::tempdir().unwrap();
+        let mut task = started_task(full.path(), "field:k").await;
+        put_all(&mut task, &records).await;
+        let manifests = std::mem::take(&mut task.written);
+        assert!(
+            manifests.len() > 4,
+            "manifests written: {}",
+            manifests.len()
+        );
+        assert!(
+            manifests
+                .iter()
+                .any(|m| m.files.iter().any(|f| f.last_offset >= next_offset(m))),
+            "no manifest lists a file past its next offset: the case is not exercised"
+        );
+        for (k, crashed_with) in manifests.iter().enumerate() {
+            // The directory as a crash after manifest k leaves it: the files so far (later
+            // ones are unlisted leftovers) and manifest k.
+            let dir = tempfile::tempdir().unwrap();
+            copy_dir(full.path(), dir.path());
+            std::fs::write(
+                dir.path().join("_headwater/lake-0.json"),
+                serde_json::to_vec(crashed_with).unwrap(),
+            )
+            .unwrap();
+            let mut task = started_task(dir.path(), "field:k").await;
+            let tp = TopicPartition::new("t", 0);
+            let stored = task
+                .stored_offsets(std::slice::from_ref(&tp))
+                .await
+                .unwrap();
+            let resume = stored.first().map_or(0, |(_, o)| *o);
+            let rest: Vec<SinkRecord> = records
+                .iter()
+                .filter(|r| r.offset >= resume)
+                .cloned()
+                .collect();
+            put_all(&mut task, &rest).await;
+            task.stop().await;
+            let mut offsets: Vec<i64> = read_rows(dir.path(), "lake", "t")
+                .unwrap()
+                .into_iter()
+                .map(|(o, _)| o)
+                .collect();
+            offsets.sort_unstable();
+            assert_eq!(
+                offsets,
+                (0..23).collect::<Vec<_>>(),
+                "after a crash with manifest {k} ({crashed_with:?}), resuming at {resume}"
+            );
+        }
     }
 
     #[test]
