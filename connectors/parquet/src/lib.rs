@@ -369,15 +369,7 @@ impl ListedAhead {
     /// partition resumes from (the highest next offset any manifest stores, as
     /// `stored_offsets` answers; all of a partition's files when none does).
     fn of(manifests: &[(u32, Manifest)]) -> Vec<ListedAhead> {
-        let mut resume: HashMap<(&str, u32), i64> = HashMap::new();
-        for (_, m) in manifests {
-            for (topic, parts) in &m.next_offsets {
-                for (p, o) in parts {
-                    let e = resume.entry((topic.as_str(), *p)).or_insert(*o);
-                    *e = (*e).max(*o);
-                }
-            }
-        }
+        let resume = resume_offsets(manifests);
         let mut out = Vec::new();
         for (_, m) in manifests {
             for f in &m.files {
@@ -405,6 +397,21 @@ impl ListedAhead {
         }
         out
     }
+}
+
+/// Per log partition (topic, partition), the offset a task resumes from: the highest next
+/// offset any of the connector's manifests stores (a partition may have moved between tasks).
+fn resume_offsets(manifests: &[(u32, Manifest)]) -> HashMap<(&str, u32), i64> {
+    let mut resume: HashMap<(&str, u32), i64> = HashMap::new();
+    for (_, m) in manifests {
+        for (topic, parts) in &m.next_offsets {
+            for (p, o) in parts {
+                let e = resume.entry((topic.as_str(), *p)).or_insert(*o);
+                *e = (*e).max(*o);
+            }
+        }
+    }
+    resume
 }
 
 impl ParquetSinkTask {
@@ -734,9 +741,7 @@ impl ParquetSinkTask {
         }
         Ok(())
     }
-}
 
-impl ParquetSinkTask {
     /// Whether a listed file already holds the record at `offset` of this log partition and
     /// directory (see [`ListedAhead`]). Offsets only grow per partition, so files that end
     /// before `offset` are forgotten.
@@ -912,20 +917,14 @@ impl SinkTask for ParquetSinkTask {
         Box::pin(async move {
             let manifests =
                 Self::manifests(self.bucket.as_ref(), &self.base, &self.connector).await?;
-            let mut best: HashMap<&TopicPartition, i64> = HashMap::new();
-            for (_, m) in &manifests {
-                for tp in partitions {
-                    if let Some(o) = m
-                        .next_offsets
-                        .get(&tp.topic)
-                        .and_then(|p| p.get(&tp.partition))
-                    {
-                        let e = best.entry(tp).or_insert(*o);
-                        *e = (*e).max(*o);
-                    }
-                }
-            }
-            Ok(best.into_iter().map(|(tp, o)| (tp.clone(), o)).collect())
+            let resume = resume_offsets(&manifests);
+            Ok(partitions
+                .iter()
+                .filter_map(|tp| {
+                    let o = resume.get(&(tp.topic.as_str(), tp.partition))?;
+                    Some((tp.clone(), *o))
+                })
+                .collect())
         })
     }
 
