@@ -13,6 +13,7 @@
 //! - [`sql`]: quoting, schema-evolution DDL and key-change look-ups for both dialects;
 //! - [`values`]: Connect types -> SQL types, values -> the destination's input syntax;
 //! - [`postgres`] / [`mysql`]: the writers (COPY + merge; multi-row upserts);
+//! - [`pgbinary`]: values in PostgreSQL's binary COPY format, per column type;
 //! - [`connector`]: the plugin and its task.
 
 pub mod batch;
@@ -20,6 +21,7 @@ pub mod change;
 pub mod config;
 pub mod connector;
 pub mod mysql;
+pub mod pgbinary;
 pub mod postgres;
 pub mod sql;
 pub mod values;

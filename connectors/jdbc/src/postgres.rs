@@ -1,11 +1,14 @@
 //! Writing to PostgreSQL: one transaction per batch that applies the batch's steps and upserts
 //! the consumed offsets into the offsets table, so rows and offsets commit together.
 //!
-//! Rows travel by `COPY ... FROM STDIN` (text format) into a temporary staging table per
-//! (table, column set), `ON COMMIT DELETE ROWS`, then one set-based statement per step:
+//! Rows travel by `COPY ... FROM STDIN` into a temporary staging table per (table, column set),
+//! `ON COMMIT DELETE ROWS`, then one set-based statement per step:
 //! `INSERT ... SELECT ... ON CONFLICT (key) DO UPDATE` (upsert), `UPDATE ... FROM` (update),
 //! `INSERT ... SELECT` (insert), `DELETE ... USING` (deletes). A row whose columns are partly
 //! unchanged (TOAST) is staged with only the columns it has, so the others keep their values.
+//! A COPY uses the binary format when every column's (Connect schema, column type) pair has a
+//! binary encoding ([`crate::pgbinary`]), which spares the server parsing numerics and
+//! timestamps as text; otherwise the text format.
 //!
 //! Invariants: nothing of a batch is visible unless all of it and its offsets are; the offsets
 //! table only ever moves forward per (connector, topic, partition) within one connector's
@@ -23,6 +26,7 @@ use tokio_postgres::{Client, NoTls};
 use crate::batch::{group_by_columns, ColumnGroup, Step, TablePlan, UpsertRow};
 use crate::change::{Column, Shape};
 use crate::config::{DatabaseKind, InsertMode, JdbcSinkConfig};
+use crate::pgbinary::{self, BinaryEncoding};
 use crate::values::{copy_escape, render};
 
 /// Bytes of COPY data sent per chunk.
@@ -63,6 +67,8 @@ fn quote_table(name: &str, always: bool) -> String {
 #[derive(Clone, Debug)]
 struct TableMeta {
     columns: Vec<String>,
+    /// Column name -> type OID (a domain's base type).
+    types: HashMap<String, u32>,
     /// Column sets (sorted) of its unique indexes, the primary key among them.
     unique_keys: Vec<Vec<String>>,
 }
@@ -329,6 +335,17 @@ impl PgWriter {
         if rows.is_empty() {
             return Ok(None);
         }
+        let types = self
+            .client
+            .query(
+                "SELECT a.attname::text,
+                        (CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END)::int8
+                   FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+                  WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped",
+                &[&quote_table(table, true)],
+            )
+            .await
+            .map_err(|e| pg_err(&format!("looking up the column types of {table}"), e))?;
         let unique = self
             .client
             .query(
@@ -343,6 +360,10 @@ impl PgWriter {
             .map_err(|e| pg_err(&format!("looking up the unique indexes of {table}"), e))?;
         let meta = TableMeta {
             columns: rows.iter().map(|r| r.get(0)).collect(),
+            types: types
+                .iter()
+                .map(|r| (r.get(0), u32::try_from(r.get::<_, i64>(1)).unwrap_or(0)))
+                .collect(),
             unique_keys: unique.iter().map(|r| r.get(0)).collect(),
         };
         self.tables.insert(table.to_owned(), meta.clone());
@@ -425,45 +446,85 @@ impl PgWriter {
         Ok(name)
     }
 
-    /// COPYs rows (each a list of (column schema, value)) into `stage`.
+    /// The binary encodings of `columns` of `table` (see [`pgbinary`]), or `None` when one
+    /// of them has none and the COPY must use text.
+    async fn binary_encodings(
+        &mut self,
+        table: &str,
+        columns: &[&Column],
+    ) -> Result<Option<Vec<BinaryEncoding>>, ConnectError> {
+        let Some(meta) = self.table_meta(table).await? else {
+            return Ok(None);
+        };
+        Ok(columns
+            .iter()
+            .map(|c| {
+                let oid = meta.types.get(&c.name)?;
+                pgbinary::encoding_for(&c.schema, *oid)
+            })
+            .collect())
+    }
+
+    /// COPYs rows (each a list of (column schema, value)) into `stage`, in binary when
+    /// `encodings` (one per column) are given, else in text.
     async fn copy_into(
         &self,
         stage: &str,
         columns: &[String],
+        encodings: Option<&[BinaryEncoding]>,
         rows: impl Iterator<Item = Vec<(&Column, &Value)>>,
     ) -> Result<u64, CopyError> {
         let always = self.cfg.quote_identifiers;
         let cols: Vec<String> = columns.iter().map(|c| quote(c, always)).collect();
+        let format = if encodings.is_some() {
+            " (FORMAT binary)"
+        } else {
+            ""
+        };
         let sink = self
             .client
-            .copy_in(&format!("COPY {stage} ({}) FROM STDIN", cols.join(", ")))
+            .copy_in(&format!(
+                "COPY {stage} ({}) FROM STDIN{format}",
+                cols.join(", ")
+            ))
             .await
             .map_err(CopyError::Pg)?;
         futures_util::pin_mut!(sink);
         let mut buf = Vec::with_capacity(COPY_CHUNK + 64 * 1024);
         let mut text = Vec::new();
         let mut n = 0u64;
+        if encodings.is_some() {
+            buf.extend_from_slice(pgbinary::HEADER);
+        }
         for row in rows {
-            for (i, (col, value)) in row.iter().enumerate() {
-                if i > 0 {
-                    buf.push(b'\t');
+            if let Some(encodings) = encodings {
+                buf.extend_from_slice(&(row.len() as i16).to_be_bytes());
+                for ((col, value), encoding) in row.iter().zip(encodings) {
+                    pgbinary::encode(*encoding, &col.name, &col.schema, value, &mut buf)
+                        .map_err(CopyError::Other)?;
                 }
-                text.clear();
-                if render(
-                    DatabaseKind::Postgres,
-                    &col.name,
-                    &col.schema,
-                    value,
-                    &mut text,
-                )
-                .map_err(CopyError::Other)?
-                {
-                    copy_escape(&text, &mut buf);
-                } else {
-                    buf.extend_from_slice(b"\\N");
+            } else {
+                for (i, (col, value)) in row.iter().enumerate() {
+                    if i > 0 {
+                        buf.push(b'\t');
+                    }
+                    text.clear();
+                    if render(
+                        DatabaseKind::Postgres,
+                        &col.name,
+                        &col.schema,
+                        value,
+                        &mut text,
+                    )
+                    .map_err(CopyError::Other)?
+                    {
+                        copy_escape(&text, &mut buf);
+                    } else {
+                        buf.extend_from_slice(b"\\N");
+                    }
                 }
+                buf.push(b'\n');
             }
-            buf.push(b'\n');
             n += 1;
             if buf.len() >= COPY_CHUNK {
                 let chunk = bytes::Bytes::from(std::mem::replace(
@@ -472,6 +533,9 @@ impl PgWriter {
                 ));
                 sink.send(chunk).await.map_err(CopyError::Pg)?;
             }
+        }
+        if encodings.is_some() {
+            buf.extend_from_slice(pgbinary::TRAILER);
         }
         if !buf.is_empty() {
             sink.send(bytes::Bytes::from(buf))
@@ -499,9 +563,11 @@ impl PgWriter {
             .collect();
         let stage = self.stage(table, &names).await?;
         let key_cols: Vec<&Column> = shape.key.iter().map(|&i| &shape.columns[i]).collect();
+        let encodings = self.binary_encodings(table, &key_cols).await?;
         self.copy_into(
             &stage,
             &names,
+            encodings.as_deref(),
             keys.iter()
                 .map(|k| key_cols.iter().copied().zip(k.iter()).collect()),
         )
@@ -536,6 +602,7 @@ impl PgWriter {
                 .map(|&i| shape.columns[i].name.clone())
                 .collect();
             let cols: Vec<&Column> = present.iter().map(|&i| &shape.columns[i]).collect();
+            let encodings = self.binary_encodings(table, &cols).await?;
             if self.cfg.insert_mode == InsertMode::Upsert
                 && present.len() == shape.columns.len()
                 && self.direct_copy_possible(table, &shape).await?
@@ -552,6 +619,7 @@ impl PgWriter {
                     .copy_into(
                         &q,
                         &names,
+                        encodings.as_deref(),
                         rows.iter()
                             .map(|r| cols.iter().copied().zip(r.iter()).collect()),
                     )
@@ -579,6 +647,7 @@ impl PgWriter {
             self.copy_into(
                 &stage,
                 &names,
+                encodings.as_deref(),
                 rows.iter()
                     .map(|r| cols.iter().copied().zip(r.iter()).collect()),
             )
