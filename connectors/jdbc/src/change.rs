@@ -73,11 +73,12 @@ fn field_selected(cfg: &JdbcSinkConfig, topic: &str, field: &str) -> bool {
     !cfg.field_exclude.iter().any(matches)
 }
 
+/// The fields that make a struct value a Debezium envelope here.
+pub const ENVELOPE_FIELDS: [&str; 3] = ["op", "after", "source"];
+
 fn is_envelope(schema: &Schema) -> bool {
     schema.schema_type() == SchemaType::Struct
-        && schema.field("op").is_some()
-        && schema.field("after").is_some()
-        && schema.field("source").is_some()
+        && ENVELOPE_FIELDS.iter().all(|f| schema.field(f).is_some())
 }
 
 /// The destination table of a record.

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use headwater_api::config::{ConfigDef, ConfigValidation};
 use headwater_api::plugin::BoxFuture;
 use headwater_api::{
-    ConnectError, Properties, SinkBatch, SinkConnector, SinkTask, SinkTaskContext, TopicPartition,
+    ConnectError, FieldsRead, Properties, SinkBatch, SinkConnector, SinkTask, SinkTaskContext,
+    TopicPartition,
 };
 
 use crate::batch::plan;
@@ -137,6 +138,24 @@ impl SinkTask for JdbcSinkTask {
     fn stop(&mut self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             self.writer = None;
+        })
+    }
+
+    /// Of a Debezium envelope, [`change_of`] reads `op` and `after`, and `source` only for a
+    /// `collection.name.format` with `${source.*}` (deletes take their key from the record
+    /// key; `before`, `transaction` and the time stamps are never read).
+    fn value_fields_read(&self) -> Option<FieldsRead> {
+        let cfg = self.cfg.as_ref()?;
+        let mut read = vec!["op".to_owned(), "after".to_owned()];
+        if cfg.collection_name_format.contains("${source.") {
+            read.push("source".to_owned());
+        }
+        Some(FieldsRead {
+            when_schema_has: crate::change::ENVELOPE_FIELDS
+                .iter()
+                .map(|f| (*f).to_owned())
+                .collect(),
+            read,
         })
     }
 }

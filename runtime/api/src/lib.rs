@@ -34,5 +34,7 @@ pub use plugin::{
 };
 pub use record::{ConnectRecord, Header, Headers, OffsetMap, OffsetValue, SourceRecord};
 pub use schema::{Field, Schema, SchemaBuilder, SchemaRef, SchemaType};
-pub use sink::{SinkBatch, SinkConnector, SinkRecord, SinkTask, SinkTaskContext, TopicPartition};
+pub use sink::{
+    FieldsRead, SinkBatch, SinkConnector, SinkRecord, SinkTask, SinkTaskContext, TopicPartition,
+};
 pub use value::{Struct, Value};

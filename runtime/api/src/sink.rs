@@ -76,6 +76,45 @@ pub struct SinkBatch {
     pub next_offsets: Vec<(TopicPartition, i64)>,
 }
 
+/// The top-level fields a sink task reads of the values whose schema has certain fields
+/// ([`SinkTask::value_fields_read`]). When the connector has no transforms (a transform may read
+/// any field), the engine may leave every other top-level field of such a value null, required
+/// ones included, instead of decoding it; the value's schema stays the full one. A Debezium
+/// envelope's `source` block is most of an event's decoding cost, and a sink that writes only
+/// `after` need not pay for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldsRead {
+    /// The values this applies to: structs whose schema has every one of these fields (for
+    /// Debezium envelopes: `op`, `after`, `source`). Others are decoded whole.
+    pub when_schema_has: Vec<String>,
+    /// The fields read of those values.
+    pub read: Vec<String>,
+}
+
+impl FieldsRead {
+    /// For a struct schema this applies to (of at most 64 fields): the bit set of the field
+    /// indexes to decode; `None` when every field must be decoded.
+    pub fn mask(&self, schema: &crate::schema::Schema) -> Option<u64> {
+        let fields = schema.fields();
+        if schema.schema_type() != crate::schema::SchemaType::Struct
+            || fields.len() > 64
+            || !self
+                .when_schema_has
+                .iter()
+                .all(|w| fields.iter().any(|f| f.name() == w))
+        {
+            return None;
+        }
+        Some(
+            fields
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| self.read.iter().any(|r| r == f.name()))
+                .fold(0u64, |m, (i, _)| m | (1 << i)),
+        )
+    }
+}
+
 /// What the engine tells a sink task when it starts.
 #[derive(Clone, Debug, Default)]
 pub struct SinkTaskContext {
@@ -120,4 +159,35 @@ pub trait SinkTask: Send {
     ) -> BoxFuture<'a, Result<Vec<(TopicPartition, i64)>, ConnectError>>;
     fn put(&mut self, batch: SinkBatch) -> BoxFuture<'_, Result<(), ConnectError>>;
     fn stop(&mut self) -> BoxFuture<'_, ()>;
+    /// Which top-level fields of struct values this task reads (asked once after `start`);
+    /// `None`, the default, for all of them. See [`FieldsRead`].
+    fn value_fields_read(&self) -> Option<FieldsRead> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{Schema, SchemaBuilder};
+
+    #[test]
+    fn fields_read_masks_only_the_values_it_applies_to() {
+        let read = FieldsRead {
+            when_schema_has: vec!["op".into(), "after".into()],
+            read: vec!["after".into(), "op".into()],
+        };
+        let envelope = SchemaBuilder::struct_()
+            .field("before", Schema::optional_string())
+            .field("after", Schema::optional_string())
+            .field("source", Schema::string())
+            .field("op", Schema::string())
+            .build();
+        assert_eq!(read.mask(&envelope), Some(0b1010));
+        let row = SchemaBuilder::struct_()
+            .field("after", Schema::string())
+            .build();
+        assert_eq!(read.mask(&row), None);
+        assert_eq!(read.mask(&Schema::string()), None);
+    }
 }

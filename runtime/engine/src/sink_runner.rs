@@ -26,8 +26,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use headwater_api::{
-    ConnectError, Headers, OffsetMap, OffsetValue, Properties, SinkBatch, SinkRecord, SinkTask,
-    SinkTaskContext, SourceRecord, TopicPartition, Transform, Value,
+    ConnectError, FieldsRead, Headers, OffsetMap, OffsetValue, Properties, SinkBatch, SinkRecord,
+    SinkTask, SinkTaskContext, SourceRecord, TopicPartition, Transform, Value,
 };
 use headwater_log::{Isolation, Log, LogError};
 
@@ -197,6 +197,9 @@ struct ReadContext {
     shared: Arc<TaskShared>,
     errors_tolerance_all: bool,
     errors_log: bool,
+    /// The top-level value fields the task reads ([`SinkTask::value_fields_read`]), when the
+    /// connector has no transforms (a transform may read any field); `None`: all.
+    value_fields: Option<FieldsRead>,
 }
 
 /// From the runner to its reader thread.
@@ -216,6 +219,13 @@ enum ReaderOutput {
 struct Position {
     tp: TopicPartition,
     next: i64,
+}
+
+/// Whether the connector configures transforms (`transforms` lists at least one alias).
+fn has_transforms(props: &Properties) -> bool {
+    props
+        .get("transforms")
+        .is_some_and(|t| t.split(',').any(|a| !a.trim().is_empty()))
 }
 
 fn log_error(e: LogError) -> ConnectError {
@@ -303,6 +313,11 @@ async fn consume(
         shared: setup.shared.clone(),
         errors_tolerance_all: setup.errors_tolerance_all,
         errors_log: setup.errors_log,
+        value_fields: if has_transforms(&setup.props) {
+            None
+        } else {
+            task.value_fields_read()
+        },
     };
     let reader_log = log.clone();
     let handle = tokio::runtime::Handle::current();
@@ -555,11 +570,14 @@ fn convert(
             .key
             .to_connect_data(&tp.topic, r.key)
             .map_err(|e| ConnectError::data(format!("key converter: {e}")))?;
-        let value = setup
-            .converters
-            .value
-            .to_connect_data(&tp.topic, r.value)
-            .map_err(|e| ConnectError::data(format!("value converter: {e}")))?;
+        let value = match &setup.value_fields {
+            Some(fields) => setup
+                .converters
+                .value
+                .to_connect_data_reading(&tp.topic, r.value, fields),
+            None => setup.converters.value.to_connect_data(&tp.topic, r.value),
+        }
+        .map_err(|e| ConnectError::data(format!("value converter: {e}")))?;
         let mut headers = Headers::default();
         for (k, v) in &r.headers {
             let v = match v {
@@ -640,4 +658,25 @@ async fn store(
     txn.commit_async().await.map_err(log_error)?;
     crate::runner::store_offsets(&setup.offsets, &setup.connector, &entries);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_listed_alias_counts_as_transforms() {
+        let props = |v: Option<&str>| {
+            let mut p = Properties::new();
+            if let Some(v) = v {
+                p.insert("transforms".into(), v.into());
+            }
+            p
+        };
+        assert!(!has_transforms(&props(None)));
+        assert!(!has_transforms(&props(Some(""))));
+        assert!(!has_transforms(&props(Some(" , "))));
+        assert!(has_transforms(&props(Some("unwrap"))));
+        assert!(has_transforms(&props(Some(" ,route"))));
+    }
 }

@@ -11,8 +11,8 @@
 
 use headwater_api::config::{ConfigKey, ConfigType, Importance, Width};
 use headwater_api::{
-    ConfigDef, ConfigValidation, ConnectError, DataError, Properties, Schema, SchemaRef,
-    SchemaType, Value,
+    ConfigDef, ConfigValidation, ConnectError, DataError, FieldsRead, Properties, Schema,
+    SchemaRef, SchemaType, Value,
 };
 
 use crate::java_text::{write_java_double, write_java_float};
@@ -51,6 +51,18 @@ pub trait Converter: Send + Sync {
         topic: &str,
         bytes: Option<&[u8]>,
     ) -> Result<SchemaAndValue, DataError>;
+    /// [`Converter::to_connect_data`] for a reader of only some top-level struct fields
+    /// ([`FieldsRead`]): a converter may leave the others null (required ones too) instead of
+    /// decoding them. The default decodes everything.
+    fn to_connect_data_reading(
+        &self,
+        topic: &str,
+        bytes: Option<&[u8]>,
+        fields_read: &FieldsRead,
+    ) -> Result<SchemaAndValue, DataError> {
+        let _ = fields_read;
+        self.to_connect_data(topic, bytes)
+    }
 }
 
 impl Converter for JsonConverter {
@@ -77,6 +89,14 @@ impl Converter for JsonConverter {
         bytes: Option<&[u8]>,
     ) -> Result<SchemaAndValue, DataError> {
         JsonConverter::to_connect_data(self, topic, bytes)
+    }
+    fn to_connect_data_reading(
+        &self,
+        topic: &str,
+        bytes: Option<&[u8]>,
+        fields_read: &FieldsRead,
+    ) -> Result<SchemaAndValue, DataError> {
+        JsonConverter::to_connect_data_reading(self, topic, bytes, Some(fields_read))
     }
 }
 

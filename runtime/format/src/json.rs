@@ -28,7 +28,7 @@ use base64::Engine as _;
 use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, Importance, Validator};
 use headwater_api::logical::decimal;
 use headwater_api::{
-    DataError, Properties, Schema, SchemaBuilder, SchemaRef, SchemaType, Struct, Value,
+    DataError, FieldsRead, Properties, Schema, SchemaBuilder, SchemaRef, SchemaType, Struct, Value,
 };
 use serde_json::value::RawValue;
 use serde_json::Value as Json;
@@ -536,8 +536,21 @@ impl JsonConverter {
     /// null and gives a null schema and value.
     pub fn to_connect_data(
         &self,
+        topic: &str,
+        bytes: Option<&[u8]>,
+    ) -> Result<SchemaAndValue, DataError> {
+        self.to_connect_data_reading(topic, bytes, None)
+    }
+
+    /// [`JsonConverter::to_connect_data`] for a reader of only some top-level struct fields
+    /// ([`FieldsRead`]; `None`: all): on the fast path (a schema seen in the previous record)
+    /// the other top-level fields of a value it applies to are skipped over, not decoded, and
+    /// stay null; the general path decodes everything.
+    pub fn to_connect_data_reading(
+        &self,
         _topic: &str,
         bytes: Option<&[u8]>,
+        fields_read: Option<&FieldsRead>,
     ) -> Result<SchemaAndValue, DataError> {
         let Some(bytes) = bytes else {
             return Ok(SchemaAndValue {
@@ -576,6 +589,7 @@ impl JsonConverter {
                 let seed = ValueSeed {
                     converter: self,
                     schema: &schema,
+                    read_mask: fields_read.and_then(|f| f.mask(&schema)),
                 };
                 if let Ok(value) = serde::de::DeserializeSeed::deserialize(seed, &mut de) {
                     if de.end().is_ok() {
@@ -822,6 +836,9 @@ impl JsonConverter {
 struct ValueSeed<'a> {
     converter: &'a JsonConverter,
     schema: &'a SchemaRef,
+    /// For a struct: the bit set of the field indexes to decode (`None`: all); the others
+    /// are skipped and stay null. Only ever set for the top-level value.
+    read_mask: Option<u64>,
 }
 
 impl<'de> serde::de::DeserializeSeed<'de> for ValueSeed<'_> {
@@ -969,6 +986,7 @@ impl<'de> serde::de::Visitor<'de> for ValueSeed<'_> {
         while let Some(v) = seq.next_element_seed(ValueSeed {
             converter: self.converter,
             schema: item,
+            read_mask: None,
         })? {
             items.push(v);
         }
@@ -996,10 +1014,22 @@ impl<'de> serde::de::Visitor<'de> for ValueSeed<'_> {
             guess: next_guess,
         })? {
             match idx {
+                Some(i) if self.read_mask.is_some_and(|m| i >= 64 || m & (1 << i) == 0) => {
+                    // Not read by the caller: skipped over, left null (and counted as seen,
+                    // so no default is built for it either).
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    if i < 64 {
+                        seen_word |= 1 << i;
+                    } else {
+                        seen_more[i] = true;
+                    }
+                    next_guess = i + 1;
+                }
                 Some(i) => {
                     values[i] = map.next_value_seed(ValueSeed {
                         converter: self.converter,
                         schema: fields[i].schema(),
+                        read_mask: None,
                     })?;
                     if i < 64 {
                         seen_word |= 1 << i;
@@ -1186,6 +1216,69 @@ mod tests {
     }
 
     #[test]
+    fn a_reader_of_some_fields_gets_those_and_nulls_for_the_rest() {
+        let golden = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/data/golden/debezium/postgres/00_snapshot_seed_tables.raw.jsonl"
+        );
+        let event = std::fs::read_to_string(golden)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Json>(l).unwrap())
+            .find(|e| e["topic"] == "warehouse.orders")
+            .unwrap();
+        // The first read takes the general path, the repeats the fast one.
+        let values = vec![event["value"].as_str().unwrap().as_bytes().to_vec(); 3];
+        let read = FieldsRead {
+            when_schema_has: vec!["op".into(), "after".into(), "source".into()],
+            read: vec!["op".into(), "after".into()],
+        };
+        let full = JsonConverter::new(JsonConverterConfig::default());
+        let partial = JsonConverter::new(JsonConverterConfig::default());
+        for (i, bytes) in values.iter().enumerate() {
+            let whole = full.to_connect_data("t", Some(bytes)).unwrap();
+            let got = partial
+                .to_connect_data_reading("t", Some(bytes), Some(&read))
+                .unwrap();
+            assert_eq!(got.schema, whole.schema);
+            let (Value::Struct(whole), Value::Struct(got)) = (whole.value, got.value) else {
+                panic!("envelopes are structs")
+            };
+            for field in got.schema().fields() {
+                let (w, g) = (whole.get(field.name()), got.get(field.name()));
+                if i == 0 || read.read.iter().any(|r| r == field.name()) {
+                    // The first record takes the general path, which decodes everything.
+                    assert_eq!(g, w, "record {i}, field {}", field.name());
+                } else {
+                    assert_eq!(g, Some(&Value::Null), "record {i}, field {}", field.name());
+                }
+            }
+            assert!(!whole.get("source").unwrap().is_null());
+        }
+        // A value without the condition's fields is decoded whole.
+        let schema = SchemaBuilder::struct_()
+            .field("op", Schema::string())
+            .field("note", Schema::string())
+            .build_ref();
+        let row = Value::Struct(
+            Struct::new(schema.clone())
+                .unwrap()
+                .with("op", "c")
+                .with("note", "kept"),
+        );
+        let bytes = full
+            .from_connect_data("t", Some(&schema), &row)
+            .unwrap()
+            .unwrap();
+        for _ in 0..2 {
+            let got = partial
+                .to_connect_data_reading("t", Some(&bytes), Some(&read))
+                .unwrap();
+            assert_eq!(got.value, row);
+        }
+    }
+
+    #[test]
     fn schema_guided_reading_equals_the_json_tree_path() {
         use serde::de::DeserializeSeed;
         let dec = headwater_api::logical::decimal::builder(2)
@@ -1218,6 +1311,7 @@ mod tests {
             let seed = ValueSeed {
                 converter: &c,
                 schema,
+                read_mask: None,
             };
             let guided = seed
                 .deserialize(&mut serde_json::Deserializer::from_str(text))
@@ -1228,6 +1322,7 @@ mod tests {
         let seed = ValueSeed {
             converter: &c,
             schema: &row,
+            read_mask: None,
         };
         let bad = r#"{"id":1,"amount":"not base64!"}"#;
         assert!(seed
