@@ -10,7 +10,11 @@
 //! binary encoding ([`crate::pgbinary`]), which spares the server parsing numerics and
 //! timestamps as text; otherwise the text format.
 //!
-//! Invariants: nothing of a batch is visible unless all of it and its offsets are; the offsets
+//! Invariants: nothing of a batch is visible unless all of it and its offsets are; a batch
+//! locks each existing table it writes (`ROW EXCLUSIVE`, what its COPY takes anyway) before
+//! checking that the column types it knows are still the table's, so a column altered while
+//! the task runs is looked up again instead of receiving values encoded for its old type; the
+//! offsets
 //! table only ever moves forward per (connector, topic, partition) within one connector's
 //! single writer; errors that a retry can cure (connection loss, serialization failures,
 //! deadlocks) are retriable, all others fatal with the statement's message.
@@ -101,6 +105,8 @@ pub struct PgWriter {
     stages: HashMap<(String, Vec<String>), String>,
     /// Tables where a COPY straight into the table met an existing key: they merge.
     merge_only: std::collections::HashSet<String>,
+    /// Staging tables created on this connection (names are never reused).
+    stages_created: usize,
 }
 
 impl Drop for PgWriter {
@@ -159,6 +165,7 @@ impl PgWriter {
             tables: HashMap::new(),
             stages: HashMap::new(),
             merge_only: Default::default(),
+            stages_created: 0,
         })
     }
 
@@ -219,6 +226,7 @@ impl PgWriter {
         next_offsets: &[(TopicPartition, i64)],
     ) -> Result<(), ConnectError> {
         for (table, mut plan) in plans {
+            self.lock_and_check_types(&table).await?;
             self.carry_unchanged(&table, &mut plan).await?;
             for step in plan.steps {
                 match step {
@@ -335,17 +343,7 @@ impl PgWriter {
         if rows.is_empty() {
             return Ok(None);
         }
-        let types = self
-            .client
-            .query(
-                "SELECT a.attname::text,
-                        (CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END)::int8
-                   FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
-                  WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped",
-                &[&quote_table(table, true)],
-            )
-            .await
-            .map_err(|e| pg_err(&format!("looking up the column types of {table}"), e))?;
+        let types = self.column_types(table).await?;
         let unique = self
             .client
             .query(
@@ -360,14 +358,50 @@ impl PgWriter {
             .map_err(|e| pg_err(&format!("looking up the unique indexes of {table}"), e))?;
         let meta = TableMeta {
             columns: rows.iter().map(|r| r.get(0)).collect(),
-            types: types
-                .iter()
-                .map(|r| (r.get(0), u32::try_from(r.get::<_, i64>(1)).unwrap_or(0)))
-                .collect(),
+            types,
             unique_keys: unique.iter().map(|r| r.get(0)).collect(),
         };
         self.tables.insert(table.to_owned(), meta.clone());
         Ok(Some(meta))
+    }
+
+    /// Column name -> type OID of `table` (domains resolved to their base type).
+    async fn column_types(&self, table: &str) -> Result<HashMap<String, u32>, ConnectError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT a.attname::text,
+                        (CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END)::int8
+                   FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+                  WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped",
+                &[&quote_table(table, true)],
+            )
+            .await
+            .map_err(|e| pg_err(&format!("looking up the column types of {table}"), e))?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), u32::try_from(r.get::<_, i64>(1)).unwrap_or(0)))
+            .collect())
+    }
+
+    /// Locks an existing `table` for this transaction (`ROW EXCLUSIVE`: writers go on, DDL
+    /// waits) and checks that its column types are still the ones this writer knows; when not,
+    /// forgets what it knew of the table (and its staging tables), to be looked up afresh.
+    async fn lock_and_check_types(&mut self, table: &str) -> Result<(), ConnectError> {
+        let Some(meta) = self.table_meta(table).await? else {
+            return Ok(());
+        };
+        let q = quote_table(table, self.cfg.quote_identifiers);
+        self.client
+            .batch_execute(&format!("LOCK TABLE {q} IN ROW EXCLUSIVE MODE"))
+            .await
+            .map_err(|e| pg_err(&format!("locking {q}"), e))?;
+        if self.column_types(table).await? != meta.types {
+            tracing::info!(table = %table, "the destination table's columns changed: looking it up again");
+            self.tables.remove(table);
+            self.stages.retain(|(t, _), _| t != table);
+        }
+        Ok(())
     }
 
     /// Makes sure the table exists with every column of `shape` (schema evolution), or says
@@ -431,7 +465,8 @@ impl PgWriter {
         if let Some(s) = self.stages.get(&k) {
             return Ok(s.clone());
         }
-        let name = format!("headwater_stage_{}", self.stages.len() + 1);
+        self.stages_created += 1;
+        let name = format!("headwater_stage_{}", self.stages_created);
         let always = self.cfg.quote_identifiers;
         let cols: Vec<String> = columns.iter().map(|c| quote(c, always)).collect();
         self.client
