@@ -143,6 +143,9 @@ struct Caches {
     /// parsed schema: records of one table repeat it byte for byte, so a prefix comparison
     /// replaces scanning and hashing the schema text.
     last_envelope: Option<(Box<[u8]>, SchemaRef)>,
+    /// The last field mask computed for a reader of some fields: the reader's fields, the
+    /// schema (held, so its address cannot be reused meanwhile) and the mask.
+    last_mask: Option<(FieldsRead, SchemaRef, Option<u64>)>,
 }
 
 /// Kafka Connect's JSON converter.
@@ -573,15 +576,26 @@ impl JsonConverter {
         // Fast path: the same schema as the last record, written the way this converter (and
         // Kafka Connect's) writes envelopes.
         let hit = {
-            let caches = self.lock();
-            caches.last_envelope.as_ref().and_then(|(prefix, schema)| {
+            let mut caches = self.lock();
+            let hit = caches.last_envelope.as_ref().and_then(|(prefix, schema)| {
                 (bytes.len() > prefix.len()
                     && bytes.starts_with(prefix)
                     && bytes.last() == Some(&b'}'))
                 .then(|| (schema.clone(), prefix.len()))
+            });
+            hit.map(|(schema, prefix_len)| {
+                let mask = fields_read.and_then(|f| match &caches.last_mask {
+                    Some((cf, cs, m)) if Arc::ptr_eq(cs, &schema) && cf == f => *m,
+                    _ => {
+                        let m = f.mask(&schema);
+                        caches.last_mask = Some((f.clone(), schema.clone(), m));
+                        m
+                    }
+                });
+                (schema, prefix_len, mask)
             })
         };
-        if let Some((schema, prefix_len)) = hit {
+        if let Some((schema, prefix_len, read_mask)) = hit {
             // The payload is checked as UTF-8 once, so the reader need not check every key
             // and string again (a slice reader does, at a cost per string).
             if let Ok(payload) = std::str::from_utf8(&bytes[prefix_len..bytes.len() - 1]) {
@@ -589,7 +603,7 @@ impl JsonConverter {
                 let seed = ValueSeed {
                     converter: self,
                     schema: &schema,
-                    read_mask: fields_read.and_then(|f| f.mask(&schema)),
+                    read_mask,
                 };
                 if let Ok(value) = serde::de::DeserializeSeed::deserialize(seed, &mut de) {
                     if de.end().is_ok() {
