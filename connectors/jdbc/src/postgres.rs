@@ -14,9 +14,8 @@
 //! locks each existing table it writes (`ROW EXCLUSIVE`, what its COPY takes anyway) before
 //! checking that the column types it knows are still the table's, so a column altered while
 //! the task runs is looked up again instead of receiving values encoded for its old type; the
-//! offsets
-//! table only ever moves forward per (connector, topic, partition) within one connector's
-//! single writer; errors that a retry can cure (connection loss, serialization failures,
+//! offsets table only ever moves forward per (connector, topic, partition) within one
+//! connector's single writer; errors that a retry can cure (connection loss, serialization failures,
 //! deadlocks) are retriable, all others fatal with the statement's message.
 
 use std::collections::HashMap;
