@@ -203,6 +203,13 @@ impl<R: tokio::io::AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
+    /// Whether a complete frame is already buffered, so [`FrameReader::next`] returns without
+    /// reading the socket.
+    fn has_complete_frame(&self) -> bool {
+        let buf = &self.buf[..];
+        buf.len() >= 5 && buf.len() > u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize
+    }
+
     /// Reads the next frame; `Ok(None)` at a clean end of stream between frames.
     async fn next(&mut self) -> Result<Option<Frame>, PgError> {
         loop {
@@ -727,6 +734,12 @@ pub struct ReplicationReader {
 }
 
 impl ReplicationReader {
+    /// Whether the next message (or the server's next frame) is already buffered, so
+    /// [`ReplicationReader::next`] can return it without reading the socket.
+    pub fn has_buffered(&self) -> bool {
+        self.reader.has_complete_frame()
+    }
+
     /// The next message; `Ok(None)` when the server ended the stream (CopyDone or close).
     pub async fn next(&mut self) -> Result<Option<ReplicationMessage>, PgError> {
         loop {

@@ -133,13 +133,16 @@ impl Shared {
 }
 
 enum StreamItem {
-    Data { wal_start: Lsn, data: Bytes },
+    /// Consecutive XLogData messages (start position, pgoutput message).
+    Data(Vec<(Lsn, Bytes)>),
     Failed(PgError),
     Ended,
 }
 
 struct Stream {
     rx: mpsc::Receiver<StreamItem>,
+    /// The rest of the last chunk taken from `rx`, in order.
+    received: std::collections::VecDeque<(Lsn, Bytes)>,
     status: StatusWriter,
     reader: JoinHandle<()>,
     ticker: JoinHandle<()>,
@@ -1057,7 +1060,13 @@ impl Inner {
         self.shared
             .durable
             .fetch_max(self.start_lsn.0, Ordering::SeqCst);
-        let (tx, rx) = mpsc::channel(self.cfg.max_queue_size);
+        // The reader hands over chunks: every message one socket read delivered (at most a
+        // third of `max.queue.size`), through a channel holding one chunk, while the task
+        // holds at most one more. The reader so reads the socket again only once the task took
+        // the previous chunk; what the server sent meanwhile arrives in one large read instead
+        // of one read (and one wake-up) per few messages.
+        let chunk_cap = (self.cfg.max_queue_size / 3).max(1);
+        let (tx, rx) = mpsc::channel::<StreamItem>(1);
         let shared = self.shared.clone();
         let st = status.clone();
         let reader_task = tokio::spawn(async move {
@@ -1070,7 +1079,27 @@ impl Inner {
                 data.get(at..at + 4)
                     .map(|b| u32::from_be_bytes(b.try_into().unwrap_or([0; 4])))
             };
+            let mut chunk: Vec<(Lsn, Bytes)> = Vec::new();
+            // The end of the last complete item (transaction or message) in `chunk`.
+            let mut chunk_completes: Option<u64> = None;
+            // Hands `chunk` to the task, then records its complete items as pushed.
+            macro_rules! hand_over {
+                () => {
+                    if !chunk.is_empty() {
+                        let items = std::mem::replace(&mut chunk, Vec::with_capacity(64));
+                        if tx.send(StreamItem::Data(items)).await.is_err() {
+                            return;
+                        }
+                        if let Some(pos) = chunk_completes.take() {
+                            shared.pushed.fetch_max(pos, Ordering::SeqCst);
+                        }
+                    }
+                };
+            }
             loop {
+                if !chunk.is_empty() && (chunk.len() >= chunk_cap || !reader.has_buffered()) {
+                    hand_over!();
+                }
                 match reader.next().await {
                     Ok(Some(ReplicationMessage::XLogData {
                         wal_start,
@@ -1078,7 +1107,7 @@ impl Inner {
                         data,
                         ..
                     })) => {
-                        shared.received.fetch_max(wal_end.0, Ordering::SeqCst);
+                        shared.received.fetch_max(wal_end.0, Ordering::Relaxed);
                         let tag = data.first().copied();
                         let mut completes = None;
                         match tag {
@@ -1112,11 +1141,9 @@ impl Inner {
                             Some(b'M') if !in_txn && !in_chunk => completes = Some(wal_start.0),
                             _ => {}
                         }
-                        if tx.send(StreamItem::Data { wal_start, data }).await.is_err() {
-                            return;
-                        }
-                        if let Some(pos) = completes {
-                            shared.pushed.fetch_max(pos, Ordering::SeqCst);
+                        chunk.push((wal_start, data));
+                        if completes.is_some() {
+                            chunk_completes = chunk_completes.max(completes);
                         }
                     }
                     Ok(Some(ReplicationMessage::Keepalive {
@@ -1124,6 +1151,9 @@ impl Inner {
                         reply_requested,
                         ..
                     })) => {
+                        // Everything received before the keepalive is handed over first, so
+                        // `pushed` covers it when the position is judged below.
+                        hand_over!();
                         shared.received.fetch_max(wal_end.0, Ordering::SeqCst);
                         let durable = shared.durable.load(Ordering::SeqCst);
                         if !in_txn
@@ -1143,10 +1173,12 @@ impl Inner {
                         }
                     }
                     Ok(None) => {
+                        hand_over!();
                         let _ = tx.send(StreamItem::Ended).await;
                         return;
                     }
                     Err(e) => {
+                        hand_over!();
                         let _ = tx.send(StreamItem::Failed(e)).await;
                         return;
                     }
@@ -1168,6 +1200,7 @@ impl Inner {
         });
         self.stream = Some(Stream {
             rx,
+            received: Default::default(),
             status,
             reader: reader_task,
             ticker,
@@ -1466,79 +1499,86 @@ impl Inner {
                 self.replay_step(&mut out).await?;
                 continue;
             }
-            let item = if out.is_empty() {
-                match tokio::time::timeout_at(deadline, stream.rx.recv()).await {
-                    Ok(Some(item)) => item,
-                    Ok(None) => StreamItem::Ended,
-                    Err(_) => break,
-                }
-            } else {
-                match stream.rx.try_recv() {
-                    Ok(item) => item,
-                    Err(mpsc::error::TryRecvError::Empty) => break,
-                    Err(mpsc::error::TryRecvError::Disconnected) => StreamItem::Ended,
+            let (wal_start, data) = match stream.received.pop_front() {
+                Some(message) => message,
+                None => {
+                    let item = if out.is_empty() {
+                        match tokio::time::timeout_at(deadline, stream.rx.recv()).await {
+                            Ok(Some(item)) => item,
+                            Ok(None) => StreamItem::Ended,
+                            Err(_) => break,
+                        }
+                    } else {
+                        match stream.rx.try_recv() {
+                            Ok(item) => item,
+                            Err(mpsc::error::TryRecvError::Empty) => break,
+                            Err(mpsc::error::TryRecvError::Disconnected) => StreamItem::Ended,
+                        }
+                    };
+                    match item {
+                        StreamItem::Data(messages) => {
+                            stream.received = messages.into();
+                            continue;
+                        }
+                        StreamItem::Failed(e) => {
+                            return Err(pg_err("replication stream", e));
+                        }
+                        StreamItem::Ended => {
+                            return Err(ConnectError::retriable(
+                                "the server ended the replication stream",
+                            ));
+                        }
+                    }
                 }
             };
-            match item {
-                StreamItem::Data { wal_start, data } => {
-                    if stream.streamed.in_chunk() && !matches!(data.first(), Some(b'E' | b'S')) {
-                        // A change of a streamed transaction: buffered until it ends.
-                        stream
-                            .streamed
-                            .append(wal_start, &data)
-                            .map_err(|e| streamed_err(wal_start, e))?;
-                        continue;
-                    }
-                    let msg = stream.decoder.decode(data).map_err(|e| {
-                        ConnectError::fatal(format!("decoding pgoutput at {wal_start}: {e}"))
-                    })?;
-                    match msg {
-                        PgOutputMessage::StreamStart { xid, first_segment } => stream
-                            .streamed
-                            .start(xid, first_segment)
-                            .map_err(|e| streamed_err(wal_start, e))?,
-                        PgOutputMessage::StreamStop => stream.streamed.stop(),
-                        PgOutputMessage::StreamAbort { xid, subxid, .. } => {
-                            stream.streamed.abort(xid, subxid);
-                            if xid == subxid {
-                                tracing::debug!(xid, "streamed transaction aborted");
-                            }
-                        }
-                        PgOutputMessage::StreamCommit {
-                            xid,
-                            commit_lsn,
-                            commit_time,
-                            ..
-                        } => {
-                            let messages = stream
-                                .streamed
-                                .commit(xid)
-                                .map_err(|e| streamed_err(wal_start, e))?;
-                            tracing::debug!(xid, commit = %commit_lsn, "replaying a streamed transaction");
-                            stream.replay = Some(StreamReplay {
-                                messages,
-                                decoder: Decoder::new(),
-                                commit: msg,
-                                commit_at: wal_start,
-                            });
-                            let begin = PgOutputMessage::Begin {
-                                final_lsn: commit_lsn,
-                                commit_time,
-                                xid,
-                            };
-                            self.handle(wal_start, begin, &mut out).await?;
-                        }
-                        msg => self.handle(wal_start, msg, &mut out).await?,
+            if stream.streamed.in_chunk() && !matches!(data.first(), Some(b'E' | b'S')) {
+                // A change of a streamed transaction: buffered until it ends.
+                stream
+                    .streamed
+                    .append(wal_start, &data)
+                    .map_err(|e| streamed_err(wal_start, e))?;
+                continue;
+            }
+            let msg = stream.decoder.decode(data).map_err(|e| {
+                ConnectError::fatal(format!("decoding pgoutput at {wal_start}: {e}"))
+            })?;
+            match msg {
+                PgOutputMessage::StreamStart { xid, first_segment } => stream
+                    .streamed
+                    .start(xid, first_segment)
+                    .map_err(|e| streamed_err(wal_start, e))?,
+                PgOutputMessage::StreamStop => stream.streamed.stop(),
+                PgOutputMessage::StreamAbort { xid, subxid, .. } => {
+                    stream.streamed.abort(xid, subxid);
+                    if xid == subxid {
+                        tracing::debug!(xid, "streamed transaction aborted");
                     }
                 }
-                StreamItem::Failed(e) => {
-                    return Err(pg_err("replication stream", e));
+                PgOutputMessage::StreamCommit {
+                    xid,
+                    commit_lsn,
+                    commit_time,
+                    ..
+                } => {
+                    let messages = stream
+                        .streamed
+                        .commit(xid)
+                        .map_err(|e| streamed_err(wal_start, e))?;
+                    tracing::debug!(xid, commit = %commit_lsn, "replaying a streamed transaction");
+                    stream.replay = Some(StreamReplay {
+                        messages,
+                        decoder: Decoder::new(),
+                        commit: msg,
+                        commit_at: wal_start,
+                    });
+                    let begin = PgOutputMessage::Begin {
+                        final_lsn: commit_lsn,
+                        commit_time,
+                        xid,
+                    };
+                    self.handle(wal_start, begin, &mut out).await?;
                 }
-                StreamItem::Ended => {
-                    return Err(ConnectError::retriable(
-                        "the server ended the replication stream",
-                    ));
-                }
+                msg => self.handle(wal_start, msg, &mut out).await?,
             }
         }
         // A heartbeat between transactions carries the end of the last one, or the position

@@ -539,13 +539,16 @@ fn process(
         Err(e) => return skip_or_fail("KEY_CONVERTER", e.into()),
     };
     scratch.value.clear();
-    let has_value = match setup.converters.value.write_connect_data(
+    // The value may come back as a shared prefix (the JSON schema envelope) and the rest, so
+    // the batch stores repeats of the prefix by reference.
+    let (has_value, value_prefix) = match setup.converters.value.write_connect_data_split(
         &transformed.topic,
         transformed.value_schema.as_ref(),
         &transformed.value,
         &mut scratch.value,
     ) {
-        Ok(v) => v,
+        Ok(Some(prefix)) => (true, prefix),
+        Ok(None) => (false, None),
         Err(e) => return skip_or_fail("VALUE_CONVERTER", e.into()),
     };
     let headers = setup.converters.header_bytes(&transformed.headers);
@@ -606,9 +609,10 @@ fn process(
     let before = builder.size_bytes();
     let timestamp = transformed.timestamp.unwrap_or(polled_at_ms);
     let scratch = &pending.scratch;
-    builder.append(
+    builder.append_with_prefix(
         timestamp,
         has_key.then_some(&scratch.key[..]),
+        value_prefix.as_ref(),
         has_value.then_some(&scratch.value[..]),
         &header_refs,
     );

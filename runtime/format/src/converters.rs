@@ -15,6 +15,8 @@ use headwater_api::{
     SchemaRef, SchemaType, Value,
 };
 
+use std::sync::Arc;
+
 use crate::java_text::{write_java_double, write_java_float};
 use crate::json::{JsonConverter, JsonConverterConfig, SchemaAndValue};
 
@@ -44,6 +46,23 @@ pub trait Converter: Send + Sync {
             }
             None => Ok(false),
         }
+    }
+    /// [`Converter::write_connect_data`] that may return the serialised value's leading bytes
+    /// by reference instead of appending them: the value is then `prefix ++ out`. A converter
+    /// returns the same `Arc` whenever it means the same leading bytes (the JSON converter with
+    /// schemas: `{"schema":…,"payload":` of one schema), so a writer can store repeats of them
+    /// by reference, as the log's LZ4 batches do. `Ok(None)`: a Kafka null (nothing appended);
+    /// `Ok(Some(None))`: the whole value is in `out`, which the default always does.
+    fn write_connect_data_split(
+        &self,
+        topic: &str,
+        schema: Option<&SchemaRef>,
+        value: &Value,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Option<Arc<[u8]>>>, DataError> {
+        Ok(self
+            .write_connect_data(topic, schema, value, out)?
+            .then_some(None))
     }
     /// Deserialises bytes (`None` = Kafka null).
     fn to_connect_data(
@@ -82,6 +101,15 @@ impl Converter for JsonConverter {
         out: &mut Vec<u8>,
     ) -> Result<bool, DataError> {
         JsonConverter::write_connect_data(self, schema, value, out)
+    }
+    fn write_connect_data_split(
+        &self,
+        _topic: &str,
+        schema: Option<&SchemaRef>,
+        value: &Value,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Option<Arc<[u8]>>>, DataError> {
+        JsonConverter::write_connect_data_split(self, schema, value, out)
     }
     fn to_connect_data(
         &self,

@@ -137,6 +137,9 @@ struct Caches {
     /// Schema `Arc` address -> (the schema, its serialised JSON).
     /// By schema address (a fast hasher: looked up for every record's key and value).
     serialised: HashMap<usize, (SchemaRef, Arc<[u8]>), foldhash::fast::RandomState>,
+    /// Schema `Arc` address -> (the schema, `{"schema":<its JSON>,"payload":`), the leading
+    /// bytes of every value of that schema (see [`JsonConverter::write_connect_data_split`]).
+    envelope_prefixes: HashMap<usize, (SchemaRef, Arc<[u8]>), foldhash::fast::RandomState>,
     /// Schema JSON text -> parsed schema.
     parsed: HashMap<Box<str>, SchemaRef>,
     /// The envelope prefix of the last record read (`{"schema":<schema>,"payload":`) and its
@@ -204,6 +207,51 @@ impl JsonConverter {
             self.write_value(schema.map(|s| s.as_ref()), value, out)?;
         }
         Ok(true)
+    }
+
+    /// [`JsonConverter::write_connect_data`] that, with schemas enabled and a schema given,
+    /// leaves the value's leading `{"schema":<schema>,"payload":` out of `out` and returns it
+    /// instead, the same `Arc` for every value of one schema object while it stays cached (so
+    /// a writer can store it once and refer to it after). `Ok(None)`: a Kafka null (nothing
+    /// written); `Ok(Some(None))`: everything is in `out`.
+    pub fn write_connect_data_split(
+        &self,
+        schema: Option<&SchemaRef>,
+        value: &Value,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<Option<Arc<[u8]>>>, DataError> {
+        let Some(s) = schema.filter(|_| self.config.schemas_enable) else {
+            return Ok(self.write_connect_data(schema, value, out)?.then_some(None));
+        };
+        let prefix = self.envelope_prefix(s);
+        self.write_value(Some(s.as_ref()), value, out)?;
+        out.push(b'}');
+        Ok(Some(Some(prefix)))
+    }
+
+    /// `{"schema":<schema JSON>,"payload":`, from the cache when this schema object was seen
+    /// before.
+    fn envelope_prefix(&self, schema: &SchemaRef) -> Arc<[u8]> {
+        let key = Arc::as_ptr(schema) as usize;
+        if let Some((_, prefix)) = self.lock().envelope_prefixes.get(&key) {
+            return prefix.clone();
+        }
+        let json = self.schema_json(schema);
+        let mut buf = Vec::with_capacity(json.len() + 24);
+        buf.extend_from_slice(b"{\"schema\":");
+        buf.extend_from_slice(&json);
+        buf.extend_from_slice(b",\"payload\":");
+        let prefix: Arc<[u8]> = buf.into();
+        let mut caches = self.lock();
+        if caches.envelope_prefixes.len() >= self.config.schemas_cache_size {
+            caches.envelope_prefixes.clear();
+        }
+        if self.config.schemas_cache_size > 0 {
+            caches
+                .envelope_prefixes
+                .insert(key, (schema.clone(), prefix.clone()));
+        }
+        prefix
     }
 
     /// Appends the serialised JSON of a schema, copied straight from the cache when this schema
@@ -1185,6 +1233,69 @@ mod tests {
 
     fn text(bytes: Option<Vec<u8>>) -> Option<String> {
         bytes.map(|b| String::from_utf8(b).unwrap())
+    }
+
+    #[test]
+    fn a_split_value_is_the_shared_envelope_prefix_and_the_rest() {
+        let schema = SchemaBuilder::struct_()
+            .field("id", Schema::int64())
+            .field("note", Schema::optional_string())
+            .build_ref();
+        let value = |id: i64| {
+            Value::Struct(
+                Struct::new(schema.clone())
+                    .unwrap()
+                    .with("id", id)
+                    .with("note", "n\"1"),
+            )
+        };
+        let conv = JsonConverter::new(JsonConverterConfig::default());
+        let mut prefixes = Vec::new();
+        for id in [1, 2] {
+            let mut rest = Vec::new();
+            let prefix = conv
+                .write_connect_data_split(Some(&schema), &value(id), &mut rest)
+                .unwrap()
+                .expect("not null")
+                .expect("a prefix with schemas enabled");
+            let whole = conv
+                .from_connect_data("t", Some(&schema), &value(id))
+                .unwrap()
+                .unwrap();
+            assert_eq!([&prefix[..], &rest[..]].concat(), whole);
+            assert!(prefix.starts_with(b"{\"schema\":") && prefix.ends_with(b",\"payload\":"));
+            prefixes.push(prefix);
+        }
+        assert!(
+            Arc::ptr_eq(&prefixes[0], &prefixes[1]),
+            "one prefix per schema"
+        );
+        // A Kafka null, and no schema: no prefix.
+        let mut out = Vec::new();
+        assert_eq!(
+            conv.write_connect_data_split(None, &Value::Null, &mut out)
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            conv.write_connect_data_split(None, &Value::Int32(3), &mut out)
+                .unwrap(),
+            Some(None)
+        );
+        assert_eq!(out, br#"{"schema":null,"payload":3}"#);
+        // Schemas disabled: the payload alone, no prefix.
+        let plain = JsonConverter::new(JsonConverterConfig {
+            schemas_enable: false,
+            ..JsonConverterConfig::default()
+        });
+        let mut out = Vec::new();
+        assert_eq!(
+            plain
+                .write_connect_data_split(Some(&schema), &value(3), &mut out)
+                .unwrap(),
+            Some(None)
+        );
+        assert_eq!(out, br#"{"id":3,"note":"n\"1"}"#);
     }
 
     #[test]

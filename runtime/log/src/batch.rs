@@ -17,6 +17,9 @@
 
 use std::borrow::Cow;
 use std::io::{Read, Write};
+use std::sync::Arc;
+
+use crate::lz4_repeats::{Repeat, RepeatEncoder};
 
 use crate::varint::{
     read_varint, read_varlong, varint_len, varlong_len, write_varint, write_varlong,
@@ -267,6 +270,14 @@ pub struct BatchBuilder {
     records: Vec<u8>,
     /// Where the uncompressed staged records start in `records` (0 unless incremental LZ4).
     staged_from: usize,
+    /// With LZ4: value prefixes of the staged block stored by reference, as repeats of the
+    /// previous record's (positions relative to `staged_from`; see [`crate::lz4_repeats`]).
+    repeats: Vec<Repeat>,
+    /// The bytes `repeats` stand for.
+    repeated_len: usize,
+    /// The last value prefix staged in this block and where it starts (logical position in
+    /// the staged block).
+    last_prefix: Option<(Arc<[u8]>, usize)>,
     /// Uncompressed bytes already compressed into finished blocks.
     compressed_input: usize,
     count: i32,
@@ -299,6 +310,9 @@ impl BatchBuilder {
         BatchBuilder {
             records: buffer,
             staged_from,
+            repeats: Vec::new(),
+            repeated_len: 0,
+            last_prefix: None,
             compressed_input: 0,
             count: 0,
             base_timestamp: -1,
@@ -317,7 +331,12 @@ impl BatchBuilder {
     }
     /// Uncompressed size of the batch so far (header included).
     pub fn size_bytes(&self) -> usize {
-        HEADER_SIZE + self.compressed_input + self.records.len() - self.staged_from
+        HEADER_SIZE + self.compressed_input + self.staged_len()
+    }
+
+    /// Uncompressed bytes staged (repeats included).
+    fn staged_len(&self) -> usize {
+        self.records.len() - self.staged_from + self.repeated_len
     }
 
     /// Appends a record with the next offset delta; `timestamp` is milliseconds since the epoch.
@@ -328,25 +347,137 @@ impl BatchBuilder {
         value: Option<&[u8]>,
         headers: &[RecordHeader<'_>],
     ) {
+        self.append_with_prefix(timestamp, key, None, value, headers);
+    }
+
+    /// [`BatchBuilder::append`] of a record whose value is `value_prefix ++ value` (`value`
+    /// must then be given). With LZ4, a prefix that is the same `Arc` as the previous record's
+    /// in the same block is not copied: the block stores it as a match reaching back to that
+    /// copy (see [`crate::lz4_repeats`]), which costs neither the copy nor the compressor's
+    /// pass over it. Blocks then end at record boundaries; either way the batch holds the same
+    /// records.
+    pub fn append_with_prefix(
+        &mut self,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value_prefix: Option<&Arc<[u8]>>,
+        value: Option<&[u8]>,
+        headers: &[RecordHeader<'_>],
+    ) {
         if self.count == 0 {
             self.base_timestamp = timestamp;
         }
         self.max_timestamp = self.max_timestamp.max(timestamp);
         let ts_delta = timestamp - self.base_timestamp;
         let offset_delta = self.count;
-        encode_record(
+        let prefix: &[u8] = value_prefix.map_or(&[], |p| &p[..]);
+        let value_len = value.map(|v| prefix.len() + v.len());
+        let headers = headers.iter().map(|h| (h.key, h.value));
+        let body_len = record_body_len(ts_delta, offset_delta, key, value_len, headers.clone());
+        let lz4 = self.compression == Compression::Lz4;
+        let repeatable = lz4 && prefix.len() >= MIN_REPEATED_PREFIX;
+        if lz4 && (repeatable || !self.repeats.is_empty()) {
+            // A block with repeats ends at a record boundary (a repeat cannot straddle blocks).
+            let staged = self.staged_len();
+            if staged > 0 && staged + varint_len(body_len as i32) + body_len > LZ4_BLOCK {
+                self.compress_staged();
+            }
+        }
+        self.records.reserve(body_len + 5);
+        write_record_head(
             &mut self.records,
+            body_len,
             ts_delta,
             offset_delta,
             key,
-            value,
-            headers.iter().map(|h| (h.key, h.value)),
+            value_len,
         );
-        self.count += 1;
-        if self.compression == Compression::Lz4 {
-            while self.records.len() - self.staged_from >= LZ4_BLOCK {
-                self.compress_staged_block(LZ4_BLOCK);
+        if let Some(v) = value {
+            if let Some(p) = value_prefix.filter(|_| repeatable) {
+                let at = self.staged_len();
+                match &mut self.last_prefix {
+                    Some((last, last_at)) if Arc::ptr_eq(last, p) => {
+                        self.repeats.push(Repeat {
+                            at: self.records.len() - self.staged_from,
+                            len: p.len(),
+                            distance: at - *last_at,
+                        });
+                        self.repeated_len += p.len();
+                        *last_at = at;
+                    }
+                    last => {
+                        self.records.extend_from_slice(p);
+                        *last = Some((p.clone(), at));
+                    }
+                }
+            } else {
+                self.records.extend_from_slice(prefix);
             }
+            self.records.extend_from_slice(v);
+        }
+        write_record_headers(&mut self.records, headers);
+        self.count += 1;
+        if lz4 {
+            while self.staged_len() >= LZ4_BLOCK {
+                if self.repeats.is_empty() {
+                    self.compress_staged_block(LZ4_BLOCK);
+                    // The staged bytes moved: a prefix left among them is not tracked.
+                    self.last_prefix = None;
+                } else {
+                    self.compress_staged();
+                }
+            }
+        }
+    }
+
+    /// Compresses every staged byte into one block (or, without repeats and longer than a
+    /// block, into several).
+    fn compress_staged(&mut self) {
+        self.last_prefix = None;
+        if self.repeats.is_empty() {
+            loop {
+                let staged = self.records.len() - self.staged_from;
+                if staged == 0 {
+                    return;
+                }
+                self.compress_staged_block(staged.min(LZ4_BLOCK));
+            }
+        }
+        let start = self.staged_from;
+        let logical = self.staged_len();
+        let compressed = LZ4_SCRATCH.with(|scratch| {
+            let scratch = &mut *scratch.borrow_mut();
+            let Lz4Scratch {
+                repeat_encoder,
+                repeat_block,
+                ..
+            } = scratch;
+            repeat_block.clear();
+            match repeat_encoder.compress(&self.records[start..], &self.repeats, repeat_block) {
+                Ok(()) if repeat_block.len() + 4 < logical => {
+                    self.records.truncate(start);
+                    self.records
+                        .extend_from_slice(&(repeat_block.len() as u32).to_le_bytes());
+                    self.records.extend_from_slice(repeat_block);
+                    true
+                }
+                _ => false,
+            }
+        });
+        if compressed {
+            self.staged_from = self.records.len();
+            self.compressed_input += logical;
+        } else {
+            // Not expected (a repeat saves more than it costs): write the repeats out and
+            // compress the bytes as they are.
+            let bytes = crate::lz4_repeats::materialize(&self.records[start..], &self.repeats);
+            self.records.truncate(start);
+            self.records.extend_from_slice(&bytes);
+        }
+        self.repeats.clear();
+        self.repeated_len = 0;
+        if !compressed {
+            self.compress_staged();
         }
     }
 
@@ -405,10 +536,7 @@ impl BatchBuilder {
         out.clear();
         match self.compression {
             Compression::Lz4 => {
-                let staged = self.records.len() - self.staged_from;
-                if staged > 0 {
-                    self.compress_staged_block(staged);
-                }
+                self.compress_staged();
                 self.records.extend_from_slice(&0u32.to_le_bytes()); // end mark
                 out.reserve(HEADER_SIZE + self.records.len());
                 out.resize(HEADER_SIZE, 0);
@@ -504,25 +632,66 @@ fn encode_record<'h>(
     value: Option<&[u8]>,
     headers: impl Iterator<Item = (&'h str, Option<&'h [u8]>)> + Clone,
 ) {
-    let bytes_len = |b: Option<&[u8]>| match b {
-        Some(b) => varint_len(b.len() as i32) + b.len(),
+    let value_len = value.map(<[u8]>::len);
+    let body_len = record_body_len(ts_delta, offset_delta, key, value_len, headers.clone());
+    out.reserve(body_len + 5);
+    write_record_head(out, body_len, ts_delta, offset_delta, key, value_len);
+    if let Some(v) = value {
+        out.extend_from_slice(v);
+    }
+    write_record_headers(out, headers);
+}
+
+/// The length of a record's body (everything after its length varint), its value `value_len`
+/// bytes long (`None`: null).
+fn record_body_len<'h>(
+    ts_delta: i64,
+    offset_delta: i32,
+    key: Option<&[u8]>,
+    value_len: Option<usize>,
+    headers: impl Iterator<Item = (&'h str, Option<&'h [u8]>)>,
+) -> usize {
+    let len_of = |len: Option<usize>| match len {
+        Some(n) => varint_len(n as i32) + n,
         None => varint_len(-1),
     };
-    let mut body_len =
-        1 + varlong_len(ts_delta) + varint_len(offset_delta) + bytes_len(key) + bytes_len(value);
-    let header_count = headers.clone().count();
-    body_len += varint_len(header_count as i32);
-    for (k, v) in headers.clone() {
-        body_len += varint_len(k.len() as i32) + k.len() + bytes_len(v);
+    let mut body_len = 1
+        + varlong_len(ts_delta)
+        + varint_len(offset_delta)
+        + len_of(key.map(<[u8]>::len))
+        + len_of(value_len);
+    let mut header_count = 0;
+    for (k, v) in headers {
+        header_count += 1;
+        body_len += varint_len(k.len() as i32) + k.len() + len_of(v.map(<[u8]>::len));
     }
-    out.reserve(body_len + 5);
+    body_len + varint_len(header_count)
+}
+
+/// Appends a record's length, attributes, deltas, key and value length: what precedes the
+/// value bytes.
+fn write_record_head(
+    out: &mut Vec<u8>,
+    body_len: usize,
+    ts_delta: i64,
+    offset_delta: i32,
+    key: Option<&[u8]>,
+    value_len: Option<usize>,
+) {
     write_varint(out, body_len as i32);
     out.push(0); // record attributes, unused
     write_varlong(out, ts_delta);
     write_varint(out, offset_delta);
     write_bytes(out, key);
-    write_bytes(out, value);
-    write_varint(out, header_count as i32);
+    write_varint(out, value_len.map_or(-1, |n| n as i32));
+}
+
+/// Appends a record's headers: what follows the value bytes.
+fn write_record_headers<'h>(
+    out: &mut Vec<u8>,
+    headers: impl Iterator<Item = (&'h str, Option<&'h [u8]>)> + Clone,
+) {
+    write_varint(out, headers.clone().count() as i32);
     for (k, v) in headers {
         write_varint(out, k.len() as i32);
         out.extend_from_slice(k.as_bytes());
@@ -846,14 +1015,23 @@ const LZ4_BLOCK: usize = u16::MAX as usize - 1;
 struct Lz4Scratch {
     table: lz4_flex::block::CompressTable,
     block: Vec<u8>,
+    /// The encoder of blocks with repeated value prefixes, and its output block.
+    repeat_encoder: RepeatEncoder,
+    repeat_block: Vec<u8>,
 }
 
 thread_local! {
     static LZ4_SCRATCH: std::cell::RefCell<Lz4Scratch> = std::cell::RefCell::new(Lz4Scratch {
         table: lz4_flex::block::CompressTable::small(),
         block: vec![0; lz4_flex::block::get_maximum_output_size(LZ4_BLOCK)],
+        repeat_encoder: RepeatEncoder::default(),
+        repeat_block: Vec::with_capacity(LZ4_BLOCK),
     });
 }
+
+/// Value prefixes shorter than this are copied even when repeated: a repeat is worth its
+/// bookkeeping only for long ones (the JSON converter's schema prefix is kilobytes).
+const MIN_REPEATED_PREFIX: usize = 64;
 /// Block size word flag: the block is stored uncompressed.
 const LZ4_UNCOMPRESSED: u32 = 0x8000_0000;
 
@@ -1248,6 +1426,90 @@ mod tests {
                 assert_eq!(scratch, b.build().unwrap(), "{codec:?} round {round}");
                 verify(&scratch).unwrap();
             }
+        }
+    }
+
+    #[test]
+    fn repeated_value_prefixes_give_the_same_records() {
+        // Values written as a shared prefix plus the rest: LZ4 batches store repeats of the
+        // previous record's prefix by reference. Whatever the mix (prefixes changing, nulls,
+        // short prefixes copied, records larger than a block, headers), the records read back
+        // are those of a plain batch of the whole values, and the frame is readable by
+        // lz4_flex's standard frame decoder too.
+        let [_, _, text, noise] = &sample_payloads()[..] else {
+            unreachable!("four samples")
+        };
+        let schema_a: Arc<[u8]> = text[..2_900].to_vec().into();
+        let schema_b: Arc<[u8]> = text[1_000..4_000].to_vec().into();
+        let short: Arc<[u8]> = b"{\"schema\":null,\"payload\":".to_vec().into();
+        let huge: Arc<[u8]> = noise[..70_000].to_vec().into();
+        type Case<'a> = (Option<&'a Arc<[u8]>>, Option<&'a [u8]>);
+        let cases: Vec<Case<'_>> = vec![
+            (Some(&schema_a), Some(b"{\"id\":1}}")),
+            (Some(&schema_a), Some(&text[5_000..5_600])),
+            (None, None),
+            (Some(&schema_a), Some(b"x")),
+            (Some(&schema_b), Some(&noise[..300])),
+            (Some(&schema_a), Some(&text[..700])),
+            (Some(&short), Some(b"{}}")),
+            (Some(&schema_b), Some(b"{\"id\":2}}")),
+            (Some(&huge), Some(b"tail")),
+            (Some(&schema_b), Some(b"")),
+            (None, Some(&noise[..64_000])),
+            (Some(&schema_b), Some(&text[..9])),
+        ];
+        let header_value = b"h".as_slice();
+        for (rounds, stride) in [(1, 1), (5, 1), (40, 1), (60, 0)] {
+            let mut lz4 = BatchBuilder::new(Compression::Lz4, ProducerFields::default());
+            let mut plain = BatchBuilder::new(Compression::None, ProducerFields::default());
+            let mut expected = Vec::new();
+            let mut repeated = 0;
+            for i in 0..rounds * cases.len() {
+                // Stride 0: the first (repeating) case only, many blocks of repeats.
+                let (prefix, rest) = cases[(i * stride) % cases.len()];
+                let whole: Option<Vec<u8>> = rest.map(|r| {
+                    let mut v = prefix.map_or(Vec::new(), |p| p.to_vec());
+                    v.extend_from_slice(r);
+                    v
+                });
+                let key = format!("key-{i}");
+                let headers = [RecordHeader {
+                    key: "n",
+                    value: (i % 3 == 0).then_some(header_value),
+                }];
+                let prefix = rest.and(prefix);
+                lz4.append_with_prefix(i as i64, Some(key.as_bytes()), prefix, rest, &headers);
+                plain.append(i as i64, Some(key.as_bytes()), whole.as_deref(), &headers);
+                assert_eq!(lz4.size_bytes(), plain.size_bytes(), "record {i}");
+                repeated = repeated.max(lz4.repeats.len());
+                expected.push(whole);
+            }
+            assert!(repeated > 0, "no prefix was stored as a repeat");
+            let built = lz4.build().unwrap();
+            verify(&built).unwrap();
+            let plain = plain.build().unwrap();
+            if stride == 0 {
+                assert!(
+                    built.len() * 20 < plain.len(),
+                    "{} of {}",
+                    built.len(),
+                    plain.len()
+                );
+            }
+            let decoded = DecodedBatch::decode(&built).unwrap();
+            let records = decoded.records().unwrap();
+            let plain_decoded = DecodedBatch::decode(&plain).unwrap();
+            let plain_records = plain_decoded.records().unwrap();
+            assert_eq!(records.len(), expected.len());
+            for (i, (r, p)) in records.iter().zip(&plain_records).enumerate() {
+                assert_eq!(r.value, expected[i].as_deref(), "record {i}");
+                assert_eq!((r.key, &r.headers), (p.key, &p.headers), "record {i}");
+            }
+            let mut framed = Vec::new();
+            lz4_flex::frame::FrameDecoder::new(&built[HEADER_SIZE..])
+                .read_to_end(&mut framed)
+                .unwrap();
+            assert_eq!(framed, plain[HEADER_SIZE..], "{rounds} rounds");
         }
     }
 

@@ -19,6 +19,7 @@ pub mod clock;
 pub mod config;
 pub mod index;
 pub mod log;
+pub mod lz4_repeats;
 pub mod partition;
 pub mod partitioner;
 pub mod segment;
