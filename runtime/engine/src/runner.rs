@@ -44,12 +44,12 @@ use crate::stores::{offset_key, offsets_batch, InternalTopics, OffsetsByConnecto
 type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Flush a partition's batch into the log transaction at this size.
-const BATCH_BYTES: usize = 256 * 1024;
+const BATCH_BYTES: usize = 512 * 1024;
 /// Commit at a boundary once this much is pending...
-const COMMIT_BYTES: usize = 8 * 1024 * 1024;
+const COMMIT_BYTES: usize = 16 * 1024 * 1024;
 /// ...or once the oldest pending record waited this long (or at once when the source is caught
 /// up, see [`headwater_api::SourceBatch::caught_up`]).
-const LINGER: Duration = Duration::from_millis(5);
+const LINGER: Duration = Duration::from_millis(20);
 /// Commits handed to the sealer and not yet durable, at most.
 const MAX_IN_FLIGHT: usize = 2;
 

@@ -55,8 +55,12 @@ impl Partitioner {
         Self::default()
     }
 
-    /// The partition for a record with this key (`None` = null key).
+    /// The partition for a record with this key (`None` = null key). A topic of one
+    /// partition needs no hash (nor a turn of the round-robin).
     pub fn partition(&self, key: Option<&[u8]>, partitions: u32) -> u32 {
+        if partitions <= 1 {
+            return 0;
+        }
         match key {
             Some(k) => partition_for_key(k, partitions),
             None => self.next_unkeyed.fetch_add(1, Ordering::Relaxed) % partitions.max(1),
