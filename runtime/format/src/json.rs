@@ -242,15 +242,8 @@ impl JsonConverter {
         buf.extend_from_slice(&json);
         buf.extend_from_slice(b",\"payload\":");
         let prefix: Arc<[u8]> = buf.into();
-        let mut caches = self.lock();
-        if caches.envelope_prefixes.len() >= self.config.schemas_cache_size {
-            caches.envelope_prefixes.clear();
-        }
-        if self.config.schemas_cache_size > 0 {
-            caches
-                .envelope_prefixes
-                .insert(key, (schema.clone(), prefix.clone()));
-        }
+        let limit = self.config.schemas_cache_size;
+        remember(&mut self.lock().envelope_prefixes, limit, schema, &prefix);
         prefix
     }
 
@@ -276,15 +269,8 @@ impl JsonConverter {
         let mut buf = Vec::with_capacity(512);
         self.write_schema(schema, None, &mut buf);
         let json: Arc<[u8]> = buf.into();
-        let mut caches = self.lock();
-        if caches.serialised.len() >= self.config.schemas_cache_size {
-            caches.serialised.clear();
-        }
-        if self.config.schemas_cache_size > 0 {
-            caches
-                .serialised
-                .insert(key, (schema.clone(), json.clone()));
-        }
+        let limit = self.config.schemas_cache_size;
+        remember(&mut self.lock().serialised, limit, schema, &json);
         json
     }
 
@@ -1224,6 +1210,25 @@ fn schemaless_value(json: &Json) -> Value {
                 .map(|(k, v)| (Value::String(k.clone()), schemaless_value(v)))
                 .collect(),
         ),
+    }
+}
+
+/// Caches `bytes` for `schema` (by `Arc` address) in a cache of at most `limit` schemas,
+/// emptied when full (`schemas.cache.size`; 0 caches nothing).
+fn remember(
+    cache: &mut HashMap<usize, (SchemaRef, Arc<[u8]>), foldhash::fast::RandomState>,
+    limit: usize,
+    schema: &SchemaRef,
+    bytes: &Arc<[u8]>,
+) {
+    if cache.len() >= limit {
+        cache.clear();
+    }
+    if limit > 0 {
+        cache.insert(
+            Arc::as_ptr(schema) as usize,
+            (schema.clone(), bytes.clone()),
+        );
     }
 }
 
