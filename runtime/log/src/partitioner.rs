@@ -63,7 +63,7 @@ impl Partitioner {
         }
         match key {
             Some(k) => partition_for_key(k, partitions),
-            None => self.next_unkeyed.fetch_add(1, Ordering::Relaxed) % partitions.max(1),
+            None => self.next_unkeyed.fetch_add(1, Ordering::Relaxed) % partitions,
         }
     }
 }
