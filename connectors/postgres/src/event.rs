@@ -397,17 +397,19 @@ impl EventBuilder {
         seq
     }
 
-    /// A copy of `block` (a source block of the same table and transaction) for the event at
-    /// `lsn`: only `sequence` and `lsn` differ between events of one transaction.
+    /// `block` (a source block of the same table and transaction) for the event at `lsn`: only
+    /// `sequence` and `lsn` differ between events of one transaction, so a shared `block` is
+    /// shared by the result too, which holds just those two values ([`Struct::replacing`]).
     pub fn source_for_lsn(block: &Struct, last_commit_lsn: Option<i64>, lsn: i64) -> Struct {
-        let mut s = block.clone();
+        let replaced = block.replacing([
+            (
+                Self::SOURCE_SEQUENCE,
+                Value::String(Self::sequence(last_commit_lsn, Some(lsn))),
+            ),
+            (Self::SOURCE_LSN, Value::Int64(lsn)),
+        ]);
         // Both values match their fields by construction.
-        let _ = s.put_at(
-            Self::SOURCE_SEQUENCE,
-            Value::String(Self::sequence(last_commit_lsn, Some(lsn))),
-        );
-        let _ = s.put_at(Self::SOURCE_LSN, Value::Int64(lsn));
-        s
+        replaced.unwrap_or_else(|_| block.clone())
     }
 
     pub fn source(&self, table: &TableId, info: &SourceInfo) -> Struct {

@@ -1705,7 +1705,9 @@ impl Inner {
             },
         );
         if let Some(t) = &self.txn {
+            let block = block.into_shared();
             self.source_cache = Some(((t.begin_lsn, t.xid, t.ts_us), id.clone(), block.clone()));
+            return block;
         }
         block
     }

@@ -95,6 +95,15 @@ pub fn zoned_timestamp(unix_micros: i64, width: Option<usize>) -> String {
     let days = unix_micros.div_euclid(MICROS_PER_DAY);
     let tod = unix_micros.rem_euclid(MICROS_PER_DAY);
     let (y, m, d) = civil_from_days(days);
+    if (0..=9999).contains(&y) && width.is_none_or(|w| w <= 6) {
+        // The common case, laid out in a stack buffer: 4-digit year, at most 6 fraction digits.
+        return zoned_timestamp_short(y as u32, m, d, tod, width);
+    }
+    zoned_timestamp_general(y, m, d, tod, width)
+}
+
+/// [`zoned_timestamp`] of any date and fraction width.
+fn zoned_timestamp_general(y: i64, m: u32, d: u32, tod: i64, width: Option<usize>) -> String {
     let mut out = String::with_capacity(32);
     push_year(&mut out, y);
     out.push('-');
@@ -105,6 +114,48 @@ pub fn zoned_timestamp(unix_micros: i64, width: Option<usize>) -> String {
     push_time(&mut out, tod, width);
     out.push('Z');
     out
+}
+
+/// [`zoned_timestamp`] of a year `0..=9999` with at most 6 fraction digits.
+fn zoned_timestamp_short(y: u32, m: u32, d: u32, tod: i64, width: Option<usize>) -> String {
+    fn put(buf: &mut [u8], mut value: u32) {
+        for b in buf.iter_mut().rev() {
+            *b = b'0' + (value % 10) as u8;
+            value /= 10;
+        }
+    }
+    let secs = (tod / 1_000_000) as u32;
+    let frac = (tod % 1_000_000) as u32;
+    let mut b = *b"0000-00-00T00:00:00.000000Z";
+    put(&mut b[0..4], y);
+    put(&mut b[5..7], m);
+    put(&mut b[8..10], d);
+    put(&mut b[11..13], secs / 3600);
+    put(&mut b[14..16], (secs / 60) % 60);
+    put(&mut b[17..19], secs % 60);
+    let digits = match width {
+        Some(w) => w,
+        None if frac == 0 => 0,
+        None => 6 - count_trailing_decimal_zeros(frac),
+    };
+    let mut end = 19;
+    if digits > 0 {
+        put(&mut b[20..26], frac);
+        end = 20 + digits;
+    }
+    b[end] = b'Z';
+    // Only ASCII digits and separators were written.
+    String::from_utf8_lossy(&b[..=end]).into_owned()
+}
+
+/// How many trailing decimal zeros a non-zero value has.
+fn count_trailing_decimal_zeros(mut v: u32) -> usize {
+    let mut n = 0;
+    while v.is_multiple_of(10) {
+        v /= 10;
+        n += 1;
+    }
+    n
 }
 
 /// Debezium's `ZonedTime` text of a UTC time of day: `11:45:56.123456Z` (fraction trimmed).
@@ -193,6 +244,32 @@ mod tests {
         }
         assert_eq!(civil_from_days(19_782), (2024, 2, 29));
         assert_eq!(civil_from_days(-719_162), (1, 1, 1));
+    }
+
+    #[test]
+    fn the_short_timestamp_text_is_the_general_one() {
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        for case in 0..50_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            // Years about -300..4000, and round values (trailing fraction zeros) often.
+            let mut micros = (rng % (1u64 << 57)) as i64 - (1i64 << 56) / 3;
+            if case % 3 == 0 {
+                micros -= micros % 10i64.pow((case / 3 % 7) as u32);
+            }
+            let days = micros.div_euclid(MICROS_PER_DAY);
+            let tod = micros.rem_euclid(MICROS_PER_DAY);
+            let (y, m, d) = civil_from_days(days);
+            for width in [None, Some(0), Some(1), Some(3), Some(6), Some(9)] {
+                let general = zoned_timestamp_general(y, m, d, tod, width);
+                assert_eq!(
+                    zoned_timestamp(micros, width),
+                    general,
+                    "{micros} {width:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -17,9 +17,15 @@
 //! snapshot) is built once, shared, and carried by all of them. Shared values never change while
 //! another holder exists, which lets converters cache the serialised form of a shared struct by
 //! the address of its values ([`Struct::shared_values`]).
+//!
+//! A struct can also be a shared struct with a few fields replaced ([`Struct::replacing`]): a
+//! per-event `source` block that differs from its transaction's only in `lsn` and `sequence`.
+//! It holds the shared values and the replacements (no copy of the rest); its full value list
+//! is built on the first call of [`Struct::values`], and converters that know the form write
+//! it from the cached serialisation of the shared values ([`Struct::replaced_parts`]).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::error::DataError;
 use crate::schema::{Schema, SchemaRef, SchemaType};
@@ -158,11 +164,44 @@ pub struct Struct {
     values: Values,
 }
 
-/// A struct's values: owned, or shared and copied on write.
+/// A struct's values: owned, shared and copied on write, or shared with some replaced.
 #[derive(Clone, Debug)]
 enum Values {
     Owned(Vec<Value>),
     Shared(Arc<[Value]>),
+    Replaced(Box<Replaced>),
+}
+
+/// A struct made by [`Struct::replacing`] seen as its shared values and its replacements
+/// (`(field index, value)`, in increasing index order).
+pub type ReplacedParts<'a> = (&'a Arc<[Value]>, &'a [(usize, Value)]);
+
+/// The most fields [`Struct::replacing`] replaces.
+pub const MAX_REPLACED_FIELDS: usize = 4;
+
+/// Shared values with up to [`MAX_REPLACED_FIELDS`] of them replaced.
+#[derive(Clone, Debug)]
+struct Replaced {
+    base: Arc<[Value]>,
+    /// `(field index, value)` in increasing index order; the first `count` are used.
+    replacements: [(usize, Value); MAX_REPLACED_FIELDS],
+    count: usize,
+    /// The full value list, built when first asked for.
+    full: OnceLock<Vec<Value>>,
+}
+
+impl Replaced {
+    fn replacements(&self) -> &[(usize, Value)] {
+        &self.replacements[..self.count]
+    }
+
+    fn to_vec(&self) -> Vec<Value> {
+        let mut values = self.base.to_vec();
+        for (i, v) in self.replacements() {
+            values[*i] = v.clone();
+        }
+        values
+    }
 }
 
 impl Values {
@@ -170,6 +209,7 @@ impl Values {
         match self {
             Values::Owned(v) => v,
             Values::Shared(v) => v,
+            Values::Replaced(r) => r.full.get_or_init(|| r.to_vec()),
         }
     }
 }
@@ -256,6 +296,7 @@ impl Struct {
                 Some(values) => values.iter_mut().map(std::mem::take).collect(),
                 None => v.to_vec(),
             },
+            Values::Replaced(mut r) => r.full.take().unwrap_or_else(|| r.to_vec()),
         }
     }
 
@@ -268,6 +309,71 @@ impl Struct {
                 values: Values::Shared(v.into()),
             },
             Values::Shared(_) => self,
+            Values::Replaced(_) => {
+                let schema = self.schema.clone();
+                Struct {
+                    values: Values::Shared(self.into_values().into()),
+                    schema,
+                }
+            }
+        }
+    }
+
+    /// This shared struct with the fields at the given indexes replaced (at most
+    /// [`MAX_REPLACED_FIELDS`], in increasing index order, each value checked against its field
+    /// as [`Struct::put_at`] does). The result shares this struct's values and holds only the
+    /// replacements; a struct that is not shared is copied and changed instead.
+    pub fn replacing<const N: usize>(
+        &self,
+        replacements: [(usize, Value); N],
+    ) -> Result<Struct, DataError> {
+        let fields = self.schema.fields();
+        let mut last = None;
+        for (i, v) in &replacements {
+            let field = fields
+                .get(*i)
+                .ok_or_else(|| DataError::new(format!("field index {i} is out of range")))?;
+            if last.is_some_and(|l| l >= *i) {
+                return Err(DataError::new(
+                    "replaced fields must be given in increasing index order",
+                ));
+            }
+            last = Some(*i);
+            if !v.is_null() {
+                validate_value_named(field.name(), field.schema(), v)?;
+            }
+        }
+        let base = match &self.values {
+            Values::Shared(base) if N <= MAX_REPLACED_FIELDS => base.clone(),
+            _ => {
+                let mut copy = self.clone();
+                for (i, v) in replacements {
+                    copy.values_mut()[i] = v;
+                }
+                return Ok(copy);
+            }
+        };
+        let mut slots: [(usize, Value); MAX_REPLACED_FIELDS] = Default::default();
+        for (slot, r) in slots.iter_mut().zip(replacements) {
+            *slot = r;
+        }
+        Ok(Struct {
+            schema: self.schema.clone(),
+            values: Values::Replaced(Box::new(Replaced {
+                base,
+                replacements: slots,
+                count: N,
+                full: OnceLock::new(),
+            })),
+        })
+    }
+
+    /// For a struct made by [`Struct::replacing`]: the shared values it is based on and the
+    /// replacements (`(field index, value)`, in increasing index order).
+    pub fn replaced_parts(&self) -> Option<ReplacedParts<'_>> {
+        match &self.values {
+            Values::Replaced(r) => Some((&r.base, r.replacements())),
+            _ => None,
         }
     }
 
@@ -276,19 +382,24 @@ impl Struct {
     /// `Arc`, the values cannot change.
     pub fn shared_values(&self) -> Option<&Arc<[Value]>> {
         match &self.values {
-            Values::Owned(_) => None,
+            Values::Owned(_) | Values::Replaced(_) => None,
             Values::Shared(v) => Some(v),
         }
     }
 
     /// The values, owned first (copied when shared).
-    fn values_mut(&mut self) -> &mut [Value] {
-        if let Values::Shared(v) = &self.values {
-            self.values = Values::Owned(v.to_vec());
+    fn values_mut(&mut self) -> &mut Vec<Value> {
+        match &mut self.values {
+            Values::Owned(_) => {}
+            Values::Shared(v) => self.values = Values::Owned(v.to_vec()),
+            Values::Replaced(r) => {
+                let full = r.full.take().unwrap_or_else(|| r.to_vec());
+                self.values = Values::Owned(full);
+            }
         }
         match &mut self.values {
             Values::Owned(v) => v,
-            Values::Shared(_) => unreachable!("values were just made owned"),
+            _ => unreachable!("values were just made owned"),
         }
     }
 
@@ -330,16 +441,29 @@ impl Struct {
         self
     }
 
+    /// The value at field position `index` (panics when out of range, as slice indexing does);
+    /// unlike [`Struct::values`] it never builds the full value list of a struct with
+    /// replaced fields.
+    pub fn value_at(&self, index: usize) -> &Value {
+        match &self.values {
+            Values::Replaced(r) => match r.replacements().iter().find(|(i, _)| *i == index) {
+                Some((_, v)) => v,
+                None => &r.base[index],
+            },
+            values => &values.as_slice()[index],
+        }
+    }
+
     /// The raw value of a field (null when unset), or `None` for an unknown field name.
     pub fn get(&self, field: &str) -> Option<&Value> {
         let index = self.schema.field(field)?.index();
-        Some(&self.values()[index])
+        Some(self.value_at(index))
     }
 
     /// The value of a field, or the field schema's default when the value is null.
     pub fn get_or_default(&self, field: &str) -> Option<&Value> {
         let f = self.schema.field(field)?;
-        let v = &self.values()[f.index()];
+        let v = self.value_at(f.index());
         if v.is_null() {
             if let Some(d) = f.schema().default_value() {
                 return Some(d);
@@ -589,5 +713,57 @@ mod tests {
         );
         assert!(validate_value(&map, &Value::Null).is_err());
         assert!(Struct::new(Schema::int32()).is_err());
+    }
+
+    #[test]
+    fn replacing_shares_the_base_and_reads_like_a_changed_copy() {
+        let base = Struct::new(row_schema())
+            .unwrap()
+            .with("id", 1i64)
+            .with("note", "hello")
+            .with("status", "open")
+            .into_shared();
+        let changed = base
+            .replacing([(0, Value::Int64(2)), (2, Value::Null)])
+            .unwrap();
+        let (shared, replaced) = changed.replaced_parts().unwrap();
+        assert!(Arc::ptr_eq(shared, base.shared_values().unwrap()));
+        assert_eq!(replaced, &[(0, Value::Int64(2)), (2, Value::Null)][..]);
+        let mut expected = base.clone();
+        expected
+            .put_at(0, 2i64)
+            .unwrap()
+            .put_at(2, Value::Null)
+            .unwrap();
+        assert_eq!(changed.values(), expected.values());
+        assert_eq!(changed, expected);
+        assert_eq!(changed.get("status"), Some(&Value::from("open")));
+        assert_eq!(changed.get("id"), Some(&Value::Int64(2)));
+        assert_eq!(changed.value_at(2), &Value::Null);
+        assert_eq!(changed.clone().into_values(), expected.values().to_vec());
+        // The base is unchanged, and changing the result copies it.
+        assert_eq!(base.get("id"), Some(&Value::Int64(1)));
+        let mut owned = changed.clone();
+        owned.put("status", "closed").unwrap();
+        assert!(owned.replaced_parts().is_none());
+        assert_eq!(owned.get("id"), Some(&Value::Int64(2)));
+        assert_eq!(changed.get("status"), Some(&Value::from("open")));
+        let reshared = changed.into_shared();
+        assert_eq!(reshared.values(), expected.values());
+        assert!(reshared.shared_values().is_some());
+    }
+
+    #[test]
+    fn replacing_checks_values_and_order_and_copies_unshared_structs() {
+        let base = Struct::new(row_schema()).unwrap().with("id", 1i64);
+        let copy = base.replacing([(0, Value::Int64(5))]).unwrap();
+        assert!(copy.replaced_parts().is_none());
+        assert_eq!(copy.get("id"), Some(&Value::Int64(5)));
+        let shared = base.into_shared();
+        assert!(shared.replacing([(0, Value::from("x"))]).is_err());
+        assert!(shared.replacing([(9, Value::Null)]).is_err());
+        assert!(shared
+            .replacing([(2, Value::Null), (0, Value::Int64(1))])
+            .is_err());
     }
 }

@@ -118,11 +118,12 @@ pub fn source_ts_ms(record: &SourceRecord) -> Option<i64> {
     source.get("ts_ms").and_then(Value::as_i64)
 }
 
-/// Stores the source lag of `record` (if it carries `source.ts_ms`) in `lag_ms`.
-pub fn observe_source_lag(lag_ms: &AtomicI64, record: &SourceRecord) {
-    if let Some(ts) = source_ts_ms(record) {
-        let now = headwater_log::log::now_ms();
-        lag_ms.store((now - ts).max(0), Ordering::Relaxed);
+/// Stores the source lag at `now_ms` of the newest of `records` that carries `source.ts_ms`
+/// (among the last few; a tombstone carries none) in `lag_ms`. The runner observes each polled
+/// batch.
+pub fn observe_source_lag(lag_ms: &AtomicI64, records: &[SourceRecord], now_ms: i64) {
+    if let Some(ts) = records.iter().rev().take(8).find_map(source_ts_ms) {
+        lag_ms.store((now_ms - ts).max(0), Ordering::Relaxed);
     }
 }
 
@@ -622,7 +623,11 @@ mod tests {
         );
         assert_eq!(source_ts_ms(&record), Some(now - 1500));
         let lag = AtomicI64::new(NO_LAG);
-        observe_source_lag(&lag, &record);
+        observe_source_lag(
+            &lag,
+            std::slice::from_ref(&record),
+            headwater_log::log::now_ms(),
+        );
         let seen = lag.load(Ordering::Relaxed);
         assert!((1500..60_000).contains(&seen), "{seen}");
         let plain = SourceRecord::new(

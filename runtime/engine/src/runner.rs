@@ -259,6 +259,11 @@ struct InFlight {
 struct Scratch {
     key: Vec<u8>,
     value: Vec<u8>,
+    /// Shared spans left out of `key` and `value` (see `Converter::write_connect_data_spans`).
+    key_spans: Vec<(usize, std::sync::Arc<[u8]>)>,
+    value_spans: Vec<(usize, std::sync::Arc<[u8]>)>,
+    /// The whole key when it has spans and is hashed to choose a partition.
+    whole_key: Vec<u8>,
     /// Emptied record buffers of appended builders.
     free_records: Vec<Vec<u8>>,
     /// The last source partition seen and its JSON form (the `offsets` key).
@@ -397,6 +402,7 @@ async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<()
             // Records without a timestamp get the time they were polled (one clock read per
             // batch), as a producer stamps CreateTime at send.
             let polled_at_ms = headwater_log::log::now_ms();
+            metrics::observe_source_lag(&setup.shared.source_lag_ms, &batch.records, polled_at_ms);
             for record in batch.records {
                 process(
                     setup,
@@ -519,7 +525,6 @@ fn process(
     let source_offset = std::mem::take(&mut record.source_offset);
     note_offset(pending, source_partition, source_offset);
     pending.since.get_or_insert_with(Instant::now);
-    metrics::observe_source_lag(&setup.shared.source_lag_ms, &record);
     let skip_or_fail =
         |stage: &str, e: ConnectError| tolerate(setup, stage, e, described.as_deref());
     let transformed = match setup.chain.apply(record) {
@@ -529,26 +534,29 @@ fn process(
     };
     let scratch = &mut pending.scratch;
     scratch.key.clear();
-    let has_key = match setup.converters.key.write_connect_data(
+    scratch.key_spans.clear();
+    let has_key = match setup.converters.key.write_connect_data_spans(
         &transformed.topic,
         transformed.key_schema.as_ref(),
         &transformed.key,
         &mut scratch.key,
+        &mut scratch.key_spans,
     ) {
         Ok(k) => k,
         Err(e) => return skip_or_fail("KEY_CONVERTER", e.into()),
     };
     scratch.value.clear();
-    // The value may come back as a shared prefix (the JSON schema envelope) and the rest, so
-    // the batch stores repeats of the prefix by reference.
-    let (has_value, value_prefix) = match setup.converters.value.write_connect_data_split(
+    scratch.value_spans.clear();
+    // The value may come back with shared spans left out (the JSON schema envelope, cached
+    // `source` blocks), so the batch stores repeats of them by reference.
+    let has_value = match setup.converters.value.write_connect_data_spans(
         &transformed.topic,
         transformed.value_schema.as_ref(),
         &transformed.value,
         &mut scratch.value,
+        &mut scratch.value_spans,
     ) {
-        Ok(Some(prefix)) => (true, prefix),
-        Ok(None) => (false, None),
+        Ok(v) => v,
         Err(e) => return skip_or_fail("VALUE_CONVERTER", e.into()),
     };
     let headers = setup.converters.header_bytes(&transformed.headers);
@@ -565,7 +573,24 @@ fn process(
             (partitions, compression)
         }
     };
-    let key = has_key.then_some(&scratch.key[..]);
+    // The partitioner hashes the whole key: with spans left out of it, it is put together
+    // first (only for topics of several partitions; one partition needs no hash).
+    let key = match has_key {
+        false => None,
+        true if scratch.key_spans.is_empty() || partitions <= 1 => Some(&scratch.key[..]),
+        true => {
+            let scratch = &mut pending.scratch;
+            scratch.whole_key.clear();
+            let mut from = 0;
+            for (at, span) in &scratch.key_spans {
+                scratch.whole_key.extend_from_slice(&scratch.key[from..*at]);
+                scratch.whole_key.extend_from_slice(span);
+                from = *at;
+            }
+            scratch.whole_key.extend_from_slice(&scratch.key[from..]);
+            Some(&scratch.whole_key[..])
+        }
+    };
     let partition = match transformed.kafka_partition {
         Some(p) if p >= 0 && (p as u32) < partitions => p as u32,
         Some(p) => {
@@ -609,11 +634,12 @@ fn process(
     let before = builder.size_bytes();
     let timestamp = transformed.timestamp.unwrap_or(polled_at_ms);
     let scratch = &pending.scratch;
-    builder.append_with_prefix(
+    builder.append_with_spans(
         timestamp,
         has_key.then_some(&scratch.key[..]),
-        value_prefix.as_ref(),
+        &scratch.key_spans,
         has_value.then_some(&scratch.value[..]),
+        &scratch.value_spans,
         &header_refs,
     );
     let size = builder.size_bytes();

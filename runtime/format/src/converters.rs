@@ -15,7 +15,6 @@ use headwater_api::{
     SchemaRef, SchemaType, Value,
 };
 
-use std::sync::Arc;
 
 use crate::java_text::{write_java_double, write_java_float};
 use crate::json::{JsonConverter, JsonConverterConfig, SchemaAndValue};
@@ -47,22 +46,23 @@ pub trait Converter: Send + Sync {
             None => Ok(false),
         }
     }
-    /// [`Converter::write_connect_data`] that may return the serialised value's leading bytes
-    /// by reference instead of appending them: the value is then `prefix ++ out`. A converter
-    /// returns the same `Arc` whenever it means the same leading bytes (the JSON converter with
-    /// schemas: `{"schema":…,"payload":` of one schema), so a writer can store repeats of them
-    /// by reference, as the log's LZ4 batches do. `Ok(None)`: a Kafka null (nothing appended);
-    /// `Ok(Some(None))`: the whole value is in `out`, which the default always does.
-    fn write_connect_data_split(
+    /// [`Converter::write_connect_data`] that may leave bytes many values share out of `out`
+    /// and list them in `spans` instead, as `(index into out, bytes)`: the value is `out` with
+    /// each span's bytes inserted before its index (indexes in increasing order). A converter
+    /// gives the same `Arc` whenever it means the same bytes (the JSON converter with schemas:
+    /// the `{"schema":…,"payload":` of one schema, the cached text of shared structs), so a
+    /// writer can store repeats of them by reference, as the log's LZ4 batches do. The default
+    /// writes everything into `out`.
+    fn write_connect_data_spans(
         &self,
         topic: &str,
         schema: Option<&SchemaRef>,
         value: &Value,
         out: &mut Vec<u8>,
-    ) -> Result<Option<Option<Arc<[u8]>>>, DataError> {
-        Ok(self
-            .write_connect_data(topic, schema, value, out)?
-            .then_some(None))
+        spans: &mut Vec<crate::json::SharedSpan>,
+    ) -> Result<bool, DataError> {
+        let _ = spans;
+        self.write_connect_data(topic, schema, value, out)
     }
     /// Deserialises bytes (`None` = Kafka null).
     fn to_connect_data(
@@ -102,14 +102,15 @@ impl Converter for JsonConverter {
     ) -> Result<bool, DataError> {
         JsonConverter::write_connect_data(self, schema, value, out)
     }
-    fn write_connect_data_split(
+    fn write_connect_data_spans(
         &self,
         _topic: &str,
         schema: Option<&SchemaRef>,
         value: &Value,
         out: &mut Vec<u8>,
-    ) -> Result<Option<Option<Arc<[u8]>>>, DataError> {
-        JsonConverter::write_connect_data_split(self, schema, value, out)
+        spans: &mut Vec<crate::json::SharedSpan>,
+    ) -> Result<bool, DataError> {
+        JsonConverter::write_connect_data_spans(self, schema, value, out, spans)
     }
     fn to_connect_data(
         &self,

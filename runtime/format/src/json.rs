@@ -127,13 +127,72 @@ pub struct SchemaAndValue {
 /// How many shared structs' serialised payloads are kept.
 const SHARED_STRUCTS: usize = 8;
 
+/// Shared bytes shorter than this are copied into the output even when the caller takes spans
+/// (a span is worth its bookkeeping only for longer ones).
+pub const MIN_SPAN: usize = 64;
+
+/// Shared bytes left out of a serialised value: `(index into the written bytes, bytes)`; the
+/// value is the written bytes with each span inserted before its index.
+pub type SharedSpan = (usize, Arc<[u8]>);
+
+/// A serialised value being written: its bytes, and, when the caller takes them, the shared
+/// spans left out of the bytes (`(index into the bytes, span)`: the value is the bytes with
+/// each span inserted before its index; see [`JsonConverter::write_connect_data_spans`]).
+struct JsonOut<'a> {
+    bytes: &'a mut Vec<u8>,
+    spans: Option<&'a mut Vec<SharedSpan>>,
+}
+
+impl<'a> JsonOut<'a> {
+    fn plain(bytes: &'a mut Vec<u8>) -> Self {
+        JsonOut { bytes, spans: None }
+    }
+
+    /// Appends shared bytes: as a span when spans are taken and it is long enough, else
+    /// copied.
+    fn shared(&mut self, shared: &Arc<[u8]>) {
+        match &mut self.spans {
+            Some(spans) if shared.len() >= MIN_SPAN => {
+                spans.push((self.bytes.len(), shared.clone()));
+            }
+            _ => self.bytes.extend_from_slice(shared),
+        }
+    }
+}
+
+impl std::ops::Deref for JsonOut<'_> {
+    type Target = Vec<u8>;
+    fn deref(&self) -> &Vec<u8> {
+        self.bytes
+    }
+}
+
+impl std::ops::DerefMut for JsonOut<'_> {
+    fn deref_mut(&mut self) -> &mut Vec<u8> {
+        self.bytes
+    }
+}
+
 /// A shared struct's values and schema address, and its payload JSON.
-type SharedStructJson = (Arc<[Value]>, usize, Box<[u8]>);
+type SharedStructJson = (Arc<[Value]>, usize, Arc<[u8]>);
+
+/// The payload JSON of shared values with some fields left out, for structs made by
+/// [`Struct::replacing`]: the text before the first replaced field's value, between each two,
+/// and after the last.
+struct ReplacedStructJson {
+    base: Arc<[Value]>,
+    schema_addr: usize,
+    /// The replaced field indexes.
+    fields: Vec<usize>,
+    segments: Vec<Arc<[u8]>>,
+}
 
 #[derive(Default)]
 struct Caches {
     /// Recently serialised shared structs, the newest last.
     shared_structs: Vec<SharedStructJson>,
+    /// Recently serialised bases of structs with replaced fields, the newest last.
+    replaced_structs: Vec<Arc<ReplacedStructJson>>,
     /// Schema `Arc` address -> (the schema, its serialised JSON).
     /// By schema address (a fast hasher: looked up for every record's key and value).
     serialised: HashMap<usize, (SchemaRef, Arc<[u8]>), foldhash::fast::RandomState>,
@@ -191,42 +250,51 @@ impl JsonConverter {
         value: &Value,
         out: &mut Vec<u8>,
     ) -> Result<bool, DataError> {
+        self.write_connect_data_to(schema, value, &mut JsonOut::plain(out))
+    }
+
+    /// [`JsonConverter::write_connect_data`] that leaves bytes many values share out of `out`
+    /// and lists them in `spans` instead, as `(index into out, bytes)`: the value is `out` with
+    /// each span's bytes inserted before its index (indexes in increasing order). The spans
+    /// are the same `Arc` whenever they are the same bytes, so a writer can store repeats of
+    /// them by reference (the log's LZ4 batches do): the `{"schema":<schema>,"payload":`
+    /// envelope prefix of each schema, the cached text of a struct many values share (a
+    /// snapshot's `source` block) and of the shared part of a struct with replaced fields (a
+    /// stream's). Spans shorter than [`MIN_SPAN`] are copied into `out`.
+    pub fn write_connect_data_spans(
+        &self,
+        schema: Option<&SchemaRef>,
+        value: &Value,
+        out: &mut Vec<u8>,
+        spans: &mut Vec<SharedSpan>,
+    ) -> Result<bool, DataError> {
+        let mut out = JsonOut {
+            bytes: out,
+            spans: Some(spans),
+        };
+        self.write_connect_data_to(schema, value, &mut out)
+    }
+
+    fn write_connect_data_to(
+        &self,
+        schema: Option<&SchemaRef>,
+        value: &Value,
+        out: &mut JsonOut<'_>,
+    ) -> Result<bool, DataError> {
         if schema.is_none() && value.is_null() {
             return Ok(false);
         }
         if self.config.schemas_enable {
-            out.extend_from_slice(b"{\"schema\":");
             match schema {
-                Some(s) => self.write_schema_json(s, out),
-                None => out.extend_from_slice(b"null"),
+                Some(s) => out.shared(&self.envelope_prefix(s)),
+                None => out.extend_from_slice(b"{\"schema\":null,\"payload\":"),
             }
-            out.extend_from_slice(b",\"payload\":");
             self.write_value(schema.map(|s| s.as_ref()), value, out)?;
             out.push(b'}');
         } else {
             self.write_value(schema.map(|s| s.as_ref()), value, out)?;
         }
         Ok(true)
-    }
-
-    /// [`JsonConverter::write_connect_data`] that, with schemas enabled and a schema given,
-    /// leaves the value's leading `{"schema":<schema>,"payload":` out of `out` and returns it
-    /// instead, the same `Arc` for every value of one schema object while it stays cached (so
-    /// a writer can store it once and refer to it after). `Ok(None)`: a Kafka null (nothing
-    /// written); `Ok(Some(None))`: everything is in `out`.
-    pub fn write_connect_data_split(
-        &self,
-        schema: Option<&SchemaRef>,
-        value: &Value,
-        out: &mut Vec<u8>,
-    ) -> Result<Option<Option<Arc<[u8]>>>, DataError> {
-        let Some(s) = schema.filter(|_| self.config.schemas_enable) else {
-            return Ok(self.write_connect_data(schema, value, out)?.then_some(None));
-        };
-        let prefix = self.envelope_prefix(s);
-        self.write_value(Some(s.as_ref()), value, out)?;
-        out.push(b'}');
-        Ok(Some(Some(prefix)))
     }
 
     /// `{"schema":<schema JSON>,"payload":`, from the cache when this schema object was seen
@@ -247,19 +315,6 @@ impl JsonConverter {
         prefix
     }
 
-    /// Appends the serialised JSON of a schema, copied straight from the cache when this schema
-    /// object was seen before.
-    fn write_schema_json(&self, schema: &SchemaRef, out: &mut Vec<u8>) {
-        {
-            let caches = self.lock();
-            if let Some((_, json)) = caches.serialised.get(&(Arc::as_ptr(schema) as usize)) {
-                out.extend_from_slice(json);
-                return;
-            }
-        }
-        out.extend_from_slice(&self.schema_json(schema));
-    }
-
     /// The serialised JSON of a schema, from the cache when this schema object was seen before.
     pub fn schema_json(&self, schema: &SchemaRef) -> Arc<[u8]> {
         let key = Arc::as_ptr(schema) as usize;
@@ -276,19 +331,20 @@ impl JsonConverter {
 
     /// Writes the cached payload of shared struct `s` (of the schema at `schema_addr`); false
     /// when it is not cached.
-    fn write_cached_struct(&self, s: &Struct, schema_addr: usize, out: &mut Vec<u8>) -> bool {
+    fn write_cached_struct(&self, s: &Struct, schema_addr: usize, out: &mut JsonOut<'_>) -> bool {
         let Some(shared) = s.shared_values() else {
             return false;
         };
-        let caches = self.lock();
-        match caches
+        let json = self
+            .lock()
             .shared_structs
             .iter()
             .rev()
             .find(|(values, addr, _)| *addr == schema_addr && Arc::ptr_eq(values, shared))
-        {
-            Some((_, _, json)) => {
-                out.extend_from_slice(json);
+            .map(|(_, _, json)| json.clone());
+        match json {
+            Some(json) => {
+                out.shared(&json);
                 true
             }
             None => false,
@@ -306,6 +362,101 @@ impl JsonConverter {
         caches
             .shared_structs
             .push((shared.clone(), schema_addr, json.into()));
+    }
+
+    /// Writes a struct made by [`Struct::replacing`]: the cached text of its shared values
+    /// around the replaced fields' values (serialising and caching that text first when it is
+    /// not cached).
+    fn write_replaced_struct(
+        &self,
+        schema: &Schema,
+        base: &Arc<[Value]>,
+        replaced: &[(usize, Value)],
+        out: &mut JsonOut<'_>,
+    ) -> Result<(), DataError> {
+        let schema_addr = schema as *const Schema as usize;
+        let same = |e: &ReplacedStructJson| {
+            e.schema_addr == schema_addr
+                && Arc::ptr_eq(&e.base, base)
+                && e.fields.len() == replaced.len()
+                && e.fields.iter().zip(replaced).all(|(f, (i, _))| f == i)
+        };
+        let cached = self
+            .lock()
+            .replaced_structs
+            .iter()
+            .rev()
+            .find(|e| same(e))
+            .cloned();
+        let json = match cached {
+            Some(json) => json,
+            None => {
+                let json = Arc::new(self.replaced_struct_json(schema, base, replaced)?);
+                let mut caches = self.lock();
+                if caches.replaced_structs.len() >= SHARED_STRUCTS {
+                    caches.replaced_structs.remove(0);
+                }
+                caches.replaced_structs.push(json.clone());
+                json
+            }
+        };
+        let fields = schema.fields();
+        for (segment, (i, v)) in json.segments.iter().zip(replaced) {
+            out.shared(segment);
+            self.write_value(Some(fields[*i].schema()), v, out)?;
+        }
+        if let Some(last) = json.segments.last() {
+            out.shared(last);
+        }
+        Ok(())
+    }
+
+    /// The payload text of `base` (values of `schema`) cut around the values of the `replaced`
+    /// fields.
+    fn replaced_struct_json(
+        &self,
+        schema: &Schema,
+        base: &Arc<[Value]>,
+        replaced: &[(usize, Value)],
+    ) -> Result<ReplacedStructJson, DataError> {
+        let mut text = Vec::with_capacity(512);
+        let mut cuts = Vec::with_capacity(replaced.len() * 2);
+        let mut next = replaced.iter().map(|(i, _)| *i).peekable();
+        text.push(b'{');
+        for (i, (field, v)) in schema.fields().iter().zip(base.iter()).enumerate() {
+            if i > 0 {
+                text.push(b',');
+            }
+            match field.plain_json_key() {
+                Some(key) => text.extend_from_slice(key),
+                None => {
+                    write_json_string(&mut text, field.name());
+                    text.push(b':');
+                }
+            }
+            let cut = next.next_if_eq(&i).is_some();
+            if cut {
+                cuts.push(text.len());
+            }
+            self.write_value(Some(field.schema()), v, &mut JsonOut::plain(&mut text))?;
+            if cut {
+                cuts.push(text.len());
+            }
+        }
+        text.push(b'}');
+        let mut segments = Vec::with_capacity(replaced.len() + 1);
+        let mut from = 0;
+        for pair in cuts.chunks(2) {
+            segments.push(text[from..pair[0]].into());
+            from = pair[1];
+        }
+        segments.push(text[from..].into());
+        Ok(ReplacedStructJson {
+            base: base.clone(),
+            schema_addr: schema as *const Schema as usize,
+            fields: replaced.iter().map(|(i, _)| *i).collect(),
+            segments,
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Caches> {
@@ -381,7 +532,10 @@ impl JsonConverter {
         if let Some(default) = schema.default_value() {
             out.extend_from_slice(b",\"default\":");
             // A default was validated against its schema when the schema was built.
-            if self.write_value(Some(schema), default, out).is_err() {
+            if self
+                .write_value(Some(schema), default, &mut JsonOut::plain(out))
+                .is_err()
+            {
                 out.extend_from_slice(b"null");
             }
         }
@@ -396,7 +550,7 @@ impl JsonConverter {
         &self,
         schema: Option<&Schema>,
         value: &Value,
-        out: &mut Vec<u8>,
+        out: &mut JsonOut<'_>,
     ) -> Result<(), DataError> {
         let Some(schema) = schema else {
             return self.write_schemaless(value, out);
@@ -472,6 +626,9 @@ impl JsonConverter {
                 if !std::ptr::eq(s.schema().as_ref(), schema) && s.schema().as_ref() != schema {
                     return Err(DataError::new("Mismatching schema."));
                 }
+                if let Some((base, replaced)) = s.replaced_parts() {
+                    return self.write_replaced_struct(schema, base, replaced, out);
+                }
                 // Only a struct whose values others hold too can come again.
                 let shared = s.shared_values().is_some_and(|v| Arc::strong_count(v) > 1);
                 let schema_addr = schema as *const Schema as usize;
@@ -509,7 +666,7 @@ impl JsonConverter {
         key_schema: Option<&Schema>,
         value_schema: Option<&Schema>,
         object_mode: bool,
-        out: &mut Vec<u8>,
+        out: &mut JsonOut<'_>,
     ) -> Result<(), DataError> {
         out.push(if object_mode { b'{' } else { b'[' });
         for (i, (k, v)) in entries.iter().enumerate() {
@@ -535,7 +692,7 @@ impl JsonConverter {
         Ok(())
     }
 
-    fn write_schemaless(&self, value: &Value, out: &mut Vec<u8>) -> Result<(), DataError> {
+    fn write_schemaless(&self, value: &Value, out: &mut JsonOut<'_>) -> Result<(), DataError> {
         match value {
             Value::Null => out.extend_from_slice(b"null"),
             Value::Boolean(v) => out.extend_from_slice(if *v { b"true" } else { b"false" }),
@@ -1258,49 +1415,129 @@ mod tests {
         let mut prefixes = Vec::new();
         for id in [1, 2] {
             let mut rest = Vec::new();
-            let prefix = conv
-                .write_connect_data_split(Some(&schema), &value(id), &mut rest)
-                .unwrap()
-                .expect("not null")
-                .expect("a prefix with schemas enabled");
+            let mut spans = Vec::new();
+            assert!(conv
+                .write_connect_data_spans(Some(&schema), &value(id), &mut rest, &mut spans)
+                .unwrap());
             let whole = conv
                 .from_connect_data("t", Some(&schema), &value(id))
                 .unwrap()
                 .unwrap();
-            assert_eq!([&prefix[..], &rest[..]].concat(), whole);
+            assert_eq!(with_spans(&rest, &spans), whole);
+            let [(0, prefix)] = &spans[..] else {
+                panic!("one span, the envelope prefix: {spans:?}")
+            };
             assert!(prefix.starts_with(b"{\"schema\":") && prefix.ends_with(b",\"payload\":"));
-            prefixes.push(prefix);
+            prefixes.push(prefix.clone());
         }
         assert!(
             Arc::ptr_eq(&prefixes[0], &prefixes[1]),
             "one prefix per schema"
         );
-        // A Kafka null, and no schema: no prefix.
-        let mut out = Vec::new();
-        assert_eq!(
-            conv.write_connect_data_split(None, &Value::Null, &mut out)
-                .unwrap(),
-            None
-        );
-        assert_eq!(
-            conv.write_connect_data_split(None, &Value::Int32(3), &mut out)
-                .unwrap(),
-            Some(None)
-        );
+        // A Kafka null, and no schema: no spans.
+        let (mut out, mut spans) = (Vec::new(), Vec::new());
+        assert!(!conv
+            .write_connect_data_spans(None, &Value::Null, &mut out, &mut spans)
+            .unwrap());
+        assert!(conv
+            .write_connect_data_spans(None, &Value::Int32(3), &mut out, &mut spans)
+            .unwrap());
         assert_eq!(out, br#"{"schema":null,"payload":3}"#);
-        // Schemas disabled: the payload alone, no prefix.
+        assert!(spans.is_empty());
+        // Schemas disabled: the payload alone, no spans.
         let plain = JsonConverter::new(JsonConverterConfig {
             schemas_enable: false,
             ..JsonConverterConfig::default()
         });
         let mut out = Vec::new();
-        assert_eq!(
-            plain
-                .write_connect_data_split(Some(&schema), &value(3), &mut out)
-                .unwrap(),
-            Some(None)
-        );
+        assert!(plain
+            .write_connect_data_spans(Some(&schema), &value(3), &mut out, &mut spans)
+            .unwrap());
         assert_eq!(out, br#"{"id":3,"note":"n\"1"}"#);
+        assert!(spans.is_empty());
+    }
+
+    /// The value `write_connect_data_spans` describes.
+    fn with_spans(bytes: &[u8], spans: &[(usize, Arc<[u8]>)]) -> Vec<u8> {
+        let mut whole = Vec::new();
+        let mut from = 0;
+        for (at, span) in spans {
+            whole.extend_from_slice(&bytes[from..*at]);
+            whole.extend_from_slice(span);
+            from = *at;
+        }
+        whole.extend_from_slice(&bytes[from..]);
+        whole
+    }
+
+    #[test]
+    fn shared_and_replaced_structs_come_back_as_spans() {
+        let long = "x".repeat(80);
+        let source = SchemaBuilder::struct_()
+            .field("version", Schema::string())
+            .field("seq", Schema::optional_string())
+            .field("table", Schema::string())
+            .field("lsn", Schema::optional_int64())
+            .field("xmin", Schema::optional_int64())
+            .build_ref();
+        let envelope = SchemaBuilder::struct_()
+            .field("after", Schema::optional_int32())
+            .field("source", source.clone())
+            .build_ref();
+        let block = Struct::new(source.clone())
+            .unwrap()
+            .with("version", long.as_str())
+            .with("seq", "[1]")
+            .with("table", long.as_str())
+            .with("lsn", 5i64)
+            .into_shared();
+        let event = |source: Struct, after: i32| {
+            Value::Struct(
+                Struct::new(envelope.clone())
+                    .unwrap()
+                    .with("after", after)
+                    .with("source", source),
+            )
+        };
+        let conv = JsonConverter::new(JsonConverterConfig::default());
+        let events = [
+            event(block.clone(), 1),
+            event(block.clone(), 2),
+            event(
+                block
+                    .replacing([(1, Value::from("[2]")), (3, Value::Int64(6))])
+                    .unwrap(),
+                3,
+            ),
+            event(
+                block
+                    .replacing([(1, Value::from("[3]")), (3, Value::Int64(7))])
+                    .unwrap(),
+                4,
+            ),
+        ];
+        let mut seen = Vec::new();
+        for (i, v) in events.iter().enumerate() {
+            let (mut out, mut spans) = (Vec::new(), Vec::new());
+            conv.write_connect_data_spans(Some(&envelope), v, &mut out, &mut spans)
+                .unwrap();
+            let whole = conv
+                .from_connect_data("t", Some(&envelope), v)
+                .unwrap()
+                .unwrap();
+            assert_eq!(with_spans(&out, &spans), whole, "event {i}");
+            assert!(spans.windows(2).all(|w| w[0].0 <= w[1].0));
+            assert!(spans.iter().all(|(_, s)| s.len() >= MIN_SPAN));
+            seen.push(spans);
+        }
+        // The shared block: the envelope prefix and, once cached, the block's text.
+        assert_eq!(seen[1].len(), 2, "{:?}", seen[1]);
+        assert!(Arc::ptr_eq(&seen[1][0].1, &seen[0][0].1));
+        // Replaced fields: the long segments around them (`,"xmin":null}` is copied).
+        assert_eq!(seen[2].len(), 3, "{:?}", seen[2]);
+        assert_eq!(seen[3].len(), 3);
+        assert!(Arc::ptr_eq(&seen[2][1].1, &seen[3][1].1));
+        assert!(Arc::ptr_eq(&seen[2][2].1, &seen[3][2].1));
     }
 
     #[test]
@@ -1502,6 +1739,60 @@ mod tests {
             Some(r#"{"inner":{"a b":2,"q\"":"x"},"n":2}"#)
         );
         assert_eq!(write(&event(held, 1)).as_deref(), Some(expected));
+    }
+
+    #[test]
+    fn structs_with_replaced_fields_write_as_their_full_copies() {
+        let schema = SchemaBuilder::struct_()
+            .field("first", Schema::optional_string())
+            .field("a b", Schema::int64())
+            .field("mid", Schema::string())
+            .field("seq", Schema::optional_string())
+            .field(
+                "last",
+                SchemaBuilder::int32()
+                    .optional()
+                    .default_value(Value::Int32(7))
+                    .build_ref(),
+            )
+            .build_ref();
+        let base = Struct::new(schema.clone())
+            .unwrap()
+            .with("first", "f\"")
+            .with("a b", 1i64)
+            .with("mid", "m")
+            .with("seq", "[\"1\",null]")
+            .into_shared();
+        for replace_null_with_default in [false, true] {
+            let converter = JsonConverter::new(JsonConverterConfig {
+                schemas_enable: false,
+                replace_null_with_default,
+                ..Default::default()
+            });
+            let write = |s: &Struct| {
+                text(
+                    converter
+                        .from_connect_data("t", Some(&schema), &Value::Struct(s.clone()))
+                        .unwrap(),
+                )
+                .unwrap()
+            };
+            let cases = [
+                base.replacing([(1, Value::Int64(2)), (3, Value::from("x\ny"))])
+                    .unwrap(),
+                base.replacing([(0, Value::Null)]).unwrap(),
+                base.replacing([(4, Value::Null)]).unwrap(),
+                base.replacing([(4, Value::Int32(3))]).unwrap(),
+                base.replacing([(0, Value::from("z")), (4, Value::Int32(1))])
+                    .unwrap(),
+            ];
+            // Each twice: serialised, then from the cache.
+            for case in cases.iter().chain(&cases) {
+                assert!(case.replaced_parts().is_some());
+                let full = Struct::from_values(schema.clone(), case.values().to_vec()).unwrap();
+                assert_eq!(write(case), write(&full));
+            }
+        }
     }
 
     #[test]

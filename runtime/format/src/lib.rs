@@ -16,4 +16,4 @@ pub mod json;
 pub use converters::{
     create_converter, find_converter, ByteArrayConverter, Converter, StringConverter,
 };
-pub use json::{DecimalFormat, JsonConverter, JsonConverterConfig, SchemaAndValue};
+pub use json::{DecimalFormat, JsonConverter, JsonConverterConfig, SchemaAndValue, SharedSpan};

@@ -270,14 +270,14 @@ pub struct BatchBuilder {
     records: Vec<u8>,
     /// Where the uncompressed staged records start in `records` (0 unless incremental LZ4).
     staged_from: usize,
-    /// With LZ4: value prefixes of the staged block stored by reference, as repeats of the
-    /// previous record's (positions relative to `staged_from`; see [`crate::lz4_repeats`]).
+    /// With LZ4: shared value spans of the staged block stored by reference, as repeats of
+    /// an earlier copy (positions relative to `staged_from`; see [`crate::lz4_repeats`]).
     repeats: Vec<Repeat>,
     /// The bytes `repeats` stand for.
     repeated_len: usize,
-    /// The last value prefix staged in this block and where it starts (logical position in
-    /// the staged block).
-    last_prefix: Option<(Arc<[u8]>, usize)>,
+    /// Shared spans staged in this block and where each was last staged (logical position in
+    /// the staged block), at most [`KNOWN_SPANS`].
+    known_spans: Vec<(Arc<[u8]>, usize)>,
     /// Uncompressed bytes already compressed into finished blocks.
     compressed_input: usize,
     count: i32,
@@ -312,7 +312,7 @@ impl BatchBuilder {
             staged_from,
             repeats: Vec::new(),
             repeated_len: 0,
-            last_prefix: None,
+            known_spans: Vec::new(),
             compressed_input: 0,
             count: 0,
             base_timestamp: -1,
@@ -351,11 +351,7 @@ impl BatchBuilder {
     }
 
     /// [`BatchBuilder::append`] of a record whose value is `value_prefix ++ value` (`value`
-    /// must then be given). With LZ4, a prefix that is the same `Arc` as the previous record's
-    /// in the same block is not copied: the block stores it as a match reaching back to that
-    /// copy (see [`crate::lz4_repeats`]), which costs neither the copy nor the compressor's
-    /// pass over it. Blocks then end at record boundaries; either way the batch holds the same
-    /// records.
+    /// must then be given): [`BatchBuilder::append_with_spans`] with one span at the start.
     pub fn append_with_prefix(
         &mut self,
         timestamp: i64,
@@ -364,76 +360,145 @@ impl BatchBuilder {
         value: Option<&[u8]>,
         headers: &[RecordHeader<'_>],
     ) {
+        match value_prefix {
+            Some(p) => {
+                self.append_with_spans(timestamp, key, &[], value, &[(0, p.clone())], headers)
+            }
+            None => self.append_with_spans(timestamp, key, &[], value, &[], headers),
+        }
+    }
+
+    /// [`BatchBuilder::append`] of a record whose key and value are `key` and `value` with
+    /// shared byte strings inserted: each `(at, bytes)` of `key_spans` (in increasing `at`
+    /// order, `at <= key.len()`) goes before byte `at` of `key`, and likewise `value_spans`
+    /// into `value` (spans of an absent key or value are ignored). With LZ4, a span (of at least [`MIN_REPEATED_SPAN`]
+    /// bytes) that is the same `Arc` as one staged earlier in the same block, at most 64 KiB
+    /// back, is not copied: the block stores it as a match reaching back to that copy (see
+    /// [`crate::lz4_repeats`]), which costs neither the copy nor the compressor's pass over
+    /// it. Such blocks end at record boundaries and hold up to [`LZ4_REPEAT_BLOCK`] bytes;
+    /// either way the batch holds the same records.
+    pub fn append_with_spans(
+        &mut self,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        key_spans: &[(usize, Arc<[u8]>)],
+        value: Option<&[u8]>,
+        value_spans: &[(usize, Arc<[u8]>)],
+        headers: &[RecordHeader<'_>],
+    ) {
         if self.count == 0 {
             self.base_timestamp = timestamp;
         }
         self.max_timestamp = self.max_timestamp.max(timestamp);
         let ts_delta = timestamp - self.base_timestamp;
         let offset_delta = self.count;
-        let prefix: &[u8] = value_prefix.map_or(&[], |p| &p[..]);
-        let value_len = value.map(|v| prefix.len() + v.len());
+        let key_spans = if key.is_some() { key_spans } else { &[] };
+        let value_spans = if value.is_some() { value_spans } else { &[] };
+        let spans_len =
+            |spans: &[(usize, Arc<[u8]>)]| -> usize { spans.iter().map(|(_, b)| b.len()).sum() };
+        let key_len = key.map(|k| k.len() + spans_len(key_spans));
+        let value_len = value.map(|v| v.len() + spans_len(value_spans));
         let headers = headers.iter().map(|h| (h.key, h.value));
-        let body_len = record_body_len(ts_delta, offset_delta, key, value_len, headers.clone());
+        let body_len = record_body_len(ts_delta, offset_delta, key_len, value_len, headers.clone());
         let lz4 = self.compression == Compression::Lz4;
-        let repeatable = lz4 && prefix.len() >= MIN_REPEATED_PREFIX;
+        let repeatable = lz4
+            && key_spans
+                .iter()
+                .chain(value_spans)
+                .any(|(_, b)| b.len() >= MIN_REPEATED_SPAN);
         if lz4 && (repeatable || !self.repeats.is_empty()) {
             // A block with repeats ends at a record boundary (a repeat cannot straddle blocks).
             let staged = self.staged_len();
-            if staged > 0 && staged + varint_len(body_len as i32) + body_len > LZ4_BLOCK {
+            if staged > 0 && staged + varint_len(body_len as i32) + body_len > LZ4_REPEAT_BLOCK {
                 self.compress_staged();
             }
         }
         self.records.reserve(body_len + 5);
-        write_record_head(
-            &mut self.records,
-            body_len,
-            ts_delta,
-            offset_delta,
-            key,
-            value_len,
-        );
-        if let Some(v) = value {
-            if let Some(p) = value_prefix.filter(|_| repeatable) {
-                let at = self.staged_len();
-                match &mut self.last_prefix {
-                    Some((last, last_at)) if Arc::ptr_eq(last, p) => {
-                        self.repeats.push(Repeat {
-                            at: self.records.len() - self.staged_from,
-                            len: p.len(),
-                            distance: at - *last_at,
-                        });
-                        self.repeated_len += p.len();
-                        *last_at = at;
-                    }
-                    last => {
-                        self.records.extend_from_slice(p);
-                        *last = Some((p.clone(), at));
-                    }
-                }
-            } else {
-                self.records.extend_from_slice(prefix);
+        write_record_head(&mut self.records, body_len, ts_delta, offset_delta, key_len);
+        if let Some(k) = key {
+            self.stage_with_spans(k, key_spans, repeatable);
+        }
+        match value {
+            Some(v) => {
+                write_varint(&mut self.records, (v.len() + spans_len(value_spans)) as i32);
+                self.stage_with_spans(v, value_spans, repeatable);
             }
-            self.records.extend_from_slice(v);
+            None => write_varint(&mut self.records, -1),
         }
         write_record_headers(&mut self.records, headers);
         self.count += 1;
         if lz4 {
-            while self.staged_len() >= LZ4_BLOCK {
-                if self.repeats.is_empty() {
+            if self.repeats.is_empty() {
+                while self.staged_len() >= LZ4_BLOCK {
                     self.compress_staged_block(LZ4_BLOCK);
-                    // The staged bytes moved: a prefix left among them is not tracked.
-                    self.last_prefix = None;
-                } else {
-                    self.compress_staged();
+                    // The staged bytes moved: spans left among them are not tracked.
+                    self.known_spans.clear();
+                }
+            } else if self.staged_len() >= LZ4_REPEAT_BLOCK {
+                self.compress_staged();
+            }
+        }
+    }
+
+    /// Stages `bytes` with `spans` inserted (see [`BatchBuilder::append_with_spans`]), the
+    /// spans as repeats where they can be when `repeatable`.
+    fn stage_with_spans(&mut self, bytes: &[u8], spans: &[(usize, Arc<[u8]>)], repeatable: bool) {
+        let mut from = 0;
+        for (at, span) in spans {
+            self.records.extend_from_slice(&bytes[from..*at]);
+            from = *at;
+            if repeatable {
+                self.stage_span(span);
+            } else {
+                self.records.extend_from_slice(span);
+            }
+        }
+        self.records.extend_from_slice(&bytes[from..]);
+    }
+
+    /// Stages shared `bytes` (LZ4): as a repeat of the copy staged last in this block when
+    /// there is one within reach, else as a copy that later ones can repeat.
+    fn stage_span(&mut self, bytes: &Arc<[u8]>) {
+        let at = self.staged_len();
+        if bytes.len() < MIN_REPEATED_SPAN {
+            self.records.extend_from_slice(bytes);
+            return;
+        }
+        let full = self.known_spans.len() >= KNOWN_SPANS;
+        match self
+            .known_spans
+            .iter_mut()
+            .find(|(known, _)| Arc::ptr_eq(known, bytes))
+        {
+            Some((_, last_at)) if at - *last_at <= crate::lz4_repeats::MAX_DISTANCE => {
+                self.repeats.push(Repeat {
+                    at: self.records.len() - self.staged_from,
+                    len: bytes.len(),
+                    distance: at - *last_at,
+                });
+                self.repeated_len += bytes.len();
+                *last_at = at;
+                return;
+            }
+            // Too far back: copied again, and repeated from this copy on.
+            Some((_, last_at)) => *last_at = at,
+            None if !full => {
+                self.known_spans.push((bytes.clone(), at));
+            }
+            None => {
+                // Forget the span staged longest ago.
+                if let Some(oldest) = self.known_spans.iter_mut().min_by_key(|(_, at)| *at) {
+                    *oldest = (bytes.clone(), at);
                 }
             }
         }
+        self.records.extend_from_slice(bytes);
     }
 
     /// Compresses every staged byte into one block (or, without repeats and longer than a
     /// block, into several).
     fn compress_staged(&mut self) {
-        self.last_prefix = None;
+        self.known_spans.clear();
         if self.repeats.is_empty() {
             loop {
                 let staged = self.records.len() - self.staged_from;
@@ -465,6 +530,11 @@ impl BatchBuilder {
             }
         });
         if compressed {
+            if logical > LZ4_BLOCK {
+                // The frame's blocks may now exceed 64 KiB: say so in its descriptor.
+                self.records[..LZ4_FRAME_HEADER_LARGE.len()]
+                    .copy_from_slice(&LZ4_FRAME_HEADER_LARGE);
+            }
             self.staged_from = self.records.len();
             self.compressed_input += logical;
         } else {
@@ -632,22 +702,24 @@ fn encode_record<'h>(
     value: Option<&[u8]>,
     headers: impl Iterator<Item = (&'h str, Option<&'h [u8]>)> + Clone,
 ) {
+    let key_len = key.map(<[u8]>::len);
     let value_len = value.map(<[u8]>::len);
-    let body_len = record_body_len(ts_delta, offset_delta, key, value_len, headers.clone());
+    let body_len = record_body_len(ts_delta, offset_delta, key_len, value_len, headers.clone());
     out.reserve(body_len + 5);
-    write_record_head(out, body_len, ts_delta, offset_delta, key, value_len);
-    if let Some(v) = value {
-        out.extend_from_slice(v);
+    write_record_head(out, body_len, ts_delta, offset_delta, key_len);
+    if let Some(k) = key {
+        out.extend_from_slice(k);
     }
+    write_bytes(out, value);
     write_record_headers(out, headers);
 }
 
-/// The length of a record's body (everything after its length varint), its value `value_len`
-/// bytes long (`None`: null).
+/// The length of a record's body (everything after its length varint), its key and value
+/// `key_len` and `value_len` bytes long (`None`: null).
 fn record_body_len<'h>(
     ts_delta: i64,
     offset_delta: i32,
-    key: Option<&[u8]>,
+    key_len: Option<usize>,
     value_len: Option<usize>,
     headers: impl Iterator<Item = (&'h str, Option<&'h [u8]>)>,
 ) -> usize {
@@ -655,11 +727,8 @@ fn record_body_len<'h>(
         Some(n) => varint_len(n as i32) + n,
         None => varint_len(-1),
     };
-    let mut body_len = 1
-        + varlong_len(ts_delta)
-        + varint_len(offset_delta)
-        + len_of(key.map(<[u8]>::len))
-        + len_of(value_len);
+    let mut body_len =
+        1 + varlong_len(ts_delta) + varint_len(offset_delta) + len_of(key_len) + len_of(value_len);
     let mut header_count = 0;
     for (k, v) in headers {
         header_count += 1;
@@ -668,22 +737,20 @@ fn record_body_len<'h>(
     body_len + varint_len(header_count)
 }
 
-/// Appends a record's length, attributes, deltas, key and value length: what precedes the
-/// value bytes.
+/// Appends a record's length, attributes, deltas and key length: what precedes the key
+/// bytes.
 fn write_record_head(
     out: &mut Vec<u8>,
     body_len: usize,
     ts_delta: i64,
     offset_delta: i32,
-    key: Option<&[u8]>,
-    value_len: Option<usize>,
+    key_len: Option<usize>,
 ) {
     write_varint(out, body_len as i32);
     out.push(0); // record attributes, unused
     write_varlong(out, ts_delta);
     write_varint(out, offset_delta);
-    write_bytes(out, key);
-    write_varint(out, value_len.map_or(-1, |n| n as i32));
+    write_varint(out, key_len.map_or(-1, |n| n as i32));
 }
 
 /// Appends a record's headers: what follows the value bytes.
@@ -1004,6 +1071,8 @@ pub fn compress(codec: Compression, data: &[u8]) -> Result<Vec<u8>, BatchError> 
 /// checksums, no content size (FLG); 64 KiB maximum block size (BD); the header checksum
 /// (HC, second byte of xxHash32 of FLG and BD). Kafka's producers use 64 KiB blocks too.
 const LZ4_FRAME_HEADER: [u8; 7] = [0x04, 0x22, 0x4D, 0x18, 0x60, 0x40, 0x82];
+/// [`LZ4_FRAME_HEADER`] with a 1 MiB maximum block size (BD 0x60) and its header checksum.
+const LZ4_FRAME_HEADER_LARGE: [u8; 7] = [0x04, 0x22, 0x4D, 0x18, 0x60, 0x60, 0x51];
 /// Our LZ4 blocks hold at most this much input: just under 64 KiB, so that the compressor's
 /// hash table holds 16-bit positions (lz4_flex's small table: half the cache footprint of the
 /// large one). Readers accept any block up to the frame's 64 KiB maximum.
@@ -1029,9 +1098,17 @@ thread_local! {
     });
 }
 
-/// Value prefixes shorter than this are copied even when repeated: a repeat is worth its
-/// bookkeeping only for long ones (the JSON converter's schema prefix is kilobytes).
-const MIN_REPEATED_PREFIX: usize = 64;
+/// Shared value spans shorter than this are copied even when repeated: a repeat is worth its
+/// bookkeeping only for long ones (the JSON converter's schema prefix is kilobytes, a cached
+/// `source` block a few hundred bytes).
+pub const MIN_REPEATED_SPAN: usize = 64;
+/// How many distinct shared spans a batch builder tracks per block.
+const KNOWN_SPANS: usize = 8;
+/// The largest uncompressed LZ4 block with repeats: 1 MiB, so a block holds a whole batch of
+/// records and stores each shared span once instead of once per 64 KiB. The frame's
+/// descriptor then says 1 MiB blocks ([`LZ4_FRAME_HEADER_LARGE`]), which Kafka's clients
+/// (Java's `Lz4BlockInputStream`, librdkafka's LZ4F) read like any frame.
+pub const LZ4_REPEAT_BLOCK: usize = 1 << 20;
 /// Block size word flag: the block is stored uncompressed.
 const LZ4_UNCOMPRESSED: u32 = 0x8000_0000;
 
@@ -1319,6 +1396,13 @@ mod tests {
         reference.write_all(b"abc").unwrap();
         let reference = reference.finish().unwrap();
         assert_eq!(reference[..7], LZ4_FRAME_HEADER);
+        let info = lz4_flex::frame::FrameInfo::new()
+            .block_size(lz4_flex::frame::BlockSize::Max1MB)
+            .block_mode(lz4_flex::frame::BlockMode::Independent);
+        let mut reference = lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::new());
+        reference.write_all(b"abc").unwrap();
+        let reference = reference.finish().unwrap();
+        assert_eq!(reference[..7], LZ4_FRAME_HEADER_LARGE);
         for data in sample_payloads() {
             let framed = compress(Compression::Lz4, &data).unwrap();
             let mut back = Vec::new();
@@ -1510,6 +1594,110 @@ mod tests {
                 .read_to_end(&mut framed)
                 .unwrap();
             assert_eq!(framed, plain[HEADER_SIZE..], "{rounds} rounds");
+        }
+    }
+
+    #[test]
+    fn shared_spans_anywhere_in_values_read_back_as_the_whole_values() {
+        // Values made of literal pieces and shared spans at any position (start, middle, end,
+        // back to back, short ones that are always copied, ones further back than a match can
+        // reach): the batch holds the whole values, its frame is standard, and large blocks
+        // say so in the frame descriptor.
+        let [_, _, text, noise] = &sample_payloads()[..] else {
+            unreachable!("four samples")
+        };
+        let pool: Vec<Arc<[u8]>> = vec![
+            text[..2_900].to_vec().into(),
+            text[3_000..3_300].to_vec().into(),
+            text[4_000..4_150].to_vec().into(),
+            b",\"xmin\":null}".to_vec().into(),
+            noise[..70_000].to_vec().into(),
+            noise[1_000..1_100].to_vec().into(),
+        ];
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = |n: usize| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % n as u64) as usize
+        };
+        for (records, big_every) in [(3, 0), (400, 0), (300, 50)] {
+            let mut lz4 = BatchBuilder::new(Compression::Lz4, ProducerFields::default());
+            let mut plain = BatchBuilder::new(Compression::None, ProducerFields::default());
+            let mut expected = Vec::new();
+            let mut repeated = 0;
+            for i in 0..records {
+                let mut physical = Vec::new();
+                let mut spans: Vec<(usize, Arc<[u8]>)> = Vec::new();
+                let mut whole = Vec::new();
+                for _ in 0..1 + next(5) {
+                    let lit = next(3) * next(200);
+                    let start = next(text.len() - 200);
+                    physical.extend_from_slice(&text[start..start + lit]);
+                    whole.extend_from_slice(&text[start..start + lit]);
+                    let mut k = next(pool.len());
+                    if k == 4 && (big_every == 0 || i % big_every != 0) {
+                        k = 0;
+                    }
+                    spans.push((physical.len(), pool[k].clone()));
+                    whole.extend_from_slice(&pool[k]);
+                }
+                let tail = next(40);
+                physical.extend_from_slice(&text[..tail]);
+                whole.extend_from_slice(&text[..tail]);
+                let key = format!("key-{i}");
+                // Every other key starts with a shared span too.
+                let key_spans = if i % 2 == 0 {
+                    vec![(0, pool[1].clone())]
+                } else {
+                    Vec::new()
+                };
+                let whole_key = [
+                    key_spans.first().map_or(&[][..], |(_, s)| &s[..]),
+                    key.as_bytes(),
+                ]
+                .concat();
+                lz4.append_with_spans(
+                    i as i64,
+                    Some(key.as_bytes()),
+                    &key_spans,
+                    Some(&physical),
+                    &spans,
+                    &[],
+                );
+                plain.append(i as i64, Some(&whole_key), Some(&whole), &[]);
+                assert_eq!(lz4.size_bytes(), plain.size_bytes(), "record {i}");
+                repeated = repeated.max(lz4.repeats.len());
+                expected.push(whole);
+            }
+            if records > 3 {
+                assert!(repeated > 0, "no span was stored as a repeat");
+            }
+            let built = lz4.build().unwrap();
+            verify(&built).unwrap();
+            let plain = plain.build().unwrap();
+            let decoded = DecodedBatch::decode(&built).unwrap();
+            let got = decoded.records().unwrap();
+            assert_eq!(got.len(), expected.len());
+            let plain_decoded = DecodedBatch::decode(&plain).unwrap();
+            let plain_records = plain_decoded.records().unwrap();
+            for (i, r) in got.iter().enumerate() {
+                assert_eq!(r.value, Some(&expected[i][..]), "record {i}");
+                assert_eq!(r.key, plain_records[i].key, "record {i}");
+            }
+            let mut framed = Vec::new();
+            lz4_flex::frame::FrameDecoder::new(&built[HEADER_SIZE..])
+                .read_to_end(&mut framed)
+                .unwrap();
+            assert_eq!(framed, plain[HEADER_SIZE..], "{records} records");
+            let large = built[HEADER_SIZE..HEADER_SIZE + 7] == LZ4_FRAME_HEADER_LARGE;
+            assert_eq!(large, records > 3, "{records} records");
+            assert!(
+                built.len() * 3 < plain.len(),
+                "{} of {}",
+                built.len(),
+                plain.len()
+            );
         }
     }
 

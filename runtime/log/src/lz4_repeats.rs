@@ -42,7 +42,10 @@ pub struct InvalidRepeats(pub String);
 /// Reused encoder state: the hash table (cleared per block) and the stretches of physical
 /// bytes between repeats.
 pub struct RepeatEncoder {
+    /// Hash of 4 bytes -> the last physical position they were seen at, plus one (0: none).
     table: Vec<u32>,
+    /// The stretch of each `table` entry's position.
+    table_stretch: Vec<u32>,
     /// `shift[k]`: logical bytes inserted before stretch `k` (the sum of earlier repeats).
     shift: Vec<usize>,
     /// `start[k]`: the physical position stretch `k` starts at; `start[k + 1]` is where it
@@ -54,6 +57,7 @@ impl Default for RepeatEncoder {
     fn default() -> Self {
         RepeatEncoder {
             table: vec![0; 1 << HASH_LOG],
+            table_stretch: vec![0; 1 << HASH_LOG],
             shift: Vec::new(),
             start: Vec::new(),
         }
@@ -165,6 +169,7 @@ impl RepeatEncoder {
             last_at = r.at;
         }
         self.table.fill(0);
+        self.table_stretch.fill(0);
         out.reserve(n + n / 255 + 16 + repeats.len() * 16);
         let mut anchor = 0usize;
         for k in 0..=repeats.len() {
@@ -181,13 +186,15 @@ impl RepeatEncoder {
             let mut misses = 0u32;
             while search_last.is_some_and(|s| p <= s) {
                 let sequence = read_u32(physical, p);
-                let slot = &mut self.table[hash(sequence)];
-                let candidate = *slot;
-                *slot = p as u32 + 1;
-                if let Some((c, ck, len)) = candidate
-                    .checked_sub(1)
-                    .and_then(|c| self.try_match(physical, k, p, c as usize, sequence, match_limit))
-                {
+                let h = hash(sequence);
+                let candidate = self.table[h];
+                let candidate_stretch = self.table_stretch[h] as usize;
+                self.table[h] = p as u32 + 1;
+                self.table_stretch[h] = k as u32;
+                if let Some((c, ck, len)) = candidate.checked_sub(1).and_then(|c| {
+                    let c = (c as usize, candidate_stretch);
+                    self.try_match(physical, k, p, c, sequence, match_limit)
+                }) {
                     // Extend backwards over pending literals of this stretch.
                     let c_start = self.start[ck];
                     let (mut p0, mut c0, mut len) = (p, c, len);
@@ -217,36 +224,22 @@ impl RepeatEncoder {
         Ok(())
     }
 
-    /// The stretch holding physical position `c`, found from stretch `k` (`c` is earlier).
-    #[inline]
-    fn stretch_of(&self, c: usize, k: usize) -> usize {
-        if c >= self.start[k] {
-            k
-        } else if k > 0 && c >= self.start[k - 1] {
-            // The usual case: the previous record's bytes.
-            k - 1
-        } else {
-            self.start[..k].partition_point(|&s| s <= c) - 1
-        }
-    }
-
-    /// The match of physical position `p` (in stretch `k`) against candidate `c`: the
-    /// candidate, its stretch and the match length, when the bytes agree and the distance and
-    /// stretches allow it.
+    /// The match of physical position `p` (in stretch `k`) against candidate `c` (in stretch
+    /// `ck`): the candidate, its stretch and the match length, when the bytes agree and the
+    /// distance and stretches allow it.
     #[inline]
     fn try_match(
         &self,
         physical: &[u8],
         k: usize,
         p: usize,
-        c: usize,
+        (c, ck): (usize, usize),
         sequence: u32,
         match_limit: usize,
     ) -> Option<(usize, usize, usize)> {
-        if c >= p || read_u32(physical, c) != sequence {
+        if c >= p || ck > k || read_u32(physical, c) != sequence {
             return None;
         }
-        let ck = self.stretch_of(c, k);
         let c_end = self.start[ck + 1];
         if c + MIN_MATCH > c_end {
             return None;
