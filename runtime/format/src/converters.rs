@@ -15,7 +15,6 @@ use headwater_api::{
     SchemaRef, SchemaType, Value,
 };
 
-
 use crate::java_text::{write_java_double, write_java_float};
 use crate::json::{JsonConverter, JsonConverterConfig, SchemaAndValue};
 
