@@ -351,7 +351,7 @@ impl JsonConverter {
         }
     }
 
-    fn cache_struct(&self, s: &Struct, schema_addr: usize, json: &[u8]) {
+    fn cache_struct(&self, s: &Struct, schema_addr: usize, json: &Arc<[u8]>) {
         let Some(shared) = s.shared_values() else {
             return;
         };
@@ -361,7 +361,7 @@ impl JsonConverter {
         }
         caches
             .shared_structs
-            .push((shared.clone(), schema_addr, json.into()));
+            .push((shared.clone(), schema_addr, json.clone()));
     }
 
     /// Writes a struct made by [`Struct::replacing`]: the cached text of its shared values
@@ -420,7 +420,7 @@ impl JsonConverter {
         replaced: &[(usize, Value)],
     ) -> Result<ReplacedStructJson, DataError> {
         let mut text = Vec::with_capacity(512);
-        let mut cuts = Vec::with_capacity(replaced.len() * 2);
+        let mut cuts = Vec::with_capacity(replaced.len());
         let mut next = replaced.iter().map(|(i, _)| *i).peekable();
         text.push(b'{');
         for (i, (field, v)) in schema.fields().iter().zip(base.iter()).enumerate() {
@@ -434,21 +434,19 @@ impl JsonConverter {
                     text.push(b':');
                 }
             }
-            let cut = next.next_if_eq(&i).is_some();
-            if cut {
+            if next.next_if_eq(&i).is_some() {
+                // The replaced value goes here; the base's is never written.
                 cuts.push(text.len());
+                continue;
             }
             self.write_value(Some(field.schema()), v, &mut JsonOut::plain(&mut text))?;
-            if cut {
-                cuts.push(text.len());
-            }
         }
         text.push(b'}');
         let mut segments = Vec::with_capacity(replaced.len() + 1);
         let mut from = 0;
-        for pair in cuts.chunks(2) {
-            segments.push(text[from..pair[0]].into());
-            from = pair[1];
+        for &cut in &cuts {
+            segments.push(text[from..cut].into());
+            from = cut;
         }
         segments.push(text[from..].into());
         Ok(ReplacedStructJson {
@@ -635,28 +633,44 @@ impl JsonConverter {
                 if shared && self.write_cached_struct(s, schema_addr, out) {
                     return Ok(());
                 }
-                let start = out.len();
-                out.push(b'{');
-                for (i, (field, v)) in schema.fields().iter().zip(s.values()).enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    match field.plain_json_key() {
-                        Some(key) => out.extend_from_slice(key),
-                        None => {
-                            write_json_string(out, field.name());
-                            out.push(b':');
-                        }
-                    }
-                    self.write_value(Some(field.schema()), v, out)?;
-                }
-                out.push(b'}');
                 if shared {
-                    self.cache_struct(s, schema_addr, &out[start..]);
+                    // Serialised whole (no spans) for the cache, then written from it.
+                    let mut text = Vec::with_capacity(512);
+                    self.write_struct_fields(schema, s, &mut JsonOut::plain(&mut text))?;
+                    let text: Arc<[u8]> = text.into();
+                    self.cache_struct(s, schema_addr, &text);
+                    out.shared(&text);
+                } else {
+                    self.write_struct_fields(schema, s, out)?;
                 }
             }
             _ => return Err(mismatch()),
         }
+        Ok(())
+    }
+
+    /// `{"field":value,...}` of struct `s` of `schema`.
+    fn write_struct_fields(
+        &self,
+        schema: &Schema,
+        s: &Struct,
+        out: &mut JsonOut<'_>,
+    ) -> Result<(), DataError> {
+        out.push(b'{');
+        for (i, (field, v)) in schema.fields().iter().zip(s.values()).enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            match field.plain_json_key() {
+                Some(key) => out.extend_from_slice(key),
+                None => {
+                    write_json_string(out, field.name());
+                    out.push(b':');
+                }
+            }
+            self.write_value(Some(field.schema()), v, out)?;
+        }
+        out.push(b'}');
         Ok(())
     }
 
@@ -1530,6 +1544,35 @@ mod tests {
             assert!(spans.iter().all(|(_, s)| s.len() >= MIN_SPAN));
             seen.push(spans);
         }
+        // A shared struct holding a shared struct: its cached text is whole, whichever way
+        // it was first written.
+        let outer_schema = SchemaBuilder::struct_()
+            .field("block", source.clone())
+            .field("n", Schema::int32())
+            .build_ref();
+        let outer = |n: i32| {
+            Struct::new(outer_schema.clone())
+                .unwrap()
+                .with("block", block.clone())
+                .with("n", n)
+                .into_shared()
+        };
+        let (o1, o2) = (outer(1), outer(2));
+        let held = (o1.clone(), o2.clone());
+        for o in [&o1, &o2, &o2, &o1] {
+            let v = Value::Struct(o.clone());
+            let (mut out, mut spans) = (Vec::new(), Vec::new());
+            conv.write_connect_data_spans(Some(&outer_schema), &v, &mut out, &mut spans)
+                .unwrap();
+            let plain = conv
+                .from_connect_data("t", Some(&outer_schema), &v)
+                .unwrap()
+                .unwrap();
+            assert_eq!(with_spans(&out, &spans), plain);
+            let text = String::from_utf8(plain).unwrap();
+            assert!(text.contains(&long) && text.ends_with("}}"), "{text}");
+        }
+        drop(held);
         // The shared block: the envelope prefix and, once cached, the block's text.
         assert_eq!(seen[1].len(), 2, "{:?}", seen[1]);
         assert!(Arc::ptr_eq(&seen[1][0].1, &seen[0][0].1));

@@ -401,7 +401,9 @@ impl BatchBuilder {
         let headers = headers.iter().map(|h| (h.key, h.value));
         let body_len = record_body_len(ts_delta, offset_delta, key_len, value_len, headers.clone());
         let lz4 = self.compression == Compression::Lz4;
+        // A record too large for one repeat block is staged as plain bytes (64 KiB blocks).
         let repeatable = lz4
+            && body_len + 5 <= LZ4_REPEAT_BLOCK
             && key_spans
                 .iter()
                 .chain(value_spans)
@@ -1699,6 +1701,49 @@ mod tests {
                 plain.len()
             );
         }
+    }
+
+    #[test]
+    fn a_record_larger_than_a_repeat_block_is_stored_in_standard_blocks() {
+        // One value over 1 MiB holding the same span twice, close together, after a small
+        // record with spans: every block still fits the frame's declared maximum.
+        let [_, _, text, noise] = &sample_payloads()[..] else {
+            unreachable!("four samples")
+        };
+        let span: Arc<[u8]> = text[..300].to_vec().into();
+        let mut physical = Vec::new();
+        while physical.len() < LZ4_REPEAT_BLOCK + 10_000 {
+            // Compressible, so the block is stored compressed.
+            physical.extend_from_slice(&noise[..100]);
+            physical.extend_from_slice(&text[..20_000]);
+        }
+        let spans = vec![(10, span.clone()), (20, span.clone())];
+        let whole = [
+            &physical[..10],
+            &span,
+            &physical[10..20],
+            &span,
+            &physical[20..],
+        ]
+        .concat();
+        let small = [&span[..], b"x"].concat();
+        let mut lz4 = BatchBuilder::new(Compression::Lz4, ProducerFields::default());
+        lz4.append_with_spans(0, None, &[], Some(b"x"), &[(0, span.clone())], &[]);
+        lz4.append_with_spans(1, None, &[], Some(&physical), &spans, &[]);
+        lz4.append_with_spans(2, None, &[], Some(b"x"), &[(0, span.clone())], &[]);
+        let built = lz4.build().unwrap();
+        verify(&built).unwrap();
+        let decoded = DecodedBatch::decode(&built).unwrap();
+        let records = decoded.records().unwrap();
+        assert_eq!(records[0].value, Some(&small[..]));
+        assert_eq!(records[1].value, Some(&whole[..]));
+        assert_eq!(records[2].value, Some(&small[..]));
+        // lz4_flex's frame decoder enforces the declared block size.
+        let mut framed = Vec::new();
+        lz4_flex::frame::FrameDecoder::new(&built[HEADER_SIZE..])
+            .read_to_end(&mut framed)
+            .unwrap();
+        assert!(framed.len() > LZ4_REPEAT_BLOCK);
     }
 
     #[test]
