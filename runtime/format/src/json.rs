@@ -427,13 +427,7 @@ impl JsonConverter {
             if i > 0 {
                 text.push(b',');
             }
-            match field.plain_json_key() {
-                Some(key) => text.extend_from_slice(key),
-                None => {
-                    write_json_string(&mut text, field.name());
-                    text.push(b':');
-                }
-            }
+            write_field_key(&mut text, field);
             if next.next_if_eq(&i).is_some() {
                 // The replaced value goes here; the base's is never written.
                 cuts.push(text.len());
@@ -661,13 +655,7 @@ impl JsonConverter {
             if i > 0 {
                 out.push(b',');
             }
-            match field.plain_json_key() {
-                Some(key) => out.extend_from_slice(key),
-                None => {
-                    write_json_string(out, field.name());
-                    out.push(b':');
-                }
-            }
+            write_field_key(out, field);
             self.write_value(Some(field.schema()), v, out)?;
         }
         out.push(b'}');
@@ -1321,6 +1309,17 @@ fn envelope_error() -> DataError {
 }
 
 /// Appends an integer's decimal text (as Java prints it) without allocating.
+/// `"name":` of a struct field (its precomputed text when the name needs no escaping).
+fn write_field_key(out: &mut Vec<u8>, field: &headwater_api::Field) {
+    match field.plain_json_key() {
+        Some(key) => out.extend_from_slice(key),
+        None => {
+            write_json_string(out, field.name());
+            out.push(b':');
+        }
+    }
+}
+
 fn write_int(out: &mut Vec<u8>, v: impl itoa::Integer) {
     out.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
 }
