@@ -144,8 +144,10 @@ fn zoned_timestamp_short(y: u32, m: u32, d: u32, tod: i64, width: Option<usize>)
         end = 20 + digits;
     }
     b[end] = b'Z';
-    // Only ASCII digits and separators were written.
-    String::from_utf8_lossy(&b[..=end]).into_owned()
+    // Only ASCII digits and separators were written, so the check cannot fail.
+    std::str::from_utf8(&b[..=end])
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// How many trailing decimal zeros a non-zero value has.

@@ -17,6 +17,8 @@
 //!   the last 12), and no match reaches back further than 65,535 bytes or before the block;
 //! - a repeat list that breaks any of this is refused ([`InvalidRepeats`]), never encoded.
 
+use std::mem::MaybeUninit;
+
 const MIN_MATCH: usize = 4;
 const LAST_LITERALS: usize = 5;
 const MF_LIMIT: usize = 12;
@@ -39,13 +41,17 @@ pub struct Repeat {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InvalidRepeats(pub String);
 
-/// Reused encoder state: the hash table (cleared per block) and the stretches of physical
-/// bytes between repeats.
+/// Reused encoder state: the hash table and the stretches of physical bytes between repeats.
+///
+/// The table is not cleared per block: each block numbers its positions from `base` up, and
+/// entries at or below the current block's `base` belong to earlier blocks and are ignored.
+/// It is cleared only when the numbering would overflow.
 pub struct RepeatEncoder {
-    /// Hash of 4 bytes -> the last physical position they were seen at, plus one (0: none).
-    table: Vec<u32>,
-    /// The stretch of each `table` entry's position.
-    table_stretch: Vec<u32>,
+    /// Hash of 4 bytes -> the stretch (high 32 bits) and `base` + physical position + 1 (low
+    /// 32 bits) where they were last seen.
+    table: Vec<u64>,
+    /// The numbering offset of the block being encoded.
+    base: u32,
     /// `shift[k]`: logical bytes inserted before stretch `k` (the sum of earlier repeats).
     shift: Vec<usize>,
     /// `start[k]`: the physical position stretch `k` starts at; `start[k + 1]` is where it
@@ -57,7 +63,7 @@ impl Default for RepeatEncoder {
     fn default() -> Self {
         RepeatEncoder {
             table: vec![0; 1 << HASH_LOG],
-            table_stretch: vec![0; 1 << HASH_LOG],
+            base: 0,
             shift: Vec::new(),
             start: Vec::new(),
         }
@@ -94,38 +100,98 @@ fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     i
 }
 
-/// Appends an LZ4 length continuation (`n` beyond the token's 15).
-#[inline]
-fn push_length(out: &mut Vec<u8>, n: usize) {
-    let full = n / 255;
-    out.resize(out.len() + full, 255);
-    out.push((n - full * 255) as u8);
+/// Writes one block's sequences into the spare capacity of its output vector.
+///
+/// Invariant: every byte of `spare[..written]` has been written. `compress` reserves the
+/// block's worst-case size first, so the writes never run out of room (the slice indexing
+/// would panic rather than write out of bounds if that bound were wrong).
+struct BlockWriter<'a> {
+    spare: &'a mut [MaybeUninit<u8>],
+    written: usize,
 }
 
-/// Appends one sequence: `literals`, then a match of `match_len` bytes `distance` back.
-#[inline]
-fn push_sequence(out: &mut Vec<u8>, literals: &[u8], distance: usize, match_len: usize) {
-    let lit = literals.len();
-    let extra = match_len - MIN_MATCH;
-    out.push(((lit.min(15) as u8) << 4) | extra.min(15) as u8);
-    if lit >= 15 {
-        push_length(out, lit - 15);
+/// How many bytes a short literal run is copied as (a fixed-size copy, cheaper than an exact
+/// one; the bytes past the run are overwritten by what follows or cut off at the end).
+const LITERAL_COPY: usize = 16;
+
+impl BlockWriter<'_> {
+    #[inline]
+    fn byte(&mut self, b: u8) {
+        self.spare[self.written].write(b);
+        self.written += 1;
     }
-    out.extend_from_slice(literals);
-    out.extend_from_slice(&(distance as u16).to_le_bytes());
-    if extra >= 15 {
-        push_length(out, extra - 15);
+
+    /// An LZ4 length continuation (`n` beyond the token's 15).
+    #[inline]
+    fn length(&mut self, n: usize) {
+        let mut rest = n;
+        while rest >= 255 {
+            self.byte(255);
+            rest -= 255;
+        }
+        self.byte(rest as u8);
+    }
+
+    /// `physical[from..to]` as literals.
+    #[inline]
+    fn literals(&mut self, physical: &[u8], from: usize, to: usize) {
+        let len = to - from;
+        let w = self.written;
+        if len <= LITERAL_COPY
+            && from + LITERAL_COPY <= physical.len()
+            && w + LITERAL_COPY <= self.spare.len()
+        {
+            self.spare[w..w + LITERAL_COPY]
+                .write_copy_of_slice(&physical[from..from + LITERAL_COPY]);
+        } else {
+            self.spare[w..w + len].write_copy_of_slice(&physical[from..to]);
+        }
+        self.written = w + len;
+    }
+
+    /// One sequence: literals `physical[from..to]`, then a match of `match_len` bytes
+    /// `distance` back.
+    #[inline(always)]
+    fn sequence(
+        &mut self,
+        physical: &[u8],
+        (from, to): (usize, usize),
+        distance: usize,
+        match_len: usize,
+    ) {
+        let lit = to - from;
+        let extra = match_len - MIN_MATCH;
+        self.byte(((lit.min(15) as u8) << 4) | extra.min(15) as u8);
+        if lit >= 15 {
+            self.length(lit - 15);
+        }
+        self.literals(physical, from, to);
+        let w = self.written;
+        self.spare[w..w + 2].write_copy_of_slice(&(distance as u16).to_le_bytes());
+        self.written = w + 2;
+        if extra >= 15 {
+            self.length(extra - 15);
+        }
+    }
+
+    /// The block's closing literals, `physical[from..]`.
+    fn last_literals(&mut self, physical: &[u8], from: usize) {
+        let lit = physical.len() - from;
+        self.byte((lit.min(15) as u8) << 4);
+        if lit >= 15 {
+            self.length(lit - 15);
+        }
+        self.literals(physical, from, physical.len());
     }
 }
 
-/// Appends the block's closing literals.
-fn push_last_literals(out: &mut Vec<u8>, literals: &[u8]) {
-    let lit = literals.len();
-    out.push((lit.min(15) as u8) << 4);
-    if lit >= 15 {
-        push_length(out, lit - 15);
-    }
-    out.extend_from_slice(literals);
+/// The most bytes one block of `n` physical bytes and `repeats` can take (every physical
+/// byte a literal; every sequence with its token, offset and length bytes; at most one match
+/// per 4 physical bytes), plus room for one short-literal copy.
+fn block_bound(n: usize, repeats: &[Repeat]) -> usize {
+    let sequences = n / MIN_MATCH + repeats.len() + 1;
+    let repeat_lengths: usize = repeats.iter().map(|r| r.len / 255).sum();
+    n + 2 * (n / 255) + 5 * sequences + repeat_lengths + LITERAL_COPY
 }
 
 impl RepeatEncoder {
@@ -150,6 +216,11 @@ impl RepeatEncoder {
         self.shift.push(inserted);
         self.start.push(n);
         let logical_len = n + inserted;
+        if n as u64 + 2 > u64::from(u32::MAX) {
+            return Err(InvalidRepeats(format!(
+                "a block of {n} physical bytes is larger than the encoder numbers"
+            )));
+        }
         let mut last_at = 0;
         for (k, r) in repeats.iter().enumerate() {
             let start = r.at + self.shift[k];
@@ -168,9 +239,20 @@ impl RepeatEncoder {
             }
             last_at = r.at;
         }
-        self.table.fill(0);
-        self.table_stretch.fill(0);
-        out.reserve(n + n / 255 + 16 + repeats.len() * 16);
+        if u64::from(self.base) + n as u64 + 2 > u64::from(u32::MAX) {
+            self.table.fill(0);
+            self.base = 0;
+        }
+        let base = self.base;
+        // The next block numbers its positions above every position of this one.
+        self.base += n as u32 + 1;
+        let bound = block_bound(n, repeats);
+        out.reserve(bound);
+        let origin = out.len();
+        let mut sink = BlockWriter {
+            spare: &mut out.spare_capacity_mut()[..bound],
+            written: 0,
+        };
         let mut anchor = 0usize;
         for k in 0..=repeats.len() {
             let start = self.start[k];
@@ -187,14 +269,13 @@ impl RepeatEncoder {
             while search_last.is_some_and(|s| p <= s) {
                 let sequence = read_u32(physical, p);
                 let h = hash(sequence);
-                let candidate = self.table[h];
-                let candidate_stretch = self.table_stretch[h] as usize;
-                self.table[h] = p as u32 + 1;
-                self.table_stretch[h] = k as u32;
-                if let Some((c, ck, len)) = candidate.checked_sub(1).and_then(|c| {
-                    let c = (c as usize, candidate_stretch);
-                    self.try_match(physical, k, p, c, sequence, match_limit)
-                }) {
+                let entry = self.table[h];
+                self.table[h] = ((k as u64) << 32) | u64::from(base + p as u32 + 1);
+                let numbered = entry as u32;
+                if let Some((c, ck, len)) = (numbered > base)
+                    .then(|| ((numbered - base - 1) as usize, (entry >> 32) as usize))
+                    .and_then(|c| self.try_match(physical, k, p, c, sequence, match_limit))
+                {
                     // Extend backwards over pending literals of this stretch.
                     let c_start = self.start[ck];
                     let (mut p0, mut c0, mut len) = (p, c, len);
@@ -204,7 +285,7 @@ impl RepeatEncoder {
                         len += 1;
                     }
                     let distance = (p + self.shift[k]) - (c + self.shift[ck]);
-                    push_sequence(out, &physical[anchor..p0], distance, len);
+                    sink.sequence(physical, (anchor, p0), distance, len);
                     p = p0 + len;
                     anchor = p;
                     misses = 0;
@@ -214,13 +295,17 @@ impl RepeatEncoder {
                 p += 1 + (misses >> 6) as usize;
             }
             if last {
-                push_last_literals(out, &physical[anchor..n]);
+                sink.last_literals(physical, anchor);
             } else {
                 let r = repeats[k];
-                push_sequence(out, &physical[anchor..r.at], r.distance, r.len);
+                sink.sequence(physical, (anchor, r.at), r.distance, r.len);
                 anchor = r.at;
             }
         }
+        let written = sink.written;
+        // SAFETY: `BlockWriter` wrote every byte of the first `written` bytes of the spare
+        // capacity (its invariant), and `written <= bound <= capacity - origin`.
+        unsafe { out.set_len(origin + written) };
         Ok(())
     }
 
@@ -418,6 +503,31 @@ mod tests {
             encoded_with_repeats > 500,
             "{encoded_with_repeats} cases had repeats"
         );
+    }
+
+    #[test]
+    fn a_reused_encoder_never_matches_against_an_earlier_block() {
+        // Consecutive blocks share their text, so an entry left from an earlier block would
+        // match if it were not ignored; each block must decode by itself. The numbering is
+        // also pushed to its overflow, where the table is cleared.
+        let mut rng = Rng(7);
+        let unit = b"{\"schema\":{\"type\":\"struct\",\"fields\":[]}";
+        let prefix: Vec<u8> = (0..300).map(|i| unit[i % unit.len()]).collect();
+        let mut enc = RepeatEncoder::default();
+        for block_no in 0..40 {
+            if block_no == 20 {
+                enc.base = u32::MAX - 5_000;
+            }
+            let (physical, repeats) = records(&mut rng, &prefix, 1 + block_no % 5);
+            let mut block = Vec::new();
+            enc.compress(&physical, &repeats, &mut block)
+                .expect("valid repeats");
+            let logical = materialize(&physical, &repeats);
+            let decoded =
+                lz4_flex::block::decompress(&block, logical.len()).expect("a valid LZ4 block");
+            assert_eq!(decoded, logical, "block {block_no}");
+        }
+        assert!(enc.base < 1_000_000, "the numbering started again");
     }
 
     #[test]
