@@ -22,6 +22,8 @@
 use base64::Engine as _;
 use mongodb::bson::{Bson, Document, RawBsonRef, RawDocument, RawDocumentBuf};
 
+use crate::rawbson;
+
 /// Which of the Java writer's settings to reproduce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dialect {
@@ -90,18 +92,104 @@ pub fn write_document(
     doc: &RawDocument,
     dialect: Dialect,
 ) -> Result<(), BadBson> {
+    write_document_bytes(out, doc.as_bytes(), dialect)
+}
+
+/// [`write_document`] of a document's bytes, walked with [`rawbson`]: the common types are
+/// written straight from their bytes, the rare ones through the driver's typed values
+/// ([`write_value`]); both give the same text.
+pub fn write_document_bytes(out: &mut String, doc: &[u8], dialect: Dialect) -> Result<(), BadBson> {
     out.push('{');
-    for (i, element) in doc.iter().enumerate() {
-        let (k, v) = element.map_err(|e| BadBson(e.to_string()))?;
+    for (i, element) in rawbson::elements(doc)?.enumerate() {
+        let element = element?;
         if i > 0 {
             out.push_str(dialect.separator());
         }
-        write_string(out, k.as_str());
+        write_string(out, element.key);
         out.push_str(": ");
-        write_value(out, v, dialect)?;
+        write_element(out, element.kind, element.value, dialect)?;
     }
     out.push('}');
     Ok(())
+}
+
+/// Appends one value given as its BSON type byte and value bytes.
+pub fn write_element(
+    out: &mut String,
+    kind: u8,
+    value: &[u8],
+    dialect: Dialect,
+) -> Result<(), BadBson> {
+    match kind {
+        rawbson::DOUBLE => write_double(out, f64::from_bits(rawbson::int64(value) as u64), dialect),
+        rawbson::STRING => write_string(out, rawbson::string(value)?),
+        rawbson::DOCUMENT => write_document_bytes(out, value, dialect)?,
+        rawbson::ARRAY => {
+            out.push('[');
+            for (i, item) in rawbson::elements(value)?.enumerate() {
+                let item = item?;
+                if i > 0 {
+                    out.push_str(dialect.separator());
+                }
+                write_element(out, item.kind, item.value, dialect)?;
+            }
+            out.push(']');
+        }
+        rawbson::BOOLEAN => match value[0] {
+            0 => out.push_str("false"),
+            1 => out.push_str("true"),
+            other => return Err(BadBson(format!("invalid boolean value {other}"))),
+        },
+        rawbson::NULL => out.push_str("null"),
+        rawbson::INT32 => out.push_str(itoa::Buffer::new().format(rawbson::int32(value))),
+        rawbson::INT64 if dialect.relaxed() => {
+            out.push_str(itoa::Buffer::new().format(rawbson::int64(value)))
+        }
+        rawbson::INT64 => {
+            out.push_str("{\"$numberLong\": \"");
+            out.push_str(itoa::Buffer::new().format(rawbson::int64(value)));
+            out.push_str("\"}");
+        }
+        rawbson::OBJECT_ID => {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.push_str("{\"$oid\": \"");
+            for b in value {
+                out.push(char::from(HEX[usize::from(b >> 4)]));
+                out.push(char::from(HEX[usize::from(b & 0x0f)]));
+            }
+            out.push_str("\"}");
+        }
+        rawbson::DATETIME if !dialect.relaxed() => {
+            out.push_str("{\"$date\": ");
+            out.push_str(itoa::Buffer::new().format(rawbson::int64(value)));
+            out.push('}');
+        }
+        _ => write_rare_element(out, kind, value, dialect)?,
+    }
+    Ok(())
+}
+
+/// [`write_element`] of the types it does not write itself, through the driver's typed value
+/// of a one-element document.
+fn write_rare_element(
+    out: &mut String,
+    kind: u8,
+    value: &[u8],
+    dialect: Dialect,
+) -> Result<(), BadBson> {
+    let total = 4 + 1 + 2 + value.len() + 1;
+    let mut doc = Vec::with_capacity(total);
+    doc.extend_from_slice(&(total as i32).to_le_bytes());
+    doc.push(kind);
+    doc.extend_from_slice(b"v\0");
+    doc.extend_from_slice(value);
+    doc.push(0);
+    let raw = RawDocument::from_bytes(&doc).map_err(|e| BadBson(e.to_string()))?;
+    match raw.iter().next() {
+        Some(Ok((_, v))) => write_value(out, v, dialect),
+        Some(Err(e)) => Err(BadBson(e.to_string())),
+        None => Err(BadBson("an element vanished".into())),
+    }
 }
 
 /// [`write_document`] with member names mapped by `name` (a member whose name maps to `None`
@@ -396,9 +484,8 @@ fn write_double(out: &mut String, d: f64, dialect: Dialect) {
         );
         return;
     }
-    let mut bytes = Vec::with_capacity(24);
-    headwater_api::java::write_double(&mut bytes, d);
-    for b in bytes {
+    let text = headwater_api::java::JavaNumber::double(d);
+    for &b in text.as_bytes() {
         out.push(char::from(b));
         // A positive exponent gets its sign (a negative one starts with '-').
         if b == b'E' && d.abs() >= 1.0 {
@@ -473,13 +560,36 @@ fn printable(c: char) -> bool {
 
 /// A JSON string as the Java writer escapes it.
 pub fn write_string(out: &mut String, s: &str) {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
     out.push('"');
     let bytes = s.as_bytes();
     // Runs of printable ASCII other than `"` and `\` are copied as they are.
     let mut start = 0;
     let mut i = 0;
+    // Below this index bytes are looked at one by one (the rest of a flagged word).
+    let mut bytewise_until = 0;
     while i < bytes.len() {
-        let b = bytes[i];
+        // Eight bytes at a time while none of them needs a look; a flagged word is then gone
+        // through byte by byte.
+        while i >= bytewise_until && i + 8 <= bytes.len() {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&bytes[i..i + 8]);
+            let w = u64::from_le_bytes(word);
+            let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+            // Bytes below 0x20, at or above 0x7f (0x7f + 1 sets the high bit; a carry out of
+            // 0xff only comes from a byte that is flagged itself), `"` and `\`.
+            let flagged = (w.wrapping_sub(ONES * 0x20) & !w & HIGHS)
+                | ((w | w.wrapping_add(ONES)) & HIGHS)
+                | zero(w ^ (ONES * u64::from(b'"')))
+                | zero(w ^ (ONES * u64::from(b'\\')));
+            if flagged != 0 {
+                bytewise_until = i + 8;
+                break;
+            }
+            i += 8;
+        }
+        let Some(&b) = bytes.get(i) else { break };
         if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
             i += 1;
             continue;
@@ -522,6 +632,178 @@ fn push_unicode_escape(out: &mut String, unit: u16) {
 mod tests {
     use super::*;
     use mongodb::bson::{doc, oid::ObjectId, spec::BinarySubtype, Binary, Decimal128, Timestamp};
+
+    /// The former writer, kept as the reference: the driver's iterator and typed values for
+    /// every element, recursing itself into documents and arrays.
+    fn reference_document(out: &mut String, doc: &RawDocument, dialect: Dialect) {
+        out.push('{');
+        for (i, element) in doc.iter().enumerate() {
+            let (k, v) = element.unwrap();
+            if i > 0 {
+                out.push_str(dialect.separator());
+            }
+            reference_string(out, k.as_str());
+            out.push_str(": ");
+            reference_value(out, v, dialect);
+        }
+        out.push('}');
+    }
+
+    fn reference_value(out: &mut String, v: RawBsonRef<'_>, dialect: Dialect) {
+        match v {
+            RawBsonRef::Document(d) => reference_document(out, d, dialect),
+            RawBsonRef::Array(items) => {
+                out.push('[');
+                for (i, item) in items.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(dialect.separator());
+                    }
+                    reference_value(out, item.unwrap(), dialect);
+                }
+                out.push(']');
+            }
+            RawBsonRef::String(s) => reference_string(out, s),
+            other => write_value(out, other, dialect).unwrap(),
+        }
+    }
+
+    /// The former string writer (one byte at a time).
+    fn reference_string(out: &mut String, s: &str) {
+        out.push('"');
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\u{8}' => out.push_str("\\b"),
+                '\u{c}' => out.push_str("\\f"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if (c as u32) >= 0x10000 => {
+                    let mut units = [0u16; 2];
+                    for u in c.encode_utf16(&mut units) {
+                        push_unicode_escape(out, *u);
+                    }
+                }
+                c if printable(c) => out.push(c),
+                c => push_unicode_escape(out, c as u16),
+            }
+        }
+        out.push('"');
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    fn random_text(rng: &mut Rng) -> String {
+        const PIECES: &[&str] = &[
+            "plain ascii text ",
+            "\"",
+            "\\",
+            "\n",
+            "\t",
+            "\u{1}",
+            "\u{7f}",
+            "\u{80}",
+            "é",
+            "\u{2028}",
+            "\u{e000}",
+            "\u{1F600}",
+            "\u{feff}",
+            "日本",
+            "x",
+            "0123456789abcdef",
+        ];
+        (0..rng.below(12))
+            .map(|_| PIECES[rng.below(PIECES.len() as u64) as usize])
+            .collect()
+    }
+
+    fn random_value(rng: &mut Rng, depth: u32) -> Bson {
+        let kinds = if depth > 3 { 14 } else { 16 };
+        match rng.below(kinds) {
+            0 => Bson::Double(f64::from_bits(rng.next())),
+            1 => Bson::Double((rng.below(2_000_000) as f64 - 1e6) / 100.0),
+            2 => Bson::String(random_text(rng)),
+            3 => Bson::Int32(rng.next() as i32),
+            4 => Bson::Int64(rng.next() as i64),
+            5 => Bson::Boolean(rng.below(2) == 1),
+            6 => Bson::Null,
+            7 => Bson::ObjectId(ObjectId::from_bytes(
+                rng.next().to_le_bytes().repeat(2)[..12].try_into().unwrap(),
+            )),
+            8 => Bson::DateTime(mongodb::bson::DateTime::from_millis(
+                rng.next() as i64 % 400_000_000_000_000,
+            )),
+            9 => Bson::Timestamp(Timestamp {
+                time: rng.next() as u32,
+                increment: rng.next() as u32,
+            }),
+            10 => Bson::Binary(Binary {
+                subtype: BinarySubtype::Generic,
+                bytes: rng.next().to_le_bytes()[..rng.below(8) as usize].to_vec(),
+            }),
+            11 => Bson::Decimal128("12.50".parse().unwrap()),
+            12 => Bson::RegularExpression(mongodb::bson::Regex {
+                pattern: random_text(rng).try_into().unwrap(),
+                options: "i".try_into().unwrap(),
+            }),
+            13 => Bson::JavaScriptCode(random_text(rng)),
+            14 => Bson::Document(random_document(rng, depth + 1)),
+            _ => Bson::Array(
+                (0..rng.below(5))
+                    .map(|_| random_value(rng, depth + 1))
+                    .collect(),
+            ),
+        }
+    }
+
+    fn random_document(rng: &mut Rng, depth: u32) -> Document {
+        let mut d = Document::new();
+        for i in 0..rng.below(8) {
+            d.insert(format!("{}{i}", random_text(rng)), random_value(rng, depth));
+        }
+        d
+    }
+
+    #[test]
+    fn byte_walker_writes_what_the_typed_writer_wrote() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        for _ in 0..3000 {
+            let doc = random_document(&mut rng, 0);
+            let raw = RawDocumentBuf::try_from(&doc).unwrap();
+            for dialect in [Dialect::Strict, Dialect::RelaxedCompact, Dialect::Relaxed] {
+                let mut ours = String::new();
+                write_document(&mut ours, &raw, dialect).unwrap();
+                let mut want = String::new();
+                reference_document(&mut want, &raw, dialect);
+                assert_eq!(ours, want, "{doc:?} {dialect:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_bson_is_an_error() {
+        let raw = RawDocumentBuf::try_from(&doc! {"a": "text", "b": {"c": true}}).unwrap();
+        let mut bytes = raw.as_bytes().to_vec();
+        // The boolean's byte (the last value byte before two terminators).
+        let at = bytes.len() - 3;
+        bytes[at] = 7;
+        let doc = RawDocument::from_bytes(&bytes).unwrap();
+        let mut out = String::new();
+        let err = write_document(&mut out, doc, Dialect::Strict).unwrap_err();
+        assert!(err.0.contains("boolean"), "{err}");
+    }
 
     #[test]
     fn the_three_dialects() {

@@ -18,6 +18,7 @@ pub mod connector;
 pub mod event;
 pub mod extjson;
 pub mod fields;
+pub mod rawbson;
 pub mod snapshot;
 pub mod task;
 

@@ -28,7 +28,9 @@ use headwater_api::plugin::{BoxFuture, SourceBatch, SourceTask, SourceTaskContex
 use headwater_api::{Boundary, ConnectError, OffsetMap, OffsetValue, Properties, SourceRecord};
 use headwater_connector_common::heartbeat::Heartbeats;
 use headwater_connector_common::txmeta::TransactionMetadata;
-use mongodb::bson::{doc, Bson, Document, RawBsonRef, RawDocumentBuf};
+use mongodb::bson::{
+    doc, Bson, DateTime, Document, RawBsonRef, RawDocument, RawDocumentBuf, Timestamp,
+};
 use mongodb::change_stream::event::ResumeToken;
 use mongodb::change_stream::ChangeStream;
 use mongodb::options::{ClientOptions, FullDocumentBeforeChangeType, FullDocumentType};
@@ -40,6 +42,7 @@ use crate::config::{MongoConfig, SnapshotMode};
 use crate::event::{now, CollectionSchemas, EventBuilder, SourceInfo};
 use crate::extjson::{self, Dialect};
 use crate::fields::FieldRules;
+use crate::rawbson;
 use crate::snapshot::{self as snapshots, ChunkMsg, Readers, Rendered, SnapshotCollection};
 
 /// Server error codes that mean the resume point is gone from the oplog.
@@ -864,7 +867,8 @@ impl Inner {
     ) -> Result<bool, ConnectError> {
         let bad =
             |what: &str, e: String| ConnectError::data(format!("a change event's {what}: {e}"));
-        let get = |k: &str| ev.get(k).map_err(|e| bad(k, e.to_string()));
+        let fields = EventFields::read(ev.as_bytes()).map_err(|e| bad("fields", e.0))?;
+        let get = |k: &str| fields.get(k).map_err(|e| bad(k, e.0));
         let token = match get("_id")? {
             Some(RawBsonRef::Document(d)) => {
                 base64::engine::general_purpose::STANDARD.encode(d.as_bytes())
@@ -937,9 +941,11 @@ impl Inner {
         let c = self.events.collection(&db, &coll);
         let mut key = String::with_capacity(32);
         match get("documentKey")? {
-            Some(RawBsonRef::Document(k)) => match k.get("_id") {
-                Ok(Some(id)) => extjson::write_value(&mut key, id, Dialect::RelaxedCompact)
-                    .map_err(|e| bad("documentKey", e.to_string()))?,
+            Some(RawBsonRef::Document(k)) => match rawbson::find(k.as_bytes(), "_id") {
+                Ok(Some(id)) => {
+                    extjson::write_element(&mut key, id.kind, id.value, Dialect::RelaxedCompact)
+                        .map_err(|e| bad("documentKey", e.to_string()))?
+                }
                 _ => key.push_str("null"),
             },
             _ => key.push_str("null"),
@@ -1167,6 +1173,68 @@ impl Inner {
                 Ok(SourceBatch::empty())
             }
         }
+    }
+}
+
+/// The top-level fields of a change event that [`Inner::handle_event`] reads, found in one
+/// pass over its bytes (looking each up by name would walk the event once per field).
+struct EventFields<'a> {
+    found: [Option<rawbson::Element<'a>>; EventFields::NAMES.len()],
+}
+
+impl<'a> EventFields<'a> {
+    const NAMES: [&'static str; 11] = [
+        "_id",
+        "operationType",
+        "clusterTime",
+        "ns",
+        "documentKey",
+        "fullDocument",
+        "fullDocumentBeforeChange",
+        "updateDescription",
+        "wallTime",
+        "lsid",
+        "txnNumber",
+    ];
+
+    fn read(event: &'a [u8]) -> Result<Self, extjson::BadBson> {
+        let mut found = [None; Self::NAMES.len()];
+        for element in rawbson::elements(event)? {
+            let element = element?;
+            if let Some(i) = Self::NAMES.iter().position(|n| *n == element.key) {
+                // The first of duplicate names, as a lookup by name finds.
+                found[i].get_or_insert(element);
+            }
+        }
+        Ok(EventFields { found })
+    }
+
+    /// The field `name` (one of [`Self::NAMES`]) as a typed value. Only the types change
+    /// events carry in these fields are typed (documents, strings, timestamps, dates,
+    /// integers); a field of any other type reads as `Null`, which no caller accepts.
+    fn get(&self, name: &str) -> Result<Option<RawBsonRef<'a>>, extjson::BadBson> {
+        let Some(element) = Self::NAMES
+            .iter()
+            .position(|n| *n == name)
+            .and_then(|i| self.found[i])
+        else {
+            return Ok(None);
+        };
+        let v = element.value;
+        Ok(Some(match element.kind {
+            rawbson::DOCUMENT => RawBsonRef::Document(
+                RawDocument::from_bytes(v).map_err(|e| extjson::BadBson(e.to_string()))?,
+            ),
+            rawbson::STRING => RawBsonRef::String(rawbson::string(v)?),
+            rawbson::TIMESTAMP => {
+                let (time, increment) = rawbson::timestamp(v);
+                RawBsonRef::Timestamp(Timestamp { time, increment })
+            }
+            rawbson::DATETIME => RawBsonRef::DateTime(DateTime::from_millis(rawbson::int64(v))),
+            rawbson::INT64 => RawBsonRef::Int64(rawbson::int64(v)),
+            rawbson::INT32 => RawBsonRef::Int32(rawbson::int32(v)),
+            _ => RawBsonRef::Null,
+        }))
     }
 }
 

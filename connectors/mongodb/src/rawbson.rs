@@ -1,0 +1,293 @@
+//! A minimal walker over BSON bytes: a document's elements as (key, type byte, value bytes)
+//! without decoding the values, for the per-event hot path (rendering change events and
+//! snapshot documents as extended JSON, finding a change event's top-level fields).
+//!
+//! The driver's raw iterator does the same job with more per-element work (it checks each key
+//! through a general UTF-8 validator and builds a typed value per element); rendering ~1 KB
+//! documents spent most of its time there. This walker reads sizes straight from the bytes.
+//!
+//! Invariants: an element's value bytes are exactly its value's extent by the BSON size rules
+//! and lie inside its document; keys and string values handed out are valid UTF-8; a document
+//! whose declared length, terminator, element types or sizes do not hold is a [`BadBson`]
+//! error, never read past.
+
+use crate::extjson::BadBson;
+
+pub const DOUBLE: u8 = 0x01;
+pub const STRING: u8 = 0x02;
+pub const DOCUMENT: u8 = 0x03;
+pub const ARRAY: u8 = 0x04;
+pub const BINARY: u8 = 0x05;
+pub const UNDEFINED: u8 = 0x06;
+pub const OBJECT_ID: u8 = 0x07;
+pub const BOOLEAN: u8 = 0x08;
+pub const DATETIME: u8 = 0x09;
+pub const NULL: u8 = 0x0A;
+pub const REGEX: u8 = 0x0B;
+pub const DB_POINTER: u8 = 0x0C;
+pub const CODE: u8 = 0x0D;
+pub const SYMBOL: u8 = 0x0E;
+pub const CODE_WITH_SCOPE: u8 = 0x0F;
+pub const INT32: u8 = 0x10;
+pub const TIMESTAMP: u8 = 0x11;
+pub const INT64: u8 = 0x12;
+pub const DECIMAL128: u8 = 0x13;
+pub const MIN_KEY: u8 = 0xFF;
+pub const MAX_KEY: u8 = 0x7F;
+
+/// One element of a document.
+#[derive(Clone, Copy, Debug)]
+pub struct Element<'a> {
+    pub key: &'a str,
+    /// The BSON type byte.
+    pub kind: u8,
+    /// The value's bytes (for documents and arrays: the whole embedded document).
+    pub value: &'a [u8],
+}
+
+/// The elements of one document, in stored order.
+pub struct Elements<'a> {
+    doc: &'a [u8],
+    at: usize,
+    failed: bool,
+}
+
+fn bad(what: impl Into<String>) -> BadBson {
+    BadBson(what.into())
+}
+
+fn read_i32(bytes: &[u8], at: usize) -> Result<i32, BadBson> {
+    bytes
+        .get(at..at + 4)
+        .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .ok_or_else(|| bad("a length runs past the end of its document"))
+}
+
+/// The elements of the document `doc` (its length prefix, elements and terminator).
+pub fn elements(doc: &[u8]) -> Result<Elements<'_>, BadBson> {
+    let declared = read_i32(doc, 0)?;
+    if doc.len() < 5 || declared as usize != doc.len() || declared < 5 {
+        return Err(bad(format!(
+            "a document declares {declared} bytes but has {}",
+            doc.len()
+        )));
+    }
+    if doc[doc.len() - 1] != 0 {
+        return Err(bad("a document is not null-terminated"));
+    }
+    Ok(Elements {
+        doc,
+        at: 4,
+        failed: false,
+    })
+}
+
+/// A NUL-terminated UTF-8 string starting at `at`: the text and the index after its NUL.
+fn cstring(bytes: &[u8], at: usize) -> Result<(&str, usize), BadBson> {
+    let rest = bytes.get(at..).unwrap_or_default();
+    let len = rest
+        .iter()
+        .position(|b| *b == 0)
+        .ok_or_else(|| bad("a key or pattern is not null-terminated"))?;
+    let raw = &rest[..len];
+    let text = if raw.is_ascii() {
+        // SAFETY: ASCII bytes are valid UTF-8. Keys are nearly always ASCII, and the general
+        // check costs more than this one on such short strings.
+        unsafe { std::str::from_utf8_unchecked(raw) }
+    } else {
+        std::str::from_utf8(raw).map_err(|e| bad(format!("a key: {e}")))?
+    };
+    Ok((text, at + len + 1))
+}
+
+/// The size of a value of type `kind` that starts at `at` of `bytes`.
+fn value_len(kind: u8, bytes: &[u8], at: usize) -> Result<usize, BadBson> {
+    let length = |extra: usize| -> Result<usize, BadBson> {
+        let n = read_i32(bytes, at)?;
+        usize::try_from(n)
+            .map(|n| n + extra)
+            .map_err(|_| bad("a negative length"))
+    };
+    Ok(match kind {
+        DOUBLE | DATETIME | TIMESTAMP | INT64 => 8,
+        INT32 => 4,
+        BOOLEAN => 1,
+        OBJECT_ID => 12,
+        DECIMAL128 => 16,
+        NULL | UNDEFINED | MIN_KEY | MAX_KEY => 0,
+        STRING | CODE | SYMBOL => length(4)?,
+        DOCUMENT | ARRAY | CODE_WITH_SCOPE => length(0)?,
+        BINARY => length(5)?,
+        DB_POINTER => length(4 + 12)?,
+        REGEX => {
+            let (_, after_pattern) = cstring(bytes, at)?;
+            let (_, after_options) = cstring(bytes, after_pattern)?;
+            after_options - at
+        }
+        other => return Err(bad(format!("invalid element type 0x{other:02x}"))),
+    })
+}
+
+impl<'a> Iterator for Elements<'a> {
+    type Item = Result<Element<'a>, BadBson>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let end = self.doc.len() - 1;
+        if self.at >= end {
+            if self.at != end {
+                self.failed = true;
+                return Some(Err(bad("an element runs past the end of its document")));
+            }
+            return None;
+        }
+        let step = || -> Result<(Element<'a>, usize), BadBson> {
+            let kind = self.doc[self.at];
+            let (key, value_at) = cstring(&self.doc[..end], self.at + 1)?;
+            let len = value_len(kind, &self.doc[..end], value_at)?;
+            let value = self
+                .doc
+                .get(value_at..value_at + len)
+                .filter(|_| value_at + len <= end)
+                .ok_or_else(|| bad(format!("the value of {key:?} runs past its document")))?;
+            Ok((Element { key, kind, value }, value_at + len))
+        };
+        match step() {
+            Ok((element, next)) => {
+                self.at = next;
+                Some(Ok(element))
+            }
+            Err(e) => {
+                self.failed = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// A string value's text (STRING, CODE and SYMBOL values).
+pub fn string(value: &[u8]) -> Result<&str, BadBson> {
+    let len = read_i32(value, 0)?;
+    if len < 1 || value.len() != 4 + len as usize || value[value.len() - 1] != 0 {
+        return Err(bad("a string's length or terminator is wrong"));
+    }
+    std::str::from_utf8(&value[4..value.len() - 1]).map_err(|e| bad(format!("a string: {e}")))
+}
+
+/// An 8-byte little-endian integer value (INT64, DATETIME).
+pub fn int64(value: &[u8]) -> i64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&value[..8]);
+    i64::from_le_bytes(b)
+}
+
+/// A 4-byte little-endian integer value (INT32).
+pub fn int32(value: &[u8]) -> i32 {
+    i32::from_le_bytes([value[0], value[1], value[2], value[3]])
+}
+
+/// A TIMESTAMP value as (time, increment).
+pub fn timestamp(value: &[u8]) -> (u32, u32) {
+    let increment = u32::from_le_bytes([value[0], value[1], value[2], value[3]]);
+    let time = u32::from_le_bytes([value[4], value[5], value[6], value[7]]);
+    (time, increment)
+}
+
+/// The first element named `key` of the document `doc`.
+pub fn find<'a>(doc: &'a [u8], key: &str) -> Result<Option<Element<'a>>, BadBson> {
+    for e in elements(doc)? {
+        let e = e?;
+        if e.key == key {
+            return Ok(Some(e));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mongodb::bson::{doc, oid::ObjectId, spec::BinarySubtype, Binary, Regex, Timestamp};
+    use mongodb::bson::{RawBsonRef, RawDocumentBuf};
+
+    #[test]
+    fn elements_agree_with_the_driver() {
+        let d = doc! {
+            "s": "text", "i": 7, "l": 8i64, "f": 2.5, "b": true, "n": null,
+            "o": ObjectId::new(), "d": mongodb::bson::DateTime::from_millis(5),
+            "t": Timestamp { time: 9, increment: 3 },
+            "bin": Binary { subtype: BinarySubtype::Generic, bytes: vec![1, 2, 3] },
+            "re": Regex { pattern: "a.c".try_into().unwrap(), options: "i".try_into().unwrap() },
+            "sub": {"x": [1, {"y": "z"}]}, "ü": "é",
+        };
+        let raw = RawDocumentBuf::try_from(&d).unwrap();
+        let ours: Vec<(String, u8, usize)> = elements(raw.as_bytes())
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| (e.key.to_owned(), e.kind, e.value.len()))
+            .collect();
+        let driver: Vec<String> = raw
+            .iter()
+            .map(|e| e.unwrap().0.as_str().to_owned())
+            .collect();
+        assert_eq!(ours.iter().map(|o| o.0.clone()).collect::<Vec<_>>(), driver);
+        let s = find(raw.as_bytes(), "s").unwrap().unwrap();
+        assert_eq!(string(s.value).unwrap(), "text");
+        let t = find(raw.as_bytes(), "t").unwrap().unwrap();
+        assert_eq!(timestamp(t.value), (9, 3));
+        let sub = find(raw.as_bytes(), "sub").unwrap().unwrap();
+        match raw.get("sub").unwrap() {
+            Some(RawBsonRef::Document(doc)) => assert_eq!(doc.as_bytes(), sub.value),
+            other => panic!("{other:?}"),
+        }
+        assert!(find(raw.as_bytes(), "missing").unwrap().is_none());
+    }
+
+    #[test]
+    fn malformed_documents_are_errors_not_reads_past_the_end() {
+        let raw = RawDocumentBuf::try_from(&doc! {"a": "bc", "d": {"e": 1}}).unwrap();
+        let bytes = raw.as_bytes().to_vec();
+        // Every truncation and every single-byte corruption either walks or errors.
+        for cut in 0..bytes.len() {
+            let mut b = bytes[..cut].to_vec();
+            if b.len() >= 4 {
+                b[..4].copy_from_slice(&(cut as i32).to_le_bytes());
+            }
+            if let Ok(it) = elements(&b) {
+                let _ = it.collect::<Vec<_>>();
+            }
+        }
+        let mut errors = 0;
+        for i in 4..bytes.len() {
+            for v in [0u8, 0x7f, 0xff, 0x13, 0x40] {
+                let mut b = bytes.clone();
+                b[i] = v;
+                match elements(&b) {
+                    Ok(it) => {
+                        for e in it {
+                            match e {
+                                Ok(e) if e.kind == STRING => {
+                                    let _ = string(e.value);
+                                }
+                                Ok(e) if e.kind == DOCUMENT => {
+                                    if elements(e.value).is_err() {
+                                        errors += 1;
+                                    }
+                                }
+                                Ok(_) => {}
+                                Err(_) => errors += 1,
+                            }
+                        }
+                    }
+                    Err(_) => errors += 1,
+                }
+            }
+        }
+        assert!(errors > 10, "{errors} corruptions were reported");
+        let mut b = bytes.clone();
+        b[4] = 0x42;
+        assert!(elements(&b).unwrap().any(|e| e.is_err()), "an unknown type");
+    }
+}
