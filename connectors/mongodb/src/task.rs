@@ -696,7 +696,8 @@ impl Inner {
         } else {
             self.phase = Phase::Done;
         }
-        Ok(SourceBatch::committed(out))
+        // The snapshot's end is committed now, not after the stream's first (waiting) poll.
+        Ok(SourceBatch::caught_up(out))
     }
 
     async fn fill_snapshot(

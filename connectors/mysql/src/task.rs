@@ -1006,7 +1006,8 @@ impl Inner {
             self.set_position(start)?;
             self.start_streaming().await?;
         }
-        Ok(SourceBatch::committed(out))
+        // The snapshot's end is committed now, not after the stream's first (waiting) poll.
+        Ok(SourceBatch::caught_up(out))
     }
 
     /// Hands out rows into `out` (up to `max.batch.size`, or what is ready once some are);

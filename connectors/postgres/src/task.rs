@@ -1385,7 +1385,8 @@ impl Inner {
         } else {
             self.phase = Phase::Done;
         }
-        Ok(SourceBatch::committed(out))
+        // The snapshot's end is committed now, not after the stream's first (waiting) poll.
+        Ok(SourceBatch::caught_up(out))
     }
 
     /// Hands out rows into `out`; true when the snapshot is complete (all records emitted).

@@ -477,6 +477,16 @@ async fn drain(task: &mut PostgresSourceTask, n: usize) -> Vec<headwater_api::So
     while got.len() < n {
         let b = task.poll().await.unwrap();
         let closes = b.boundary == headwater_api::plugin::Boundary::Commit;
+        let ends_snapshot = b.records.last().is_some_and(|r| {
+            r.source_offset.get("snapshot_completed")
+                == Some(&headwater_api::OffsetValue::Bool(true))
+        });
+        // The engine commits such a batch at once instead of lingering into the stream's
+        // first poll (which waits up to poll.interval.ms for changes).
+        assert!(
+            !ends_snapshot || b.caught_up,
+            "the snapshot's last batch is marked caught up"
+        );
         got.extend(b.records);
         if closes {
             if let Some(l) = got.last() {

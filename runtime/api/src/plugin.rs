@@ -233,6 +233,16 @@ impl SourceBatch {
             caught_up: false,
         }
     }
+    /// Records that end on a transaction boundary, with nothing more ready after them: the
+    /// engine commits them at once (a snapshot's last batch, for one, is not left waiting for
+    /// the stream's first poll).
+    pub fn caught_up(records: Vec<SourceRecord>) -> Self {
+        SourceBatch {
+            records,
+            boundary: Boundary::Commit,
+            caught_up: true,
+        }
+    }
     /// Nothing new (keeps the current boundary state: committed).
     pub fn empty() -> Self {
         Self::committed(Vec::new())
