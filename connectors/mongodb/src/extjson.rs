@@ -596,28 +596,33 @@ pub fn write_string(out: &mut String, s: &str) {
         }
         out.push_str(&s[start..i]);
         let c = s[i..].chars().next().unwrap_or('\u{FFFD}');
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) >= 0x10000 => {
-                let mut units = [0u16; 2];
-                for u in c.encode_utf16(&mut units) {
-                    push_unicode_escape(out, *u);
-                }
-            }
-            c if printable(c) => out.push(c),
-            c => push_unicode_escape(out, c as u16),
-        }
+        push_char(out, c);
         i += c.len_utf8();
         start = i;
     }
     out.push_str(&s[start..]);
     out.push('"');
+}
+
+/// One character as the Java writer writes it inside a string (escaped or as is).
+fn push_char(out: &mut String, c: char) {
+    match c {
+        '"' => out.push_str("\\\""),
+        '\\' => out.push_str("\\\\"),
+        '\u{8}' => out.push_str("\\b"),
+        '\u{c}' => out.push_str("\\f"),
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        c if (c as u32) >= 0x10000 => {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                push_unicode_escape(out, *u);
+            }
+        }
+        c if printable(c) => out.push(c),
+        c => push_unicode_escape(out, c as u16),
+    }
 }
 
 fn push_unicode_escape(out: &mut String, unit: u16) {
@@ -631,6 +636,7 @@ fn push_unicode_escape(out: &mut String, unit: u16) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use headwater_tests::rng::Rng;
     use mongodb::bson::{doc, oid::ObjectId, spec::BinarySubtype, Binary, Decimal128, Timestamp};
 
     /// The former writer, kept as the reference: the driver's iterator and typed values for
@@ -667,42 +673,13 @@ mod tests {
         }
     }
 
-    /// The former string writer (one byte at a time).
+    /// The string writer without its runs of plain ASCII: every character by itself.
     fn reference_string(out: &mut String, s: &str) {
         out.push('"');
         for c in s.chars() {
-            match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                '\u{8}' => out.push_str("\\b"),
-                '\u{c}' => out.push_str("\\f"),
-                '\n' => out.push_str("\\n"),
-                '\r' => out.push_str("\\r"),
-                '\t' => out.push_str("\\t"),
-                c if (c as u32) >= 0x10000 => {
-                    let mut units = [0u16; 2];
-                    for u in c.encode_utf16(&mut units) {
-                        push_unicode_escape(out, *u);
-                    }
-                }
-                c if printable(c) => out.push(c),
-                c => push_unicode_escape(out, c as u16),
-            }
+            push_char(out, c);
         }
         out.push('"');
-    }
-
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
     }
 
     fn random_text(rng: &mut Rng) -> String {
@@ -732,26 +709,28 @@ mod tests {
     fn random_value(rng: &mut Rng, depth: u32) -> Bson {
         let kinds = if depth > 3 { 14 } else { 16 };
         match rng.below(kinds) {
-            0 => Bson::Double(f64::from_bits(rng.next())),
+            0 => Bson::Double(f64::from_bits(rng.next_u64())),
             1 => Bson::Double((rng.below(2_000_000) as f64 - 1e6) / 100.0),
             2 => Bson::String(random_text(rng)),
-            3 => Bson::Int32(rng.next() as i32),
-            4 => Bson::Int64(rng.next() as i64),
+            3 => Bson::Int32(rng.next_u64() as i32),
+            4 => Bson::Int64(rng.next_u64() as i64),
             5 => Bson::Boolean(rng.below(2) == 1),
             6 => Bson::Null,
             7 => Bson::ObjectId(ObjectId::from_bytes(
-                rng.next().to_le_bytes().repeat(2)[..12].try_into().unwrap(),
+                rng.next_u64().to_le_bytes().repeat(2)[..12]
+                    .try_into()
+                    .unwrap(),
             )),
             8 => Bson::DateTime(mongodb::bson::DateTime::from_millis(
-                rng.next() as i64 % 400_000_000_000_000,
+                rng.next_u64() as i64 % 400_000_000_000_000,
             )),
             9 => Bson::Timestamp(Timestamp {
-                time: rng.next() as u32,
-                increment: rng.next() as u32,
+                time: rng.next_u64() as u32,
+                increment: rng.next_u64() as u32,
             }),
             10 => Bson::Binary(Binary {
                 subtype: BinarySubtype::Generic,
-                bytes: rng.next().to_le_bytes()[..rng.below(8) as usize].to_vec(),
+                bytes: rng.next_u64().to_le_bytes()[..rng.below(8) as usize].to_vec(),
             }),
             11 => Bson::Decimal128("12.50".parse().unwrap()),
             12 => Bson::RegularExpression(mongodb::bson::Regex {
@@ -778,7 +757,7 @@ mod tests {
 
     #[test]
     fn byte_walker_writes_what_the_typed_writer_wrote() {
-        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let mut rng = Rng::new(0x2545_f491_4f6c_dd1d);
         for _ in 0..3000 {
             let doc = random_document(&mut rng, 0);
             let raw = RawDocumentBuf::try_from(&doc).unwrap();
