@@ -18,6 +18,14 @@ use headwater_api::{
     OffsetMap, Schema, SchemaBuilder, SchemaRef, SchemaType, SourceRecord, Struct, Value,
 };
 
+/// Indexes of the `source` fields [`EventBuilder::stream_source`] replaces (the order of
+/// [`source_schema`]).
+const SOURCE_TS_MS: usize = 3;
+const SOURCE_TS_US: usize = 7;
+const SOURCE_TS_NS: usize = 8;
+const SOURCE_ORD: usize = 10;
+const SOURCE_WALL_TIME: usize = 13;
+
 /// The version string in `source.version`.
 pub use crate::CONNECTOR_VERSION;
 
@@ -103,6 +111,9 @@ pub struct CollectionSchemas {
     pub topic: String,
     pub key_schema: SchemaRef,
     pub envelope_schema: SchemaRef,
+    /// The `source` block of this collection's streamed events outside transactions, shared:
+    /// events hold it with their times and `ord` replaced ([`EventBuilder::stream_source`]).
+    stream_source: Struct,
 }
 
 /// What the `source` block says about one event.
@@ -186,12 +197,23 @@ impl EventBuilder {
                 headwater_connector_common::txmeta::block_schema(),
             )
             .build_ref();
+        let base = SourceInfo {
+            ts_ms: 0,
+            ts_us: 0,
+            ts_ns: 0,
+            snapshot: "false",
+            ord: 0,
+            lsid: None,
+            txn_number: None,
+            wall_time: None,
+        };
         let c = Arc::new(CollectionSchemas {
             db: db.to_owned(),
             collection: collection.to_owned(),
             topic,
             key_schema,
             envelope_schema,
+            stream_source: self.source_block(db, collection, &base).into_shared(),
         });
         self.collections
             .insert((db.to_owned(), collection.to_owned()), c.clone());
@@ -200,6 +222,10 @@ impl EventBuilder {
 
     /// The `source` block of an event of collection `c`.
     pub fn source(&self, c: &CollectionSchemas, info: &SourceInfo) -> Struct {
+        self.source_block(&c.db, &c.collection, info)
+    }
+
+    fn source_block(&self, db: &str, collection: &str, info: &SourceInfo) -> Struct {
         Struct::from_trusted_values(
             self.source_schema.clone(),
             vec![
@@ -208,17 +234,39 @@ impl EventBuilder {
                 Value::from(self.server_name.as_str()),
                 Value::Int64(info.ts_ms),
                 Value::String(info.snapshot.into()),
-                Value::from(c.db.as_str()),
+                Value::from(db),
                 Value::Null,
                 Value::Int64(info.ts_us),
                 Value::Int64(info.ts_ns),
-                Value::from(c.collection.as_str()),
+                Value::from(collection),
                 Value::Int32(info.ord),
                 info.lsid.clone().map_or(Value::Null, Value::from),
                 info.txn_number.map_or(Value::Null, Value::Int64),
                 info.wall_time.map_or(Value::Null, Value::Int64),
             ],
         )
+    }
+
+    /// The `source` block of a streamed event of `c`: outside a transaction, the collection's
+    /// shared block with the five fields that vary per event replaced ([`Struct::replacing`]),
+    /// so nothing else is built or copied; in a transaction, a block of its own.
+    pub fn stream_source(&self, c: &CollectionSchemas, info: &SourceInfo) -> Struct {
+        if info.lsid.is_some() || info.txn_number.is_some() || info.snapshot != "false" {
+            return self.source(c, info);
+        }
+        c.stream_source
+            .replacing([
+                (SOURCE_TS_MS, Value::Int64(info.ts_ms)),
+                (SOURCE_TS_US, Value::Int64(info.ts_us)),
+                (SOURCE_TS_NS, Value::Int64(info.ts_ns)),
+                (SOURCE_ORD, Value::Int32(info.ord)),
+                (
+                    SOURCE_WALL_TIME,
+                    info.wall_time.map_or(Value::Null, Value::Int64),
+                ),
+            ])
+            // The values match their fields by construction.
+            .unwrap_or_else(|_| self.source(c, info))
     }
 
     /// `updateDescription` from its parts (`updatedFields` already as relaxed JSON).
@@ -316,4 +364,46 @@ pub fn now() -> (i64, i64, i64) {
         d.as_micros() as i64,
         d.as_nanos() as i64,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_source_blocks_equal_built_ones() {
+        let mut events = EventBuilder::new("dbserver1");
+        let c = events.collection("inventory", "customers");
+        let schema = source_schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name()).collect();
+        assert_eq!(names[SOURCE_TS_MS], "ts_ms");
+        assert_eq!(names[SOURCE_TS_US], "ts_us");
+        assert_eq!(names[SOURCE_TS_NS], "ts_ns");
+        assert_eq!(names[SOURCE_ORD], "ord");
+        assert_eq!(names[SOURCE_WALL_TIME], "wallTime");
+        for (wall, lsid, txn) in [
+            (Some(1_700_000_000_123), None, None),
+            (None, None, None),
+            (Some(5), Some("{\"id\": 1}".to_owned()), Some(7)),
+        ] {
+            let info = SourceInfo {
+                ts_ms: 1_700_000_000_123,
+                ts_us: 1_700_000_000_123_000,
+                ts_ns: 1_700_000_000_123_000_000,
+                snapshot: "false",
+                ord: 3,
+                lsid,
+                txn_number: txn,
+                wall_time: wall,
+            };
+            let shared = events.stream_source(&c, &info);
+            let built = events.source(&c, &info);
+            assert_eq!(shared, built);
+            assert_eq!(
+                shared.replaced_parts().is_some(),
+                info.lsid.is_none(),
+                "events outside transactions share the collection's block"
+            );
+        }
+    }
 }

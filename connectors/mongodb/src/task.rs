@@ -1037,7 +1037,7 @@ impl Inner {
             txn_number: txn.as_ref().map(|(_, n)| *n),
             wall_time: wall,
         };
-        let source = self.events.source(&c, &info);
+        let source = self.events.stream_source(&c, &info);
         let (now_ms, _, _) = now();
         let rec = self
             .events

@@ -177,7 +177,7 @@ enum Values {
 pub type ReplacedParts<'a> = (&'a Arc<[Value]>, &'a [(usize, Value)]);
 
 /// The most fields [`Struct::replacing`] replaces.
-pub const MAX_REPLACED_FIELDS: usize = 4;
+pub const MAX_REPLACED_FIELDS: usize = 6;
 
 /// Shared values with up to [`MAX_REPLACED_FIELDS`] of them replaced.
 #[derive(Clone, Debug)]
