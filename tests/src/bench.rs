@@ -140,14 +140,19 @@ pub fn committed_offset(addr: SocketAddr, connector: &str) -> Option<Value> {
 
 /// User + system CPU time of a process, in microseconds.
 pub fn cpu_us(pid: u32) -> u64 {
+    let (user, system) = cpu_split_us(pid);
+    user + system
+}
+
+/// User and system CPU time of a process, in microseconds, apart.
+pub fn cpu_split_us(pid: u32) -> (u64, u64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
-        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let ticks = |i: usize| -> u64 { f.get(i).and_then(|v| v.parse().ok()).unwrap_or(0) };
     // SAFETY: sysconf has no memory effects.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    ticks * 1_000_000 / hz
+    (ticks(11) * 1_000_000 / hz, ticks(12) * 1_000_000 / hz)
 }
 
 /// A process's peak resident set (`VmHWM`) in MB.
@@ -545,9 +550,14 @@ pub fn snapshot_phase(
     }
     let secs = started.elapsed().as_secs_f64();
     let rows_s = rows as f64 / secs;
-    let cpu_per_row = cpu_us(w.pid()) as f64 / rows.max(1) as f64;
+    let (user, system) = cpu_split_us(w.pid());
+    let per_row = |us: u64| us as f64 / rows.max(1) as f64;
+    let cpu_per_row = per_row(user + system);
     eprintln!(
-        "snapshot: {rows} rows in {secs:.2} s = {rows_s:.0} rows/s, {cpu_per_row:.2} us CPU/row"
+        "snapshot: {rows} rows in {secs:.2} s = {rows_s:.0} rows/s, {cpu_per_row:.2} us CPU/row \
+         (user {:.2}, system {:.2})",
+        per_row(user),
+        per_row(system)
     );
     (rows_s, cpu_per_row)
 }
@@ -562,7 +572,7 @@ pub fn stream_phase(
     txns: u64,
     mut write: impl FnMut(u64) -> u64,
 ) -> (f64, f64) {
-    let cpu0 = cpu_us(w.pid());
+    let (user0, system0) = cpu_split_us(w.pid());
     let mut first: Option<Instant> = None;
     let mut last = 0;
     for t in 0..txns {
@@ -576,10 +586,15 @@ pub fn stream_phase(
     let secs = done.duration_since(first).as_secs_f64();
     let events = txns * 1000;
     let events_s = events as f64 / secs;
-    let cpu_per_event = (cpu_us(w.pid()) - cpu0) as f64 / events.max(1) as f64;
+    let (user, system) = cpu_split_us(w.pid());
+    let per_event = |us: u64| us as f64 / events.max(1) as f64;
+    let cpu_per_event = per_event(user - user0 + system - system0);
     eprintln!(
-        "stream: {events} events in {secs:.2} s = {events_s:.0} events/s (writer took {:.2} s), {cpu_per_event:.2} us CPU/event",
-        written.duration_since(first).as_secs_f64()
+        "stream: {events} events in {secs:.2} s = {events_s:.0} events/s (writer took {:.2} s), \
+         {cpu_per_event:.2} us CPU/event (user {:.2}, system {:.2})",
+        written.duration_since(first).as_secs_f64(),
+        per_event(user - user0),
+        per_event(system - system0)
     );
     (events_s, cpu_per_event)
 }

@@ -23,6 +23,7 @@ use base64::Engine as _;
 use mongodb::bson::{Bson, Document, RawBsonRef, RawDocument, RawDocumentBuf};
 
 use crate::rawbson;
+use headwater_api::scan;
 
 /// Which of the Java writer's settings to reproduce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,24 +106,26 @@ pub fn write_document_bytes(out: &mut String, doc: &[u8], dialect: Dialect) -> R
         if i > 0 {
             out.push_str(dialect.separator());
         }
-        write_string(out, element.key);
+        write_string_in(out, element.key, doc);
         out.push_str(": ");
-        write_element(out, element.kind, element.value, dialect)?;
+        write_element(out, element.kind, element.value, doc, dialect)?;
     }
     out.push('}');
     Ok(())
 }
 
-/// Appends one value given as its BSON type byte and value bytes.
+/// Appends one value given as its BSON type byte and value bytes, which lie inside the
+/// document (or array) bytes `container`.
 pub fn write_element(
     out: &mut String,
     kind: u8,
     value: &[u8],
+    container: &[u8],
     dialect: Dialect,
 ) -> Result<(), BadBson> {
     match kind {
         rawbson::DOUBLE => write_double(out, f64::from_bits(rawbson::int64(value) as u64), dialect),
-        rawbson::STRING => write_string(out, rawbson::string(value)?),
+        rawbson::STRING => write_string_in(out, rawbson::string(value)?, container),
         rawbson::DOCUMENT => write_document_bytes(out, value, dialect)?,
         rawbson::ARRAY => {
             out.push('[');
@@ -131,7 +134,7 @@ pub fn write_element(
                 if i > 0 {
                     out.push_str(dialect.separator());
                 }
-                write_element(out, item.kind, item.value, dialect)?;
+                write_element(out, item.kind, item.value, value, dialect)?;
             }
             out.push(']');
         }
@@ -560,48 +563,52 @@ fn printable(c: char) -> bool {
 
 /// A JSON string as the Java writer escapes it.
 pub fn write_string(out: &mut String, s: &str) {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
     out.push('"');
     let bytes = s.as_bytes();
-    // Runs of printable ASCII other than `"` and `\` are copied as they are.
+    // Runs of printable characters other than `"` and `\` are copied as they are; the scan
+    // stops at ASCII that needs a look and at every non-ASCII character.
     let mut start = 0;
     let mut i = 0;
-    // Below this index bytes are looked at one by one (the rest of a flagged word).
-    let mut bytewise_until = 0;
-    while i < bytes.len() {
-        // Eight bytes at a time while none of them needs a look; a flagged word is then gone
-        // through byte by byte.
-        while i >= bytewise_until && i + 8 <= bytes.len() {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(&bytes[i..i + 8]);
-            let w = u64::from_le_bytes(word);
-            let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
-            // Bytes below 0x20, at or above 0x7f (0x7f + 1 sets the high bit; a carry out of
-            // 0xff only comes from a byte that is flagged itself), `"` and `\`.
-            let flagged = (w.wrapping_sub(ONES * 0x20) & !w & HIGHS)
-                | ((w | w.wrapping_add(ONES)) & HIGHS)
-                | zero(w ^ (ONES * u64::from(b'"')))
-                | zero(w ^ (ONES * u64::from(b'\\')));
-            if flagged != 0 {
-                bytewise_until = i + 8;
-                break;
-            }
-            i += 8;
-        }
-        let Some(&b) = bytes.get(i) else { break };
-        if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
-            i += 1;
+    while let Some(at) = scan::find_flagged::<0x7f>(bytes, i) {
+        let c = s[at..].chars().next().unwrap_or('\u{FFFD}');
+        i = at + c.len_utf8();
+        if c as u32 >= 0x80 && (c as u32) < 0x10000 && printable(c) {
             continue;
         }
-        out.push_str(&s[start..i]);
-        let c = s[i..].chars().next().unwrap_or('\u{FFFD}');
+        out.push_str(&s[start..at]);
         push_char(out, c);
-        i += c.len_utf8();
         start = i;
     }
     out.push_str(&s[start..]);
     out.push('"');
+}
+
+/// [`write_string`] of a string that lies inside `container` (a key or a value inside the
+/// document being written). A string of up to sixteen bytes with sixteen bytes of `container`
+/// from its start is tested in one sixteen-byte step (the bytes after it are masked off) and,
+/// when none of it needs a look, copied at once: keys and short values are mostly like that.
+#[inline]
+fn write_string_in(out: &mut String, s: &str, container: &[u8]) {
+    // Where `s` starts inside `container`; a string elsewhere gives an offset past its end
+    // (the subtraction wraps), and the bound check below sends it to the general path.
+    let offset = (s.as_ptr() as usize).wrapping_sub(container.as_ptr() as usize);
+    if s.len() <= 16
+        && offset
+            .checked_add(16)
+            .is_some_and(|end| end <= container.len())
+    {
+        // `s` starts inside `container` and is at most sixteen bytes long, so its bytes are
+        // `container[offset..offset + s.len()]`.
+        let own_bytes = (1u32 << s.len()) - 1;
+        if scan::flagged_mask16::<0x7f>(container, offset) & own_bytes == 0 {
+            out.reserve(s.len() + 2);
+            out.push('"');
+            out.push_str(s);
+            out.push('"');
+            return;
+        }
+    }
+    write_string(out, s);
 }
 
 /// One character as the Java writer writes it inside a string (escaped or as is).

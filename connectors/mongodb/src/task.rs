@@ -943,10 +943,14 @@ impl Inner {
         let mut key = String::with_capacity(32);
         match get("documentKey")? {
             Some(RawBsonRef::Document(k)) => match rawbson::find(k.as_bytes(), "_id") {
-                Ok(Some(id)) => {
-                    extjson::write_element(&mut key, id.kind, id.value, Dialect::RelaxedCompact)
-                        .map_err(|e| bad("documentKey", e.to_string()))?
-                }
+                Ok(Some(id)) => extjson::write_element(
+                    &mut key,
+                    id.kind,
+                    id.value,
+                    k.as_bytes(),
+                    Dialect::RelaxedCompact,
+                )
+                .map_err(|e| bad("documentKey", e.to_string()))?,
                 _ => key.push_str("null"),
             },
             _ => key.push_str("null"),

@@ -19,6 +19,7 @@ pub mod java;
 pub mod logical;
 pub mod plugin;
 pub mod record;
+pub mod scan;
 pub mod schema;
 pub mod sink;
 pub mod value;

@@ -11,45 +11,78 @@
 /// UTF-16 surrogate pair `\uD83D\uDE00` (Jackson writes Java's UTF-16 chars one by one;
 /// `COMBINE_UNICODE_SURROGATES_IN_UTF8` is off by default), everything else as UTF-8.
 pub fn write_json_string(out: &mut Vec<u8>, text: &str) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    out.push(b'"');
+    use headwater_api::scan::{flagged_mask16, is_flagged};
+    const HIGH: u8 = 0xF0;
     let bytes = text.as_bytes();
-    let mut start = 0;
-    while let Some(i) = find_escape(bytes, start) {
-        let b = bytes[i];
-        copy_run(out, bytes, start, i);
-        match b {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            0x08 => out.extend_from_slice(b"\\b"),
-            0x09 => out.extend_from_slice(b"\\t"),
-            0x0a => out.extend_from_slice(b"\\n"),
-            0x0c => out.extend_from_slice(b"\\f"),
-            0x0d => out.extend_from_slice(b"\\r"),
-            0xF0..=0xF4 => {
-                // A four-byte UTF-8 sequence (the input is a valid `str`): one supplementary
-                // character, written as its surrogate pair.
-                let c = text[i..].chars().next().unwrap_or('\u{FFFD}');
-                let mut units = [0u16; 2];
-                for unit in c.encode_utf16(&mut units) {
-                    out.extend_from_slice(b"\\u");
-                    for shift in [12, 8, 4, 0] {
-                        out.push(HEX[usize::from((*unit >> shift) as u8 & 0x0f)]);
-                    }
-                }
-                start = i + c.len_utf8();
-                continue;
-            }
-            _ => {
-                out.extend_from_slice(b"\\u00");
-                out.push(HEX[usize::from(b >> 4)]);
-                out.push(HEX[usize::from(b & 0x0f)]);
-            }
-        }
-        start = i + 1;
-    }
-    out.extend_from_slice(&bytes[start..]);
+    out.reserve(bytes.len() + 2);
     out.push(b'"');
+    // `bytes[..written]` is in `out`. Sixteen bytes are tested at a time and every flagged one
+    // of them is handled before the next sixteen; runs between flagged bytes are copied when
+    // the next flagged byte (or the end) is reached.
+    let mut written = 0;
+    let mut chunk = 0;
+    while chunk + 16 <= bytes.len() {
+        let mut mask = flagged_mask16::<HIGH>(bytes, chunk);
+        while mask != 0 {
+            let at = chunk + mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            // (Only lead bytes are flagged, so `at` is never inside a character written.)
+            copy_run(out, bytes, written, at);
+            let b = bytes[at];
+            written = if b == b'"' || b == b'\\' {
+                // The common escapes (JSON text held in a string is full of quotes).
+                out.extend_from_slice(&[b'\\', b]);
+                at + 1
+            } else {
+                at + write_escape(out, text, at)
+            };
+        }
+        chunk += 16;
+    }
+    for at in chunk.max(written)..bytes.len() {
+        if at >= written && is_flagged::<HIGH>(bytes[at]) {
+            copy_run(out, bytes, written, at);
+            written = at + write_escape(out, text, at);
+        }
+    }
+    out.extend_from_slice(&bytes[written..]);
+    out.push(b'"');
+}
+
+/// Writes the escape of the flagged byte at `text[at]` and returns how many bytes of `text` it
+/// stands for (four for a supplementary character, else one).
+#[inline(never)]
+fn write_escape(out: &mut Vec<u8>, text: &str, at: usize) -> usize {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let b = text.as_bytes()[at];
+    match b {
+        b'"' => out.extend_from_slice(b"\\\""),
+        b'\\' => out.extend_from_slice(b"\\\\"),
+        0x08 => out.extend_from_slice(b"\\b"),
+        0x09 => out.extend_from_slice(b"\\t"),
+        0x0a => out.extend_from_slice(b"\\n"),
+        0x0c => out.extend_from_slice(b"\\f"),
+        0x0d => out.extend_from_slice(b"\\r"),
+        0xF0..=0xF4 => {
+            // A four-byte UTF-8 sequence (the input is a valid `str`): one supplementary
+            // character, written as its surrogate pair.
+            let c = text[at..].chars().next().unwrap_or('\u{FFFD}');
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.extend_from_slice(b"\\u");
+                for shift in [12, 8, 4, 0] {
+                    out.push(HEX[usize::from((*unit >> shift) as u8 & 0x0f)]);
+                }
+            }
+            return c.len_utf8();
+        }
+        _ => {
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[usize::from(b >> 4)]);
+            out.push(HEX[usize::from(b & 0x0f)]);
+        }
+    }
+    1
 }
 
 /// Appends `bytes[from..to]`. Runs between escapes are short in escape-dense text (JSON held
@@ -69,35 +102,6 @@ fn copy_run(out: &mut Vec<u8>, bytes: &[u8], from: usize, to: usize) {
         }
         _ => out.extend_from_slice(&bytes[from..to]),
     }
-}
-
-/// The index of the first byte at or after `from` that JSON needs escaped (`"`, `\\` or a
-/// control character), testing eight bytes at a time.
-fn find_escape(bytes: &[u8], from: usize) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    let needs = |b: u8| b < 0x20 || b == b'"' || b == b'\\' || b >= 0xF0;
-    let mut i = from;
-    while i + 8 <= bytes.len() {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(&bytes[i..i + 8]);
-        let w = u64::from_le_bytes(word);
-        // A byte of `x` is zero exactly where the high bit of `(x - ONES) & !x & HIGHS` is set
-        // (no false positives below the first zero byte, which is all that is used here).
-        let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
-        let control = w.wrapping_sub(ONES * 0x20) & !w & HIGHS;
-        // Lead bytes of four-byte UTF-8 sequences (0xF0..=0xF7; valid text has 0xF0..=0xF4).
-        let four = w & (w << 1) & (w << 2) & (w << 3) & HIGHS;
-        let hits = control
-            | four
-            | zero(w ^ (ONES * u64::from(b'"')))
-            | zero(w ^ (ONES * u64::from(b'\\')));
-        if hits != 0 {
-            return Some(i + (hits.trailing_zeros() / 8) as usize);
-        }
-        i += 8;
-    }
-    (i..bytes.len()).find(|&j| needs(bytes[j]))
 }
 
 /// Appends a `double` as Jackson writes it: `Double.toString` text, and the non-finite values as
