@@ -573,6 +573,9 @@ pub fn stream_phase(
     mut write: impl FnMut(u64) -> u64,
 ) -> (f64, f64) {
     let (user0, system0) = cpu_split_us(w.pid());
+    let label = format!("connector=\"{connector}\"");
+    let commits = || metric_sum(w.addr, "headwater_task_commits_total", &label).unwrap_or(0);
+    let commits0 = commits();
     let mut first: Option<Instant> = None;
     let mut last = 0;
     for t in 0..txns {
@@ -589,9 +592,10 @@ pub fn stream_phase(
     let (user, system) = cpu_split_us(w.pid());
     let per_event = |us: u64| us as f64 / events.max(1) as f64;
     let cpu_per_event = per_event(user - user0 + system - system0);
+    let commits = commits().saturating_sub(commits0);
     eprintln!(
         "stream: {events} events in {secs:.2} s = {events_s:.0} events/s (writer took {:.2} s), \
-         {cpu_per_event:.2} us CPU/event (user {:.2}, system {:.2})",
+         {cpu_per_event:.2} us CPU/event (user {:.2}, system {:.2}), {commits} commits",
         written.duration_since(first).as_secs_f64(),
         per_event(user - user0),
         per_event(system - system0)

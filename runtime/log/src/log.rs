@@ -1226,6 +1226,7 @@ fn flusher_loop(inner: Arc<Inner>) {
     };
     let checkpoint_every = Duration::from_millis(inner.options.checkpoint_interval_ms.max(100));
     let mut last_checkpoint = Instant::now();
+    let mut syncers = ParallelSync::default();
     loop {
         let round = {
             let mut flush = lock(&inner.flush);
@@ -1259,7 +1260,7 @@ fn flusher_loop(inner: Arc<Inner>) {
             }
             flush.requested
         };
-        let result = flush_dirty_partitions(&inner);
+        let result = flush_dirty_partitions(&inner, &mut syncers);
         let mut flush = lock(&inner.flush);
         match result {
             Ok(()) => flush.completed = flush.completed.max(round),
@@ -1281,7 +1282,7 @@ fn flusher_loop(inner: Arc<Inner>) {
     }
 }
 
-fn flush_dirty_partitions(inner: &Inner) -> Result<(), LogError> {
+fn flush_dirty_partitions(inner: &Inner, syncers: &mut ParallelSync) -> Result<(), LogError> {
     let topics: Vec<Arc<Topic>> = inner
         .topics
         .read()
@@ -1305,25 +1306,7 @@ fn flush_dirty_partitions(inner: &Inner) -> Result<(), LogError> {
         return Ok(());
     }
     let files: Vec<&Arc<File>> = work.iter().flat_map(|(_, _, f)| f.iter()).collect();
-    // The files are synced in parallel: all but the first on scoped threads, the first on
-    // this thread (a commit touching a topic partition and the offsets partition spawns one).
-    let errors: Vec<io::Error> = match files.split_first() {
-        None => Vec::new(),
-        Some((first, [])) => first.sync_data().err().into_iter().collect(),
-        Some((first, rest)) => std::thread::scope(|scope| {
-            let handles: Vec<_> = rest
-                .iter()
-                .map(|f| scope.spawn(move || f.sync_data()))
-                .collect();
-            let mut errors: Vec<io::Error> = first.sync_data().err().into_iter().collect();
-            errors.extend(
-                handles
-                    .into_iter()
-                    .filter_map(|h| h.join().ok().and_then(Result::err)),
-            );
-            errors
-        }),
-    };
+    let errors = syncers.sync_data(&files);
     if let Some(e) = errors.into_iter().next() {
         return Err(LogError::from_io(&inner.dir, e));
     }
@@ -1338,6 +1321,103 @@ fn flush_dirty_partitions(inner: &Inner) -> Result<(), LogError> {
         slot.hw_watch.send_replace((hw, lso));
     }
     Ok(())
+}
+
+/// The flusher's helper threads: one flush round syncs all its files in parallel (a commit
+/// touching a topic partition and the offsets partition syncs two), the first on the flusher
+/// thread and each other one on a helper. Helpers are started when a round first needs them
+/// and kept (spawning a thread per file per round cost a `clone` and its stack's page faults
+/// every commit); a round with more files than [`ParallelSync::MAX_HELPERS`] + 1 gives some
+/// helpers several, synced in turn. They stop when this is dropped (the flusher ends).
+#[derive(Default)]
+struct ParallelSync {
+    helpers: Vec<SyncHelper>,
+}
+
+struct SyncHelper {
+    /// Files to sync, in order; closed to stop the helper.
+    jobs: Option<std::sync::mpsc::Sender<Arc<File>>>,
+    /// One result per file sent, in the same order.
+    results: std::sync::mpsc::Receiver<io::Result<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ParallelSync {
+    const MAX_HELPERS: usize = 8;
+
+    /// `sync_data` of every file, in parallel; the errors of those that failed.
+    fn sync_data(&mut self, files: &[&Arc<File>]) -> Vec<io::Error> {
+        let Some((first, rest)) = files.split_first() else {
+            return Vec::new();
+        };
+        let mut sent = vec![0usize; self.helpers.len()];
+        let mut errors = Vec::new();
+        for (i, file) in rest.iter().enumerate() {
+            let slot = i % Self::MAX_HELPERS;
+            if slot == self.helpers.len() {
+                if let Ok(helper) = SyncHelper::start(slot) {
+                    self.helpers.push(helper);
+                    sent.push(0);
+                }
+            }
+            if slot >= self.helpers.len() {
+                // No thread to be had: this file is synced here instead.
+                errors.extend(file.sync_data().err());
+                continue;
+            }
+            let helper = &self.helpers[slot];
+            let handed = helper
+                .jobs
+                .as_ref()
+                .is_some_and(|jobs| jobs.send(Arc::clone(file)).is_ok());
+            if handed {
+                sent[slot] += 1;
+            } else {
+                errors.extend(file.sync_data().err());
+            }
+        }
+        errors.extend(first.sync_data().err());
+        for (helper, count) in self.helpers.iter().zip(sent) {
+            for _ in 0..count {
+                match helper.results.recv() {
+                    Ok(result) => errors.extend(result.err()),
+                    Err(_) => errors.push(io::Error::other("an fsync helper thread ended")),
+                }
+            }
+        }
+        errors
+    }
+}
+
+impl SyncHelper {
+    fn start(index: usize) -> io::Result<SyncHelper> {
+        let (jobs, job_rx) = std::sync::mpsc::channel::<Arc<File>>();
+        let (result_tx, results) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("log-fsync-{index}"))
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                for file in job_rx {
+                    if result_tx.send(file.sync_data()).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        Ok(SyncHelper {
+            jobs: Some(jobs),
+            results,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for SyncHelper {
+    fn drop(&mut self) {
+        self.jobs = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// Stops the cleaner thread (a running pass gives up before its next commit point) and waits
@@ -1513,4 +1593,31 @@ pub fn validate_topic_name(name: &str) -> Result<(), LogError> {
         return bad("only ASCII letters, digits, '.', '_' and '-' are allowed");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parallel_sync_syncs_every_file_and_keeps_its_helpers() {
+        let dir = tempfile::tempdir().unwrap();
+        let files: Vec<Arc<File>> = (0..20)
+            .map(|i| {
+                let mut f = File::create(dir.path().join(format!("f{i}"))).unwrap();
+                f.write_all(b"data").unwrap();
+                Arc::new(f)
+            })
+            .collect();
+        let mut syncers = ParallelSync::default();
+        for n in [0, 1, 2, 5, 20, 2] {
+            let round: Vec<&Arc<File>> = files.iter().take(n).collect();
+            assert!(syncers.sync_data(&round).is_empty(), "{n} files");
+            // One file per helper up to the cap, the first synced by the caller.
+            assert!(syncers.helpers.len() <= ParallelSync::MAX_HELPERS);
+        }
+        assert_eq!(syncers.helpers.len(), ParallelSync::MAX_HELPERS);
+        // Dropping them stops and joins the helper threads.
+        drop(syncers);
+    }
 }
