@@ -141,7 +141,7 @@ pub struct EventBuilder {
     source_schema: SchemaRef,
     update_description_schema: SchemaRef,
     truncated_array_schema: SchemaRef,
-    collections: HashMap<(String, String), Arc<CollectionSchemas>>,
+    collections: NamespaceMap<Arc<CollectionSchemas>>,
 }
 
 /// Replaces characters Kafka does not allow in topic names with `_` (as Debezium does).
@@ -167,16 +167,13 @@ impl EventBuilder {
             source_schema: source_schema(),
             update_description_schema: update_description_schema(),
             truncated_array_schema: truncated_array_schema(),
-            collections: HashMap::new(),
+            collections: NamespaceMap::default(),
         }
     }
 
     /// The schemas of `db.collection` (built on first use).
     pub fn collection(&mut self, db: &str, collection: &str) -> Arc<CollectionSchemas> {
-        if let Some(c) = self
-            .collections
-            .get(&(db.to_owned(), collection.to_owned()))
-        {
+        if let Some(c) = self.collections.get(db, collection) {
             return c.clone();
         }
         let topic = sanitize_topic(&format!("{}.{db}.{collection}", self.server_name));
@@ -215,8 +212,7 @@ impl EventBuilder {
             envelope_schema,
             stream_source: self.source_block(db, collection, &base).into_shared(),
         });
-        self.collections
-            .insert((db.to_owned(), collection.to_owned()), c.clone());
+        self.collections.insert(db, collection, c.clone());
         c
     }
 
@@ -364,6 +360,34 @@ pub fn now() -> (i64, i64, i64) {
         d.as_micros() as i64,
         d.as_nanos() as i64,
     )
+}
+
+/// Values by database and collection name, looked up with borrowed names (a change event's
+/// namespace is read from its bytes; a lookup allocates nothing).
+#[derive(Debug)]
+pub(crate) struct NamespaceMap<T> {
+    by_db: HashMap<String, HashMap<String, T>>,
+}
+
+impl<T> Default for NamespaceMap<T> {
+    fn default() -> Self {
+        NamespaceMap {
+            by_db: HashMap::new(),
+        }
+    }
+}
+
+impl<T> NamespaceMap<T> {
+    pub(crate) fn get(&self, db: &str, collection: &str) -> Option<&T> {
+        self.by_db.get(db)?.get(collection)
+    }
+
+    pub(crate) fn insert(&mut self, db: &str, collection: &str, value: T) {
+        self.by_db
+            .entry(db.to_owned())
+            .or_default()
+            .insert(collection.to_owned(), value);
+    }
 }
 
 #[cfg(test)]

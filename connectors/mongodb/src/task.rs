@@ -39,7 +39,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::config::{MongoConfig, SnapshotMode};
-use crate::event::{now, CollectionSchemas, EventBuilder, SourceInfo};
+use crate::event::{now, CollectionSchemas, EventBuilder, NamespaceMap, SourceInfo};
 use crate::extjson::{self, Dialect};
 use crate::fields::FieldRules;
 use crate::rawbson;
@@ -200,7 +200,7 @@ struct Inner {
     held: Option<(SourceRecord, Option<TxnId>, Position)>,
     heartbeats: Option<Heartbeats>,
     txmeta: Option<TransactionMetadata>,
-    rules: std::collections::HashMap<(String, String), Arc<FieldRules>>,
+    rules: NamespaceMap<Arc<FieldRules>>,
 }
 
 /// The MongoDB source task.
@@ -270,7 +270,7 @@ impl Inner {
             stream: None,
             position: Position::default(),
             held: None,
-            rules: std::collections::HashMap::new(),
+            rules: NamespaceMap::default(),
             cfg,
         };
         inner.prepare(committed).await?;
@@ -278,8 +278,7 @@ impl Inner {
     }
 
     fn rules(&mut self, db: &str, collection: &str) -> Arc<FieldRules> {
-        let key = (db.to_owned(), collection.to_owned());
-        if let Some(r) = self.rules.get(&key) {
+        if let Some(r) = self.rules.get(db, collection) {
             return r.clone();
         }
         let r = Arc::new(FieldRules::for_collection(
@@ -288,7 +287,7 @@ impl Inner {
             &self.cfg.field_excludes,
             &self.cfg.field_renames,
         ));
-        self.rules.insert(key, r.clone());
+        self.rules.insert(db, collection, r.clone());
         r
     }
 
@@ -937,9 +936,8 @@ impl Inner {
         if skip {
             return Ok(false);
         }
-        let (db, coll) = (db.to_owned(), coll.to_owned());
-        let rules = self.rules(&db, &coll);
-        let c = self.events.collection(&db, &coll);
+        let rules = self.rules(db, coll);
+        let c = self.events.collection(db, coll);
         let mut key = String::with_capacity(32);
         match get("documentKey")? {
             Some(RawBsonRef::Document(k)) => match rawbson::find(k.as_bytes(), "_id") {
