@@ -84,6 +84,20 @@ pub fn elements(doc: &[u8]) -> Result<Elements<'_>, BadBson> {
 
 /// A NUL-terminated UTF-8 string starting at `at`: the text and the index after its NUL.
 fn cstring(bytes: &[u8], at: usize) -> Result<(&str, usize), BadBson> {
+    if at + 16 <= bytes.len() {
+        // Keys are short and ASCII: one sixteen-byte step finds the NUL and checks the bytes
+        // before it.
+        let (zeros, non_ascii) = headwater_api::scan::zero_and_non_ascii_mask16(bytes, at);
+        if zeros != 0 {
+            let len = zeros.trailing_zeros() as usize;
+            if non_ascii & ((1 << len) - 1) == 0 {
+                let raw = &bytes[at..at + len];
+                // SAFETY: ASCII bytes (none of them has its high bit set) are valid UTF-8.
+                let text = unsafe { std::str::from_utf8_unchecked(raw) };
+                return Ok((text, at + len + 1));
+            }
+        }
+    }
     let rest = bytes.get(at..).unwrap_or_default();
     let len = rest
         .iter()

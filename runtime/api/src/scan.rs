@@ -88,6 +88,42 @@ fn mask8<const HIGH: u8>(w: u64) -> u32 {
     ((hits >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u32
 }
 
+/// For the sixteen bytes from `at`: bit `k` of the first mask is set where `bytes[at + k]` is
+/// zero, of the second where it is not ASCII (its high bit is set). For NUL-terminated keys.
+///
+/// # Panics
+/// When fewer than sixteen bytes follow `at`.
+#[inline]
+pub fn zero_and_non_ascii_mask16(bytes: &[u8], at: usize) -> (u32, u32) {
+    let chunk: &[u8; 16] = bytes[at..at + 16].try_into().expect("sixteen bytes");
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{
+            _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_setzero_si128,
+        };
+        // SAFETY: SSE2 is part of the x86_64 baseline; the load reads the sixteen bytes of
+        // `chunk` and has no alignment requirement.
+        unsafe {
+            let v = _mm_loadu_si128(chunk.as_ptr().cast());
+            let zeros = _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_setzero_si128())) as u32;
+            let high = _mm_movemask_epi8(v) as u32;
+            (zeros & 0xffff, high & 0xffff)
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        chunk
+            .iter()
+            .enumerate()
+            .fold((0, 0), |(zeros, high), (k, &b)| {
+                (
+                    zeros | u32::from(b == 0) << k,
+                    high | u32::from(b >= 0x80) << k,
+                )
+            })
+    }
+}
+
 /// The index of the first byte at or after `from` for which [`is_flagged`] holds.
 #[inline]
 pub fn find_flagged<const HIGH: u8>(bytes: &[u8], from: usize) -> Option<usize> {
@@ -155,6 +191,22 @@ mod tests {
                 text.push(b'"');
                 check::<0xF0>(&text);
                 check::<0x7F>(&text);
+            }
+        }
+    }
+
+    #[test]
+    fn zero_and_non_ascii_masks_match_the_bytes() {
+        for value in 0..=255u8 {
+            for at in 0..16 {
+                let mut text = [b'k'; 20];
+                text[at] = value;
+                text[(at + 5) % 16] = 0;
+                let (zeros, high) = zero_and_non_ascii_mask16(&text, 0);
+                for k in 0..16 {
+                    assert_eq!(zeros >> k & 1 == 1, text[k] == 0, "{text:?} at {k}");
+                    assert_eq!(high >> k & 1 == 1, text[k] >= 0x80, "{text:?} at {k}");
+                }
             }
         }
     }
