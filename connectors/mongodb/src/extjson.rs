@@ -487,13 +487,22 @@ fn write_double(out: &mut String, d: f64, dialect: Dialect) {
         );
         return;
     }
-    let text = headwater_api::java::JavaNumber::double(d);
-    for &b in text.as_bytes() {
-        out.push(char::from(b));
-        // A positive exponent gets its sign (a negative one starts with '-').
-        if b == b'E' && d.abs() >= 1.0 {
-            out.push('+');
+    let number = headwater_api::java::JavaNumber::double(d);
+    let text = number.as_str();
+    // Java's scientific form starts at 1e7: a positive exponent gets its sign there (a
+    // negative one, below 1e-3, starts with '-').
+    let scientific = if d.abs() >= 1e7 {
+        text.split_once('E')
+    } else {
+        None
+    };
+    match scientific {
+        Some((mantissa, exponent)) => {
+            out.push_str(mantissa);
+            out.push_str("E+");
+            out.push_str(exponent);
         }
+        _ => out.push_str(text),
     }
 }
 

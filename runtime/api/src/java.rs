@@ -46,6 +46,8 @@ impl JavaNumber {
             } else {
                 b"4.9E-324"
             });
+        } else if let Some(plain) = JavaNumber::plain_decimal(value) {
+            return plain;
         } else if let Some((digits, exp)) = short_decimal(value) {
             if value < 0.0 {
                 n.push_byte(b'-');
@@ -85,6 +87,64 @@ impl JavaNumber {
     /// The text.
     pub fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len]
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        debug_assert!(self.as_bytes().is_ascii());
+        // SAFETY: the text is ASCII (digits, `-`, `.`, `E` and the letters of `NaN` and
+        // `Infinity` are all this type ever writes), and ASCII is valid UTF-8.
+        unsafe { std::str::from_utf8_unchecked(self.as_bytes()) }
+    }
+
+    /// `Double.toString` of the most common doubles in data, those in Java's plain range
+    /// [1e-3, 1e7) that are exactly decimals with at most four fraction digits (prices,
+    /// amounts, measurements): integer digits, `.`, the fraction digits (`0` when none). The
+    /// fewest fraction digits that give back the value are the shortest round-trip digits, so
+    /// this is what the general path writes, with less work.
+    fn plain_decimal(value: f64) -> Option<JavaNumber> {
+        const SCALES: [u64; 5] = [1, 10, 100, 1_000, 10_000];
+        let magnitude = value.abs();
+        if !(1e-3..1e7).contains(&magnitude) {
+            return None;
+        }
+        for (fraction_digits, (&scale, &power)) in SCALES.iter().zip(&POWERS_OF_TEN).enumerate() {
+            // Below 1e11, so the u64 holds it; an exact decimal's product lies within a few ulps
+            // of its integer, so rounding by adding a half finds it (ties cannot round-trip).
+            let scaled = (magnitude * power + 0.5) as u64;
+            if scaled as f64 / power != magnitude {
+                continue;
+            }
+            let mut n = JavaNumber {
+                buf: [0; 32],
+                len: 0,
+            };
+            if value < 0.0 {
+                n.push_byte(b'-');
+            }
+            n.push_decimal(scaled / scale, 1);
+            n.push_byte(b'.');
+            if fraction_digits == 0 {
+                n.push_byte(b'0');
+            } else {
+                // The fewest digits: the last one is not zero.
+                n.push_decimal(scaled % scale, fraction_digits);
+            }
+            return Some(n);
+        }
+        None
+    }
+
+    /// Appends the decimal digits of `v`, left-padded with zeros to at least `width` digits.
+    fn push_decimal(&mut self, mut v: u64, width: usize) {
+        let mut digits = [b'0'; 20];
+        let mut start = digits.len();
+        while v > 0 || digits.len() - start < width {
+            start -= 1;
+            digits[start] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+        self.push(&digits[start..]);
     }
 
     fn push(&mut self, bytes: &[u8]) {
@@ -361,6 +421,7 @@ mod tests {
         // Decimals with few fraction digits, computed two ways (the product is often not the
         // decimal itself), through the short-decimal path and around it.
         let mut short = 0;
+        let mut plain = 0;
         for n in (1..3_000_000u64).step_by(7) {
             for v in [
                 n as f64 / 100.0,
@@ -373,12 +434,14 @@ mod tests {
                 let want = reference(&format!("{v:e}"), v == 0.0, v.abs());
                 assert_eq!(d(v), want, "{v:e}");
                 short += usize::from(short_decimal(v).is_some());
+                plain += usize::from(JavaNumber::plain_decimal(v).is_some());
             }
         }
         assert!(
             short > 1_000_000,
             "{short} values took the short-decimal path"
         );
+        assert!(plain > 1_000_000, "{plain} values took the plain path");
     }
 
     #[test]
