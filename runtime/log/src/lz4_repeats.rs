@@ -85,6 +85,25 @@ fn hash(sequence: u32) -> usize {
 fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     let n = a.len().min(b.len());
     let mut i = 0;
+    // Repeats are long (a record's schema text matches the one before it for kilobytes):
+    // sixteen bytes per step with SSE2 on x86_64 (part of its baseline).
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8};
+        while i + 16 <= n {
+            // SAFETY: SSE2 is always available on x86_64; both loads read sixteen bytes inside
+            // their slices (`i + 16 <= n <= len`) and have no alignment requirement.
+            let equal = unsafe {
+                let x = _mm_loadu_si128(a.as_ptr().add(i).cast());
+                let y = _mm_loadu_si128(b.as_ptr().add(i).cast());
+                _mm_movemask_epi8(_mm_cmpeq_epi8(x, y)) as u32 & 0xffff
+            };
+            if equal != 0xffff {
+                return i + (!equal).trailing_zeros() as usize;
+            }
+            i += 16;
+        }
+    }
     while i + 8 <= n {
         let x = u64::from_le_bytes(a[i..i + 8].try_into().unwrap_or([0; 8]));
         let y = u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
@@ -365,6 +384,30 @@ pub fn materialize(physical: &[u8], repeats: &[Repeat]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn common_prefix_finds_the_first_difference_at_every_position() {
+        let a: Vec<u8> = (0..70u8).collect();
+        for len_b in [0, 1, 15, 16, 17, 40, 70] {
+            for differ_at in 0..=len_b {
+                let mut b = a[..len_b].to_vec();
+                if differ_at < len_b {
+                    b[differ_at] ^= 0x80;
+                }
+                assert_eq!(
+                    common_prefix(&a, &b),
+                    differ_at,
+                    "len {len_b}, at {differ_at}"
+                );
+                assert_eq!(
+                    common_prefix(&b, &a),
+                    differ_at,
+                    "len {len_b}, at {differ_at}"
+                );
+            }
+        }
+    }
+
     use super::*;
 
     /// A deterministic generator (xorshift), so failures reproduce.
