@@ -177,8 +177,9 @@ mod tests {
 
     #[test]
     fn every_byte_value_at_every_lane_matches_the_definition() {
-        // Each byte value at each position of a 40-byte run of plain text (two SSE2 steps, a
-        // SWAR step and a byte tail), with a flagged byte after it or not.
+        // Each byte value at each position of a 40-byte run of plain text (two sixteen-byte
+        // steps and a byte tail for `find_flagged`, every offset for the masks), with a
+        // flagged byte after it or not.
         for value in 0..=255u8 {
             for at in 0..40 {
                 let mut text = vec![b'a'; 40];
