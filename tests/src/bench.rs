@@ -7,6 +7,7 @@
 //! transaction holding their records is committed), so "offset covers position P" means
 //! "every change up to P is durable in the log".
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -153,6 +154,55 @@ pub fn cpu_split_us(pid: u32) -> (u64, u64) {
     // SAFETY: sysconf has no memory effects.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     (ticks(11) * 1_000_000 / hz, ticks(12) * 1_000_000 / hz)
+}
+
+/// User and system CPU time (µs) of each of a process's live threads, summed per thread name
+/// (`/proc/PID/task/*/stat`). Threads that exited are missing, so compare two readings only for
+/// long-lived threads.
+pub fn thread_cpu_split_us(pid: u32) -> BTreeMap<String, (u64, u64)> {
+    let mut by_name: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return by_name;
+    };
+    // SAFETY: sysconf has no memory effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let Some((head, after)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let name = head.split_once('(').map_or("?", |(_, n)| n).to_string();
+        let f: Vec<&str> = after.split_whitespace().collect();
+        let ticks = |i: usize| -> u64 { f.get(i).and_then(|v| v.parse().ok()).unwrap_or(0) };
+        let entry = by_name.entry(name).or_default();
+        entry.0 += ticks(11) * 1_000_000 / hz;
+        entry.1 += ticks(12) * 1_000_000 / hz;
+    }
+    by_name
+}
+
+/// One line per thread name: its user and system CPU between two [`thread_cpu_split_us`]
+/// readings, in µs per `units`.
+pub fn thread_cpu_report(
+    before: &BTreeMap<String, (u64, u64)>,
+    after: &BTreeMap<String, (u64, u64)>,
+    units: u64,
+) -> String {
+    let per = |us: u64| us as f64 / units.max(1) as f64;
+    let mut parts = Vec::new();
+    for (name, (user, system)) in after {
+        let (user0, system0) = before.get(name).copied().unwrap_or((0, 0));
+        let (u, s) = (user.saturating_sub(user0), system.saturating_sub(system0));
+        if u + s > 0 {
+            parts.push(format!(
+                "{name} {:.2} (user {:.2}, system {:.2})",
+                per(u + s),
+                per(u),
+                per(s)
+            ));
+        }
+    }
+    parts.join("; ")
 }
 
 /// A process's peak resident set (`VmHWM`) in MB.
@@ -559,6 +609,10 @@ pub fn snapshot_phase(
         per_row(user),
         per_row(system)
     );
+    eprintln!(
+        "snapshot: CPU µs/row by live thread: {}",
+        thread_cpu_report(&BTreeMap::new(), &thread_cpu_split_us(w.pid()), rows)
+    );
     (rows_s, cpu_per_row)
 }
 
@@ -573,6 +627,7 @@ pub fn stream_phase(
     mut write: impl FnMut(u64) -> u64,
 ) -> (f64, f64) {
     let (user0, system0) = cpu_split_us(w.pid());
+    let threads0 = thread_cpu_split_us(w.pid());
     let label = format!("connector=\"{connector}\"");
     let commits = || metric_sum(w.addr, "headwater_task_commits_total", &label).unwrap_or(0);
     let commits0 = commits();
@@ -599,6 +654,10 @@ pub fn stream_phase(
         written.duration_since(first).as_secs_f64(),
         per_event(user - user0),
         per_event(system - system0)
+    );
+    eprintln!(
+        "stream: CPU µs/event by thread: {}",
+        thread_cpu_report(&threads0, &thread_cpu_split_us(w.pid()), events)
     );
     (events_s, cpu_per_event)
 }

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use bytes::Bytes;
 use headwater_api::plugin::{BoxFuture, SourceBatch, SourceTask, SourceTaskContext};
 use headwater_api::{Boundary, ConnectError, OffsetMap, OffsetValue, Properties, SourceRecord};
 use headwater_connector_common::heartbeat::Heartbeats;
@@ -76,20 +77,51 @@ fn history_lost(e: &mongodb::error::Error) -> bool {
     }
 }
 
-fn encode_token(token: &ResumeToken) -> String {
-    let bytes = mongodb::bson::serialize_to_vec(token).unwrap_or_default();
-    base64::engine::general_purpose::STANDARD.encode(bytes)
+/// A resume token. Change events carry theirs as BSON, which stays shared with the event it
+/// came in (no copy) and is written as base64 text only when an offset is built, once per
+/// batch rather than once per event; a token read back from a stored offset stays text.
+#[derive(Clone, Debug)]
+enum Token {
+    /// The base64 text of the token's BSON, as stored in offsets.
+    Text(String),
+    /// The token document's BSON bytes.
+    Bson(Bytes),
 }
 
-fn decode_token(text: &str) -> Result<ResumeToken, ConnectError> {
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(text)
-        .map_err(|e| ConnectError::config(format!("the stored resume_token is not base64: {e}")))?;
-    mongodb::bson::deserialize_from_slice(&bytes).map_err(|e| {
-        ConnectError::config(format!(
-            "the stored resume_token is not a resume token: {e}"
+impl Token {
+    fn of(token: &ResumeToken) -> Token {
+        Token::Bson(Bytes::from(
+            mongodb::bson::serialize_to_vec(token).unwrap_or_default(),
         ))
-    })
+    }
+
+    /// The token as stored in offsets: base64 of its BSON.
+    fn text(&self) -> String {
+        match self {
+            Token::Text(t) => t.clone(),
+            Token::Bson(b) => base64::engine::general_purpose::STANDARD.encode(b),
+        }
+    }
+
+    fn resume_token(&self) -> Result<ResumeToken, ConnectError> {
+        let decoded;
+        let bytes = match self {
+            Token::Bson(b) => &b[..],
+            Token::Text(text) => {
+                decoded = base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .map_err(|e| {
+                        ConnectError::config(format!("the stored resume_token is not base64: {e}"))
+                    })?;
+                &decoded[..]
+            }
+        };
+        mongodb::bson::deserialize_from_slice(bytes).map_err(|e| {
+            ConnectError::config(format!(
+                "the stored resume_token is not a resume token: {e}"
+            ))
+        })
+    }
 }
 
 fn offset_str<'a>(o: &'a OffsetMap, k: &str) -> Option<&'a str> {
@@ -113,7 +145,7 @@ type TxnId = (String, i64);
 /// Where the stream is: the last resume point handed out and its cluster time.
 #[derive(Clone, Debug, Default)]
 struct Position {
-    token: Option<String>,
+    token: Option<Token>,
     sec: i64,
     ord: i64,
 }
@@ -124,7 +156,7 @@ impl Position {
         o.insert("sec".into(), self.sec.into());
         o.insert("ord".into(), self.ord.into());
         if let Some(t) = &self.token {
-            o.insert("resume_token".into(), t.clone().into());
+            o.insert("resume_token".into(), t.text().into());
         }
         o
     }
@@ -201,6 +233,18 @@ struct Inner {
     heartbeats: Option<Heartbeats>,
     txmeta: Option<TransactionMetadata>,
     rules: NamespaceMap<Arc<FieldRules>>,
+    /// The namespace of the last change event and what [`Inner::namespace`] found for it.
+    last_namespace: Option<LastNamespace>,
+}
+
+/// A captured namespace's field rules and schemas.
+type CapturedNamespace = (Arc<FieldRules>, Arc<CollectionSchemas>);
+
+/// The last namespace [`Inner::namespace`] was asked for, and its answer.
+struct LastNamespace {
+    db: String,
+    collection: String,
+    captured: Option<CapturedNamespace>,
 }
 
 /// The MongoDB source task.
@@ -271,6 +315,7 @@ impl Inner {
             position: Position::default(),
             held: None,
             rules: NamespaceMap::default(),
+            last_namespace: None,
             cfg,
         };
         inner.prepare(committed).await?;
@@ -291,6 +336,28 @@ impl Inner {
         r
     }
 
+    /// The field rules and schemas of `db.collection`, `None` when it is not captured. The
+    /// last namespace asked for is kept: a stream mostly repeats it.
+    fn namespace(&mut self, db: &str, collection: &str) -> Option<CapturedNamespace> {
+        if let Some(last) = &self.last_namespace {
+            if last.db == db && last.collection == collection {
+                return last.captured.clone();
+            }
+        }
+        let captured = self.cfg.captures(db, collection).then(|| {
+            (
+                self.rules(db, collection),
+                self.events.collection(db, collection),
+            )
+        });
+        self.last_namespace = Some(LastNamespace {
+            db: db.to_owned(),
+            collection: collection.to_owned(),
+            captured: captured.clone(),
+        });
+        captured
+    }
+
     async fn prepare(&mut self, committed: Option<OffsetMap>) -> Result<(), ConnectError> {
         let mode = self.cfg.snapshot_mode;
         let Some(o) = committed else {
@@ -299,7 +366,7 @@ impl Inner {
                 _ => self.start_snapshot(None).await,
             };
         };
-        let token = offset_str(&o, "resume_token").map(str::to_owned);
+        let token = offset_str(&o, "resume_token").map(|t| Token::Text(t.to_owned()));
         let position = Position {
             token: token.clone(),
             sec: match o.get("sec") {
@@ -321,7 +388,7 @@ impl Inner {
             return Ok(());
         }
         self.position = position;
-        match self.start_streaming(token.as_deref()).await {
+        match self.start_streaming(token.as_ref()).await {
             Err(e)
                 if e.message().contains("ChangeStreamHistoryLost")
                     && mode == SnapshotMode::WhenNeeded =>
@@ -392,9 +459,9 @@ impl Inner {
         })
     }
 
-    /// Starts the stream reader at `token` (base64), or at the current end of the oplog.
-    async fn start_streaming(&mut self, token: Option<&str>) -> Result<(), ConnectError> {
-        let resume = token.map(decode_token).transpose()?;
+    /// Starts the stream reader at `token`, or at the current end of the oplog.
+    async fn start_streaming(&mut self, token: Option<&Token>) -> Result<(), ConnectError> {
+        let resume = token.map(Token::resume_token).transpose()?;
         let stream = self.open_stream(resume, false).await.map_err(|e| {
             if history_lost(&e) {
                 ConnectError::fatal(format!(
@@ -405,7 +472,7 @@ impl Inner {
             }
         })?;
         if self.position.token.is_none() {
-            self.position.token = stream.resume_token().as_ref().map(encode_token);
+            self.position.token = stream.resume_token().as_ref().map(Token::of);
         }
         tracing::info!(resume = token.is_some(), scope = ?self.cfg.capture_database, "streaming changes");
         let (tx, rx) = mpsc::channel(self.cfg.max_queue_size.max(16));
@@ -451,7 +518,7 @@ impl Inner {
         // The resume point streaming starts at: before the (first) snapshot.
         let start = match resume.as_ref().and_then(|o| offset_str(o, "resume_token")) {
             Some(t) => Position {
-                token: Some(t.to_owned()),
+                token: Some(Token::Text(t.to_owned())),
                 sec: -1,
                 ord: -1,
             },
@@ -459,7 +526,7 @@ impl Inner {
                 let probe = self.open_stream(None, false).await.map_err(|e| {
                     classify("opening the change stream before the snapshot".into(), e)
                 })?;
-                let token = probe.resume_token().as_ref().map(encode_token);
+                let token = probe.resume_token().as_ref().map(Token::of);
                 drop(probe);
                 Position {
                     token,
@@ -691,7 +758,7 @@ impl Inner {
         drop(s);
         if then_stream {
             self.position = start.clone();
-            self.start_streaming(start.token.as_deref()).await?;
+            self.start_streaming(start.token.as_ref()).await?;
         } else {
             self.phase = Phase::Done;
         }
@@ -833,7 +900,7 @@ impl Inner {
             if !t.is_open() {
                 let id = match &txn {
                     Some((lsid, n)) => format!("{lsid}:{n}"),
-                    None => position.token.clone().unwrap_or_default(),
+                    None => position.token.as_ref().map(Token::text).unwrap_or_default(),
                 };
                 let ts = match source.and_then(|s| s.get("ts_ms")) {
                     Some(headwater_api::Value::Int64(ms)) => *ms,
@@ -867,12 +934,12 @@ impl Inner {
     ) -> Result<bool, ConnectError> {
         let bad =
             |what: &str, e: String| ConnectError::data(format!("a change event's {what}: {e}"));
-        let fields = EventFields::read(ev.as_bytes()).map_err(|e| bad("fields", e.0))?;
+        // Shared, so the resume token can point into it.
+        let ev = Bytes::from(ev.into_bytes());
+        let fields = EventFields::read(&ev).map_err(|e| bad("fields", e.0))?;
         let get = |k: &str| fields.get(k).map_err(|e| bad(k, e.0));
         let token = match get("_id")? {
-            Some(RawBsonRef::Document(d)) => {
-                base64::engine::general_purpose::STANDARD.encode(d.as_bytes())
-            }
+            Some(RawBsonRef::Document(d)) => Token::Bson(ev.slice_ref(d.as_bytes())),
             _ => {
                 return Err(ConnectError::data(
                     "a change event without its resume token (_id)",
@@ -921,11 +988,11 @@ impl Inner {
             self.position = position;
             return Ok(false);
         };
-        if !self.cfg.captures(db, coll) {
+        let Some((rules, c)) = self.namespace(db, coll) else {
             self.release_held(out, false);
             self.position = position;
             return Ok(false);
-        }
+        };
         let skipped = self.cfg.skipped;
         let skip = match op {
             "c" => skipped.create,
@@ -936,8 +1003,6 @@ impl Inner {
         if skip {
             return Ok(false);
         }
-        let rules = self.rules(db, coll);
-        let c = self.events.collection(db, coll);
         let mut key = String::with_capacity(32);
         match get("documentKey")? {
             Some(RawBsonRef::Document(k)) => match rawbson::find(k.as_bytes(), "_id") {
@@ -1054,7 +1119,8 @@ impl Inner {
     }
 
     async fn poll_stream(&mut self) -> Result<SourceBatch, ConnectError> {
-        let mut out = Vec::new();
+        // Room for a typical change-stream batch without regrowing.
+        let mut out = Vec::with_capacity(self.cfg.max_batch_size.min(256));
         let deadline =
             tokio::time::Instant::now() + self.cfg.poll_interval.max(Duration::from_millis(10));
         let mut caught_up = false;
@@ -1095,7 +1161,7 @@ impl Inner {
                     // Nothing more right now: the transaction in progress is complete.
                     self.release_held(&mut out, true);
                     if let Some(t) = token {
-                        self.position.token = Some(encode_token(&t));
+                        self.position.token = Some(Token::of(&t));
                     }
                     caught_up = true;
                     break;
@@ -1127,8 +1193,8 @@ impl Inner {
             let token = self
                 .position
                 .token
-                .as_deref()
-                .map(decode_token)
+                .as_ref()
+                .map(Token::resume_token)
                 .transpose()?;
             let stream = self.open_stream(token, true).await.map_err(|e| {
                 classify("reopening the change stream after an invalidate".into(), e)
@@ -1294,5 +1360,47 @@ impl SourceTask for MongoSourceTask {
                 inner.stream = None;
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_read_from_an_event_is_stored_and_read_back_unchanged() {
+        let id = doc! {"_data": "8267A1B2C3000000012B0429296E1404"};
+        let event =
+            mongodb::bson::serialize_to_vec(&doc! {"_id": id.clone(), "operationType": "insert"})
+                .unwrap();
+        let event = Bytes::from(event);
+        let fields = EventFields::read(&event).unwrap();
+        let Some(RawBsonRef::Document(d)) = fields.get("_id").unwrap() else {
+            panic!("no _id");
+        };
+        let from_event = Token::Bson(event.slice_ref(d.as_bytes()));
+        let text = from_event.text();
+        assert_eq!(
+            text,
+            base64::engine::general_purpose::STANDARD
+                .encode(mongodb::bson::serialize_to_vec(&id).unwrap())
+        );
+        let stored = Token::Text(text.clone());
+        assert_eq!(stored.text(), text);
+        let resume = stored.resume_token().unwrap();
+        assert_eq!(Token::of(&resume).text(), text);
+        assert_eq!(
+            from_event.resume_token().unwrap(),
+            resume,
+            "both forms name the same resume point"
+        );
+        let broken = Token::Text("not base64!".into())
+            .resume_token()
+            .unwrap_err();
+        assert!(
+            broken.message().contains("not base64"),
+            "{}",
+            broken.message()
+        );
     }
 }
