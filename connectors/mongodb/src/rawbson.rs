@@ -82,6 +82,21 @@ pub fn elements(doc: &[u8]) -> Result<Elements<'_>, BadBson> {
     })
 }
 
+/// The elements of the document `doc` from the element that starts at `at` (an offset
+/// [`Elements::offset`] gave for the same document) on.
+pub fn elements_from(doc: &[u8], at: usize) -> Result<Elements<'_>, BadBson> {
+    let mut elements = elements(doc)?;
+    elements.at = at.max(4);
+    Ok(elements)
+}
+
+impl Elements<'_> {
+    /// Where the next element starts in the document.
+    pub fn offset(&self) -> usize {
+        self.at
+    }
+}
+
 /// A NUL-terminated UTF-8 string starting at `at`: the text and the index after its NUL.
 fn cstring(bytes: &[u8], at: usize) -> Result<(&str, usize), BadBson> {
     if at + 16 <= bytes.len() {

@@ -19,22 +19,27 @@
 //!   under `snapshot.mode=when_needed`;
 //! - a lost connection or server restart is a retriable error: the engine restarts the task,
 //!   which resumes from the last committed offset.
+//!
+//! The stream is the `$changeStream` aggregation the driver's `watch` would run, read as whole
+//! server replies (the driver's raw batch cursor): each event is handled where it lies in its
+//! reply, with nothing copied out per event. The driver's change-stream type would resume
+//! once by itself after a network error; here any error ends the reader and the engine's
+//! restart resumes from the committed offset, which loses and repeats nothing either way.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use bytes::Bytes;
+use futures_util::StreamExt;
 use headwater_api::plugin::{BoxFuture, SourceBatch, SourceTask, SourceTaskContext};
 use headwater_api::{Boundary, ConnectError, OffsetMap, OffsetValue, Properties, SourceRecord};
 use headwater_connector_common::heartbeat::Heartbeats;
 use headwater_connector_common::txmeta::TransactionMetadata;
-use mongodb::bson::{
-    doc, Bson, DateTime, Document, RawBsonRef, RawDocument, RawDocumentBuf, Timestamp,
-};
+use mongodb::bson::{doc, Bson, DateTime, Document, RawBsonRef, RawDocument, Timestamp};
 use mongodb::change_stream::event::ResumeToken;
-use mongodb::change_stream::ChangeStream;
-use mongodb::options::{ClientOptions, FullDocumentBeforeChangeType, FullDocumentType};
+use mongodb::options::ClientOptions;
+use mongodb::raw_batch_cursor::{RawBatch, RawBatchCursor};
 use mongodb::Client;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -89,6 +94,7 @@ enum Token {
 }
 
 impl Token {
+    #[cfg(test)]
     fn of(token: &ResumeToken) -> Token {
         Token::Bson(Bytes::from(
             mongodb::bson::serialize_to_vec(token).unwrap_or_default(),
@@ -162,17 +168,91 @@ impl Position {
     }
 }
 
-/// What the stream reader sends.
+/// What the stream reader sends: one server reply at a time.
 enum StreamMsg {
-    Event(RawDocumentBuf),
-    /// An empty batch: nothing new right now; the stream's resume point after it.
-    Idle(Option<ResumeToken>),
+    /// A reply holding change events.
+    Events(Reply),
+    /// An empty reply: nothing new right now; the stream's resume point after it.
+    Idle(Option<Token>),
     Failed(mongodb::error::Error),
+    /// The server ended the cursor without an invalidate event.
+    Closed,
+}
+
+/// A change-stream reply whose events are read where they lie (nothing is copied out of it).
+struct Reply {
+    batch: RawBatch,
+    /// Where the reply's event array lies in its bytes.
+    array: std::ops::Range<usize>,
+    /// Where the next event's element starts in the array.
+    next: usize,
+}
+
+impl Reply {
+    /// `None` for a reply without events.
+    fn new(batch: RawBatch) -> Result<Option<Reply>, mongodb::error::Error> {
+        let reply = batch.as_raw_document().as_bytes();
+        let array = batch.doc_slices()?;
+        if array.is_empty() {
+            return Ok(None);
+        }
+        let bytes = array.as_bytes();
+        let start = bytes.as_ptr() as usize - reply.as_ptr() as usize;
+        let array = start..start + bytes.len();
+        Ok(Some(Reply {
+            batch,
+            array,
+            next: 4,
+        }))
+    }
+
+    /// The next event's BSON, or `None` after the last.
+    fn next_event(&mut self) -> Result<Option<&[u8]>, ConnectError> {
+        let array = &self.batch.as_raw_document().as_bytes()[self.array.clone()];
+        let mut elements = rawbson::elements_from(array, self.next)
+            .map_err(|e| ConnectError::data(format!("a change-stream reply: {e}")))?;
+        let Some(element) = elements.next() else {
+            return Ok(None);
+        };
+        let element =
+            element.map_err(|e| ConnectError::data(format!("a change-stream reply: {e}")))?;
+        if element.kind != rawbson::DOCUMENT {
+            return Err(ConnectError::data(
+                "a change-stream reply holds something other than a document",
+            ));
+        }
+        self.next = elements.offset();
+        Ok(Some(element.value))
+    }
+}
+
+/// The resume point a reply names after its events (`postBatchResumeToken`), if any.
+fn post_batch_token(batch: &RawBatch) -> Option<Token> {
+    let cursor = batch.as_raw_document().get_document("cursor").ok()?;
+    match cursor.get("postBatchResumeToken").ok()?? {
+        RawBsonRef::Document(d) => Some(Token::Bson(Bytes::copy_from_slice(d.as_bytes()))),
+        _ => None,
+    }
+}
+
+/// A change stream opened: its cursor and its first reply.
+struct OpenedStream {
+    cursor: RawBatchCursor,
+    first: Option<RawBatch>,
+}
+
+impl OpenedStream {
+    /// The resume point after the first reply: its last event's, else the one the server named.
+    fn resume_point(&self) -> Option<Token> {
+        self.first.as_ref().and_then(post_batch_token)
+    }
 }
 
 struct Stream {
     rx: mpsc::Receiver<StreamMsg>,
     reader: JoinHandle<()>,
+    /// The reply whose events are being handed out.
+    reply: Option<Reply>,
 }
 
 impl Drop for Stream {
@@ -407,56 +487,68 @@ impl Inner {
         ]
     }
 
+    /// Opens a change stream (the `$changeStream` aggregation the driver's `watch` runs, read
+    /// as whole replies) at `resume` (after it, or with `start_after` also after an
+    /// invalidate), and reads its first reply.
     async fn open_stream(
         &self,
         resume: Option<ResumeToken>,
         start_after: bool,
-    ) -> Result<ChangeStream<RawDocumentBuf>, mongodb::error::Error> {
-        let full_document = self
-            .cfg
-            .capture_mode
-            .update_full()
-            .then_some(FullDocumentType::UpdateLookup);
-        let before = self
-            .cfg
-            .capture_mode
-            .pre_image()
-            .then_some(FullDocumentBeforeChangeType::WhenAvailable);
+    ) -> Result<OpenedStream, mongodb::error::Error> {
+        let mut stage = Document::new();
+        if self.cfg.capture_mode.update_full() {
+            stage.insert("fullDocument", "updateLookup");
+        }
+        if self.cfg.capture_mode.pre_image() {
+            stage.insert("fullDocumentBeforeChange", "whenAvailable");
+        }
+        if let Some(t) = resume {
+            let t = mongodb::bson::serialize_to_bson(&t)?;
+            stage.insert(
+                if start_after {
+                    "startAfter"
+                } else {
+                    "resumeAfter"
+                },
+                t,
+            );
+        }
+        let database = match &self.cfg.capture_database {
+            Some(db) => self.client.database(db),
+            None => {
+                stage.insert("allChangesForCluster", true);
+                self.client.database("admin")
+            }
+        };
+        let mut pipeline = vec![doc! {"$changeStream": stage}];
+        pipeline.extend(self.pipeline());
         let max_await = self
             .cfg
             .cursor_max_await
             .unwrap_or(self.cfg.poll_interval.max(Duration::from_millis(100)));
-        macro_rules! configure {
-            ($watch:expr) => {{
-                let mut w = $watch
-                    .pipeline(self.pipeline())
-                    .max_await_time(max_await)
-                    // Responses of a few hundred KB (see snapshot::DEFAULT_FETCH).
-                    .batch_size(
-                        u32::try_from(self.cfg.max_batch_size)
-                            .unwrap_or(u32::MAX)
-                            .min(snapshots::DEFAULT_FETCH),
-                    );
-                if let Some(f) = full_document.clone() {
-                    w = w.full_document(f);
-                }
-                if let Some(b) = before.clone() {
-                    w = w.full_document_before_change(b);
-                }
-                match (start_after, resume.clone()) {
-                    (true, Some(t)) => w = w.start_after(t),
-                    (_, r) => w = w.resume_after(r),
-                }
-                w.await?.with_type::<RawDocumentBuf>()
-            }};
-        }
-        Ok(match &self.cfg.capture_database {
-            Some(db) => {
-                let database = self.client.database(db);
-                configure!(database.watch())
-            }
-            None => configure!(self.client.watch()),
-        })
+        let mut cursor = database
+            .aggregate(pipeline)
+            .max_await_time(max_await)
+            // Responses of a few hundred KB (see snapshot::DEFAULT_FETCH).
+            .batch_size(
+                u32::try_from(self.cfg.max_batch_size)
+                    .unwrap_or(u32::MAX)
+                    .min(snapshots::DEFAULT_FETCH),
+            )
+            .batch()
+            .await?;
+        let first = cursor.next().await.transpose()?;
+        Ok(OpenedStream { cursor, first })
+    }
+
+    /// How many change-stream replies wait for the task at most: `max.queue.size` events'
+    /// worth, within 1 to 8 replies (a reply holds up to a fetch's worth of events).
+    fn replies_queued(&self) -> usize {
+        let per_reply = self
+            .cfg
+            .max_batch_size
+            .clamp(1, snapshots::DEFAULT_FETCH as usize);
+        (self.cfg.max_queue_size / per_reply).clamp(1, 8)
     }
 
     /// Starts the stream reader at `token`, or at the current end of the oplog.
@@ -472,12 +564,16 @@ impl Inner {
             }
         })?;
         if self.position.token.is_none() {
-            self.position.token = stream.resume_token().as_ref().map(Token::of);
+            self.position.token = stream.resume_point();
         }
         tracing::info!(resume = token.is_some(), scope = ?self.cfg.capture_database, "streaming changes");
-        let (tx, rx) = mpsc::channel(self.cfg.max_queue_size.max(16));
+        let (tx, rx) = mpsc::channel(self.replies_queued());
         let reader = tokio::spawn(read_stream(stream, tx));
-        self.stream = Some(Stream { rx, reader });
+        self.stream = Some(Stream {
+            rx,
+            reader,
+            reply: None,
+        });
         self.phase = Phase::Stream;
         Ok(())
     }
@@ -526,7 +622,7 @@ impl Inner {
                 let probe = self.open_stream(None, false).await.map_err(|e| {
                     classify("opening the change stream before the snapshot".into(), e)
                 })?;
-                let token = probe.resume_token().as_ref().map(Token::of);
+                let token = probe.resume_point();
                 drop(probe);
                 Position {
                     token,
@@ -929,17 +1025,15 @@ impl Inner {
     /// Handles one change event (its raw BSON); returns whether it invalidated the stream.
     fn handle_event(
         &mut self,
-        ev: RawDocumentBuf,
+        ev: &[u8],
         out: &mut Vec<SourceRecord>,
     ) -> Result<bool, ConnectError> {
         let bad =
             |what: &str, e: String| ConnectError::data(format!("a change event's {what}: {e}"));
-        // Shared, so the resume token can point into it.
-        let ev = Bytes::from(ev.into_bytes());
-        let fields = EventFields::read(&ev).map_err(|e| bad("fields", e.0))?;
+        let fields = EventFields::read(ev).map_err(|e| bad("fields", e.0))?;
         let get = |k: &str| fields.get(k).map_err(|e| bad(k, e.0));
         let token = match get("_id")? {
-            Some(RawBsonRef::Document(d)) => Token::Bson(ev.slice_ref(d.as_bytes())),
+            Some(RawBsonRef::Document(d)) => Token::Bson(Bytes::copy_from_slice(d.as_bytes())),
             _ => {
                 return Err(ConnectError::data(
                     "a change event without its resume token (_id)",
@@ -1129,6 +1223,20 @@ impl Inner {
             if out.len() >= self.cfg.max_batch_size {
                 break;
             }
+            // The events of the reply in hand first.
+            if let Some(mut reply) = self.stream.as_mut().and_then(|s| s.reply.take()) {
+                if let Some(event) = reply.next_event()? {
+                    let invalid = self.handle_event(event, &mut out)?;
+                    if let Some(stream) = self.stream.as_mut() {
+                        stream.reply = Some(reply);
+                    }
+                    if invalid {
+                        invalidated = true;
+                        break;
+                    }
+                }
+                continue;
+            }
             let Some(stream) = self.stream.as_mut() else {
                 return Err(ConnectError::retriable("the change stream is not running"));
             };
@@ -1151,17 +1259,12 @@ impl Inner {
                 }
             };
             match msg {
-                Some(StreamMsg::Event(ev)) => {
-                    if self.handle_event(ev, &mut out)? {
-                        invalidated = true;
-                        break;
-                    }
-                }
+                Some(StreamMsg::Events(reply)) => stream.reply = Some(reply),
                 Some(StreamMsg::Idle(token)) => {
                     // Nothing more right now: the transaction in progress is complete.
                     self.release_held(&mut out, true);
                     if let Some(t) = token {
-                        self.position.token = Some(Token::of(&t));
+                        self.position.token = Some(t);
                     }
                     caught_up = true;
                     break;
@@ -1179,6 +1282,11 @@ impl Inner {
                     } else {
                         classify("reading the change stream".into(), e)
                     });
+                }
+                Some(StreamMsg::Closed) => {
+                    return Err(ConnectError::retriable(
+                        "the server closed the change stream's cursor; reopening it at the last committed offset",
+                    ))
                 }
                 None => {
                     return Err(ConnectError::retriable(
@@ -1199,9 +1307,13 @@ impl Inner {
             let stream = self.open_stream(token, true).await.map_err(|e| {
                 classify("reopening the change stream after an invalidate".into(), e)
             })?;
-            let (tx, rx) = mpsc::channel(self.cfg.max_queue_size.max(16));
+            let (tx, rx) = mpsc::channel(self.replies_queued());
             let reader = tokio::spawn(read_stream(stream, tx));
-            self.stream = Some(Stream { rx, reader });
+            self.stream = Some(Stream {
+                rx,
+                reader,
+                reply: None,
+            });
         }
         if self.held.is_none() && self.heartbeats.as_ref().is_some_and(Heartbeats::due) {
             let offset = self.position.offset();
@@ -1307,18 +1419,29 @@ impl<'a> EventFields<'a> {
     }
 }
 
-/// Reads the change stream into the task's queue.
-async fn read_stream(mut stream: ChangeStream<RawDocumentBuf>, tx: mpsc::Sender<StreamMsg>) {
+/// Reads the change stream into the task's queue, a reply at a time.
+async fn read_stream(stream: OpenedStream, tx: mpsc::Sender<StreamMsg>) {
+    let OpenedStream { mut cursor, first } = stream;
+    let mut next = first.map(Ok);
     loop {
-        let msg = match stream.next_if_any().await {
-            Ok(Some(ev)) => StreamMsg::Event(ev),
-            Ok(None) => StreamMsg::Idle(stream.resume_token()),
-            Err(e) => {
-                let _ = tx.send(StreamMsg::Failed(e)).await;
-                return;
-            }
+        let reply = match next.take() {
+            Some(reply) => Some(reply),
+            None => cursor.next().await,
         };
-        if tx.send(msg).await.is_err() {
+        let msg = match reply {
+            Some(Ok(batch)) => {
+                let token = post_batch_token(&batch);
+                match Reply::new(batch) {
+                    Ok(Some(reply)) => StreamMsg::Events(reply),
+                    Ok(None) => StreamMsg::Idle(token),
+                    Err(e) => StreamMsg::Failed(e),
+                }
+            }
+            Some(Err(e)) => StreamMsg::Failed(e),
+            None => StreamMsg::Closed,
+        };
+        let failed = matches!(msg, StreamMsg::Failed(_) | StreamMsg::Closed);
+        if tx.send(msg).await.is_err() || failed {
             return;
         }
     }
