@@ -11,8 +11,12 @@
 /// UTF-16 surrogate pair `\uD83D\uDE00` (Jackson writes Java's UTF-16 chars one by one;
 /// `COMBINE_UNICODE_SURROGATES_IN_UTF8` is off by default), everything else as UTF-8.
 pub fn write_json_string(out: &mut Vec<u8>, text: &str) {
+    // (A string shorter than sixteen bytes has no chunk to expand: it skips the CPU check and
+    // the call.)
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("ssse3") && std::arch::is_x86_feature_detected!("popcnt")
+    if text.len() >= 16
+        && std::arch::is_x86_feature_detected!("ssse3")
+        && std::arch::is_x86_feature_detected!("popcnt")
     {
         // SAFETY: this CPU has SSSE3 and POPCNT (checked just now).
         return unsafe { quote_expansion::write_json_string_ssse3(out, text) };
@@ -26,7 +30,7 @@ pub fn write_json_string(out: &mut Vec<u8>, text: &str) {
 /// a string is full of them) is escaped in two shuffles instead of byte by byte.
 #[inline(always)]
 fn write_json_string_with<const EXPAND: bool>(out: &mut Vec<u8>, text: &str) {
-    use headwater_api::scan::{flagged_mask16, is_flagged};
+    use headwater_api::scan::flagged_mask16;
     const HIGH: u8 = 0xF0;
     let bytes = text.as_bytes();
     out.reserve(bytes.len() + 2);
@@ -37,7 +41,7 @@ fn write_json_string_with<const EXPAND: bool>(out: &mut Vec<u8>, text: &str) {
     let mut written = 0;
     let mut chunk = 0;
     while chunk + 16 <= bytes.len() {
-        let mut mask = flagged_mask16::<HIGH>(bytes, chunk);
+        let mask = flagged_mask16::<HIGH>(bytes, chunk);
         #[cfg(target_arch = "x86_64")]
         if EXPAND && mask != 0 && written <= chunk {
             // SAFETY: only the SSSE3 instantiation passes `EXPAND`; sixteen bytes follow
@@ -54,30 +58,57 @@ fn write_json_string_with<const EXPAND: bool>(out: &mut Vec<u8>, text: &str) {
                 continue;
             }
         }
-        while mask != 0 {
-            let at = chunk + mask.trailing_zeros() as usize;
-            mask &= mask - 1;
-            // (Only lead bytes are flagged, so `at` is never inside a character written.)
-            copy_run(out, bytes, written, at);
-            let b = bytes[at];
-            written = if b == b'"' || b == b'\\' {
-                // The common escapes (JSON text held in a string is full of quotes).
-                out.extend_from_slice(&[b'\\', b]);
-                at + 1
-            } else {
-                at + write_escape(out, text, at)
-            };
-        }
+        written = escape_flagged(out, text, chunk, mask, written);
         chunk += 16;
     }
-    for at in chunk.max(written)..bytes.len() {
-        if at >= written && is_flagged::<HIGH>(bytes[at]) {
-            copy_run(out, bytes, written, at);
-            written = at + write_escape(out, text, at);
-        }
+    // The last (up to fifteen) bytes in one step too: the final sixteen bytes of a long string,
+    // or a short string copied into a padded buffer, with the bits of bytes outside the tail
+    // dropped.
+    let tail = bytes.len() - chunk;
+    if tail > 0 {
+        let mask = if bytes.len() >= 16 {
+            flagged_mask16::<HIGH>(bytes, bytes.len() - 16) >> (16 - tail)
+        } else {
+            let mut padded = [b'a'; 16];
+            padded[..tail].copy_from_slice(&bytes[chunk..]);
+            flagged_mask16::<HIGH>(&padded, 0) & ((1 << tail) - 1)
+        };
+        written = escape_flagged(out, text, chunk, mask, written);
     }
     out.extend_from_slice(&bytes[written..]);
     out.push(b'"');
+}
+
+/// Writes the flagged bytes of `text` that `mask` marks (bit `i` for `text[base + i]`), each
+/// after the unwritten run before it; returns how far `text` is written now (`written` before).
+#[inline(always)]
+fn escape_flagged(
+    out: &mut Vec<u8>,
+    text: &str,
+    base: usize,
+    mut mask: u32,
+    mut written: usize,
+) -> usize {
+    let bytes = text.as_bytes();
+    while mask != 0 {
+        let at = base + mask.trailing_zeros() as usize;
+        mask &= mask - 1;
+        if at < written {
+            // Inside a supplementary character written whole already (only lead bytes are
+            // flagged, so this does not happen; kept for safety).
+            continue;
+        }
+        copy_run(out, bytes, written, at);
+        let b = bytes[at];
+        written = if b == b'"' || b == b'\\' {
+            // The common escapes (JSON text held in a string is full of quotes).
+            out.extend_from_slice(&[b'\\', b]);
+            at + 1
+        } else {
+            at + write_escape(out, text, at)
+        };
+    }
+    written
 }
 
 /// Writes the escape of the flagged byte at `text[at]` and returns how many bytes of `text` it
