@@ -395,19 +395,29 @@ mod tests {
             "\u{10ffff}",
             "\u{2028}",
         ];
-        let mut seed = 12345u32;
-        for len in 0..40 {
-            for _ in 0..50 {
+        for text in random_texts(&pieces, 40, 50, 12345) {
+            let mut out = Vec::new();
+            write_json_string(&mut out, &text);
+            assert_eq!(out, escape_reference(&text), "{text:?}");
+        }
+    }
+
+    /// `per_length` texts of each length below `lengths` pieces, the pieces drawn from `pieces`
+    /// by a fixed pseudo-random sequence starting at `seed`.
+    fn random_texts(pieces: &[&str], lengths: usize, per_length: usize, seed: u32) -> Vec<String> {
+        let mut seed = seed;
+        let mut texts = Vec::new();
+        for len in 0..lengths {
+            for _ in 0..per_length {
                 let mut text = String::new();
                 for _ in 0..len {
                     seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
                     text.push_str(pieces[(seed >> 16) as usize % pieces.len()]);
                 }
-                let mut out = Vec::new();
-                write_json_string(&mut out, &text);
-                assert_eq!(out, escape_reference(&text), "{text:?}");
+                texts.push(text);
             }
         }
+        texts
     }
 
     #[test]
@@ -446,21 +456,13 @@ mod tests {
             "\u{1}",
             "}, ",
         ];
-        let mut seed = 99u32;
-        for len in 0..80 {
-            for _ in 0..40 {
-                let mut text = String::new();
-                for _ in 0..len {
-                    seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
-                    text.push_str(pieces[(seed >> 16) as usize % pieces.len()]);
-                }
-                let mut scalar = Vec::new();
-                write_json_string_with::<false>(&mut scalar, &text);
-                let mut fast = Vec::new();
-                write_json_string(&mut fast, &text);
-                assert_eq!(fast, scalar, "{text:?}");
-                assert_eq!(scalar, escape_reference(&text), "{text:?}");
-            }
+        for text in random_texts(&pieces, 80, 40, 99) {
+            let mut scalar = Vec::new();
+            write_json_string_with::<false>(&mut scalar, &text);
+            let mut fast = Vec::new();
+            write_json_string(&mut fast, &text);
+            assert_eq!(fast, scalar, "{text:?}");
+            assert_eq!(scalar, escape_reference(&text), "{text:?}");
         }
     }
 
