@@ -23,8 +23,10 @@
 //! The stream is the `$changeStream` aggregation the driver's `watch` would run, read as whole
 //! server replies (the driver's raw batch cursor): each event is handled where it lies in its
 //! reply, with nothing copied out per event. The driver's change-stream type would resume
-//! once by itself after a network error; here any error ends the reader and the engine's
-//! restart resumes from the committed offset, which loses and repeats nothing either way.
+//! by itself after an error the change-streams specification calls resumable (not a server
+//! answer, `CursorNotFound`, or labelled `ResumableChangeStreamError`); here such an error ends
+//! the reader as a retriable error and the engine's restart resumes from the committed offset,
+//! which loses and repeats nothing either way. Other server errors fail the task.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,6 +72,21 @@ pub fn classify(context: String, e: mongodb::error::Error) -> ConnectError {
         ConnectError::retriable(msg)
     } else {
         ConnectError::fatal(msg)
+    }
+}
+
+/// Whether an error reading the change stream is one the change-streams specification resumes
+/// after (as the driver's own change stream would): anything that is not a server's answer,
+/// `CursorNotFound` (43), or an error the server labels `ResumableChangeStreamError`. The
+/// engine's restart at the committed offset is the resume.
+fn stream_error_resumable(e: &mongodb::error::Error) -> bool {
+    use mongodb::error::ErrorKind;
+    match &*e.kind {
+        ErrorKind::Command(c) => c.code == 43 || e.contains_label("ResumableChangeStreamError"),
+        ErrorKind::Authentication { .. } | ErrorKind::InsertMany(_) | ErrorKind::Write(_) => {
+            e.contains_label("ResumableChangeStreamError")
+        }
+        _ => true,
     }
 }
 
@@ -242,7 +259,9 @@ struct OpenedStream {
 }
 
 impl OpenedStream {
-    /// The resume point after the first reply: its last event's, else the one the server named.
+    /// The resume point the server named after the first reply (`postBatchResumeToken`). A
+    /// fresh stream's first reply is empty, so this is where it starts; events in a first reply
+    /// carry their own tokens, which the task takes as it hands them out.
     fn resume_point(&self) -> Option<Token> {
         self.first.as_ref().and_then(post_batch_token)
     }
@@ -1279,6 +1298,10 @@ impl Inner {
                     }
                     return Err(if history_lost(&e) {
                         ConnectError::fatal(format!("ChangeStreamHistoryLost: the change stream's resume point fell off the oplog ({e}); changes after it are gone. Snapshot again (snapshot.mode=when_needed does so automatically) or enlarge the oplog"))
+                    } else if stream_error_resumable(&e) {
+                        ConnectError::retriable(format!(
+                            "reading the change stream: {e}; resuming at the last committed offset"
+                        ))
                     } else {
                         classify("reading the change stream".into(), e)
                     });
@@ -1489,6 +1512,23 @@ impl SourceTask for MongoSourceTask {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stream_errors_resume_where_the_change_streams_specification_says() {
+        let command = |code: i32| -> mongodb::error::Error {
+            let c: mongodb::error::CommandError = mongodb::bson::deserialize_from_document(
+                doc! {"code": code, "codeName": "X", "errmsg": "m"},
+            )
+            .unwrap();
+            mongodb::error::ErrorKind::Command(c).into()
+        };
+        assert!(stream_error_resumable(&command(43)), "CursorNotFound");
+        assert!(!stream_error_resumable(&command(13)), "Unauthorized");
+        let io: mongodb::error::Error = std::io::Error::other("connection reset").into();
+        assert!(stream_error_resumable(&io));
+        let custom = mongodb::error::Error::custom("a reply the task could not read");
+        assert!(stream_error_resumable(&custom));
+    }
 
     #[test]
     fn a_token_read_from_an_event_is_stored_and_read_back_unchanged() {
