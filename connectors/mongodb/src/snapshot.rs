@@ -31,6 +31,7 @@ use tokio::task::JoinHandle;
 
 use crate::extjson::{self, Dialect};
 use crate::fields::FieldRules;
+use crate::rawbson;
 
 /// Documents per batch a reader sends.
 pub const BATCH_DOCS: usize = 512;
@@ -264,31 +265,36 @@ impl Drop for Readers {
 }
 
 /// Renders one snapshot document: key id (compact relaxed) and body (strict), with the
-/// collection's field rules applied.
+/// collection's field rules applied; with `typed_id`, also its `_id` as a value (what a ranged
+/// chunk's offset records).
 pub fn render(
     doc: &RawDocument,
     rules: &FieldRules,
+    typed_id: bool,
 ) -> Result<(Option<Bson>, String, String), String> {
-    let id = doc
-        .get("_id")
+    // The `_id` is found once, in the bytes; the key is written from them, as the stream
+    // writes a change event's key (the typed writer gives the same text at several times the
+    // cost).
+    let id = rawbson::find(doc.as_bytes(), "_id")
         .map_err(|e| format!("malformed document: {e}"))?
         .ok_or_else(|| "a document without _id".to_owned())?;
     let mut key = String::with_capacity(32);
-    // Straight from the bytes, as the stream writes a change event's key (the typed writer
-    // gives the same text at several times the cost).
-    match crate::rawbson::find(doc.as_bytes(), "_id") {
-        Ok(Some(e)) => extjson::write_element(
-            &mut key,
-            e.kind,
-            e.value,
-            doc.as_bytes(),
-            Dialect::RelaxedCompact,
-        ),
-        Ok(None) => Err(extjson::BadBson("a document without _id".into())),
-        Err(e) => Err(e),
-    }
+    extjson::write_element(
+        &mut key,
+        id.kind,
+        id.value,
+        doc.as_bytes(),
+        Dialect::RelaxedCompact,
+    )
     .map_err(|e| format!("malformed document: {e}"))?;
-    let id = Bson::try_from(id).ok();
+    let id = if typed_id {
+        doc.get("_id")
+            .ok()
+            .flatten()
+            .and_then(|v| Bson::try_from(v).ok())
+    } else {
+        None
+    };
     let mut json = String::with_capacity(doc.as_bytes().len() * 2);
     if rules.is_empty() {
         extjson::write_document(&mut json, doc, Dialect::Strict).map_err(|e| e.to_string())?;
@@ -337,13 +343,9 @@ async fn read_chunk(
                 .ok_or_else(|| {
                     ConnectError::data(format!("{ns}: a query result that is not a document"))
                 })?;
-            let (id, key, json) =
-                render(doc, &c.rules).map_err(|e| ConnectError::data(format!("{ns}: {e}")))?;
-            batch.push(Rendered {
-                id: if c.ranged { id } else { None },
-                key,
-                json,
-            });
+            let (id, key, json) = render(doc, &c.rules, c.ranged)
+                .map_err(|e| ConnectError::data(format!("{ns}: {e}")))?;
+            batch.push(Rendered { id, key, json });
             if batch.len() >= BATCH_DOCS {
                 let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_DOCS));
                 if tx.send(ChunkMsg::Docs(full)).await.is_err() {
