@@ -507,12 +507,15 @@ impl Inner {
     }
 
     /// Opens a change stream (the `$changeStream` aggregation the driver's `watch` runs, read
-    /// as whole replies) at `resume` (after it, or with `start_after` also after an
-    /// invalidate), and reads its first reply.
+    /// as whole replies) after `resume`, and reads its first reply.
+    ///
+    /// The token is passed as `startAfter`, never `resumeAfter`: the two start at the same
+    /// place for an ordinary event's token, but only `startAfter` accepts the token of an
+    /// `invalidate` event, which is what a stored offset holds when the records before a
+    /// dropped database were the last ones committed (MongoDB 4.2 and later have it).
     async fn open_stream(
         &self,
         resume: Option<ResumeToken>,
-        start_after: bool,
     ) -> Result<OpenedStream, mongodb::error::Error> {
         let mut stage = Document::new();
         if self.cfg.capture_mode.update_full() {
@@ -523,14 +526,7 @@ impl Inner {
         }
         if let Some(t) = resume {
             let t = mongodb::bson::serialize_to_bson(&t)?;
-            stage.insert(
-                if start_after {
-                    "startAfter"
-                } else {
-                    "resumeAfter"
-                },
-                t,
-            );
+            stage.insert("startAfter", t);
         }
         let database = match &self.cfg.capture_database {
             Some(db) => self.client.database(db),
@@ -573,7 +569,7 @@ impl Inner {
     /// Starts the stream reader at `token`, or at the current end of the oplog.
     async fn start_streaming(&mut self, token: Option<&Token>) -> Result<(), ConnectError> {
         let resume = token.map(Token::resume_token).transpose()?;
-        let stream = self.open_stream(resume, false).await.map_err(|e| {
+        let stream = self.open_stream(resume).await.map_err(|e| {
             if history_lost(&e) {
                 ConnectError::fatal(format!(
                     "ChangeStreamHistoryLost: the stored resume point is no longer in the server's oplog ({e}); changes after it are gone. Snapshot again (snapshot.mode=when_needed does so automatically) or enlarge the oplog"
@@ -638,7 +634,7 @@ impl Inner {
                 ord: -1,
             },
             None => {
-                let probe = self.open_stream(None, false).await.map_err(|e| {
+                let probe = self.open_stream(None).await.map_err(|e| {
                     classify("opening the change stream before the snapshot".into(), e)
                 })?;
                 let token = probe.resume_point();
@@ -1327,7 +1323,7 @@ impl Inner {
                 .as_ref()
                 .map(Token::resume_token)
                 .transpose()?;
-            let stream = self.open_stream(token, true).await.map_err(|e| {
+            let stream = self.open_stream(token).await.map_err(|e| {
                 classify("reopening the change stream after an invalidate".into(), e)
             })?;
             let (tx, rx) = mpsc::channel(self.replies_queued());

@@ -10,7 +10,10 @@
 //! - a server restart while streaming: the task fails over to a retriable error, the engine
 //!   restarts it, it resumes from its committed offset and nothing is lost or repeated;
 //! - history lost: a stored resume token the server pruned from its oplog gives a FAILED task
-//!   whose message says so, and `snapshot.mode=when_needed` snapshots again instead.
+//!   whose message says so, and `snapshot.mode=when_needed` snapshots again instead;
+//! - invalidate: with `capture.scope=database`, dropping the database invalidates the stream;
+//!   the task reopens it after the invalidate event, and a restart whose stored offset is that
+//!   event's token resumes there and captures the recreated database, nothing lost or repeated.
 //!
 //! What these tests do not prove (one SecantusDB node, not mongod): replica-set failover and
 //! elections, sharded clusters, mongod's resume-token layout (tokens are kept opaque), and
@@ -450,4 +453,91 @@ fn a_pruned_resume_point_fails_the_task_or_resnapshots_when_needed() {
         ["r", "c", "r", "r"],
         "snapshot, insert, then the new snapshot"
     );
+}
+
+#[test]
+fn a_dropped_database_invalidates_the_stream_which_reopens_and_survives_a_restart() {
+    let server = MongoServer::start().expect("SecantusDB");
+    let rt = runtime();
+    let c = client(&rt, &server);
+    let items = c.database("inv").collection::<Document>("items");
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let file = tmp.path().join("inv.json");
+    let cfg = config(
+        "inv",
+        &server,
+        "inv",
+        &[("capture.scope", "database"), ("capture.target", "inv")],
+    );
+    std::fs::write(&file, cfg.to_string()).unwrap();
+    let count = |w: &Worker| {
+        let (status, _, body) = http(
+            w.addr,
+            "GET",
+            "/topics/inv.inv.items/partitions/0/records?offset=0&max=1000",
+            None,
+        );
+        if status != 200 {
+            return 0;
+        }
+        body["records"].as_array().map_or(0, Vec::len)
+    };
+    let insert = |range: std::ops::Range<i32>| {
+        for i in range {
+            wait(&rt, items.insert_one(doc! {"_id": i, "v": 1})).unwrap();
+        }
+    };
+    let streaming = |w: &Worker| {
+        wait_until("streaming", Duration::from_secs(30), || {
+            w.logs().iter().any(|l| l.contains("streaming changes"))
+        })
+    };
+    let w = Worker::start(&data, &[&file]);
+    streaming(&w);
+    insert(0..10);
+    wait_until("the first inserts", Duration::from_secs(30), || {
+        count(&w) == 10
+    });
+    w.sigterm();
+
+    // While the worker is down: inserts, then the database is dropped. The restarted stream
+    // reads them in one reply, so the records before the invalidate event carry its resume
+    // token as their offset, and nothing is captured after it.
+    insert(10..15);
+    wait(&rt, c.database("inv").drop()).unwrap();
+    let w = Worker::start(&data, &[&file]);
+    streaming(&w);
+    wait_until("the invalidate", Duration::from_secs(30), || {
+        w.logs().iter().any(|l| l.contains("invalidated"))
+    });
+    wait_until(
+        "the inserts before the drop",
+        Duration::from_secs(30),
+        || count(&w) == 15,
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    w.sigterm();
+
+    // Restarted at the invalidate event's token, the stream opens (with `startAfter`;
+    // `resumeAfter` refuses such a token) and captures the recreated database.
+    let w = Worker::start(&data, &[&file]);
+    streaming(&w);
+    insert(15..20);
+    wait_until(
+        "inserts into the recreated database",
+        Duration::from_secs(30),
+        || count(&w) >= 20,
+    );
+    let (_, _, s) = http(w.addr, "GET", "/connectors/inv/status", None);
+    assert_eq!(s["tasks"][0]["state"], "RUNNING", "{s}");
+    std::thread::sleep(Duration::from_millis(500));
+    w.sigterm();
+    let ids: Vec<String> = log_records(&data, "inv.inv.items")
+        .into_iter()
+        .filter(|(_, v)| v.is_some())
+        .map(|(k, _)| k)
+        .collect();
+    let expected: Vec<String> = (0..20).map(|i| i.to_string()).collect();
+    assert_eq!(ids, expected, "each insert once, in order");
 }
