@@ -154,21 +154,6 @@ fn writer(
     }
 }
 
-/// How many records a running worker's REST API returns from partition 0 of `topic` (up to
-/// 1,000; 0 before the topic exists).
-fn records_read(w: &Worker, topic: &str) -> usize {
-    let (status, _, body) = http(
-        w.addr,
-        "GET",
-        &format!("/topics/{topic}/partitions/0/records?offset=0&max=1000"),
-        None,
-    );
-    if status != 200 {
-        return 0;
-    }
-    body["records"].as_array().map_or(0, Vec::len)
-}
-
 /// The key up to which an unfinished snapshot's documents are committed.
 fn snapshot_progress(w: &Worker, name: &str) -> bool {
     let (status, _, body) = http(w.addr, "GET", &format!("/connectors/{name}/offsets"), None);
@@ -353,7 +338,7 @@ fn resumes_after_a_server_restart() {
             wait(&rt, items.insert_one(doc! {"_id": i, "v": 1})).unwrap();
         }
     };
-    let count = |w: &Worker| records_read(w, "rs.rs.items");
+    let count = |w: &Worker| w.partition0_records("rs.rs.items").map_or(0, |r| r.len());
     insert(&server, 0..50);
     wait_until("the first inserts", Duration::from_secs(30), || {
         count(&w) == 50
@@ -475,7 +460,7 @@ fn a_dropped_database_invalidates_the_stream_which_reopens_and_survives_a_restar
         &[("capture.scope", "database"), ("capture.target", "inv")],
     );
     std::fs::write(&file, cfg.to_string()).unwrap();
-    let count = |w: &Worker| records_read(w, "inv.inv.items");
+    let count = |w: &Worker| w.partition0_records("inv.inv.items").map_or(0, |r| r.len());
     let insert = |range: std::ops::Range<i32>| {
         for i in range {
             wait(&rt, items.insert_one(doc! {"_id": i, "v": 1})).unwrap();
