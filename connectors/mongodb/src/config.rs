@@ -87,6 +87,8 @@ pub struct MongoConfig {
     pub poll_interval: Duration,
     pub connect_timeout: Duration,
     pub server_selection_timeout: Duration,
+    /// `mongodb.ssl.enabled`: TLS even when the connection string does not ask for it.
+    pub tls: bool,
 }
 
 const CAPTURE_MODES: &[&str] = &[
@@ -159,7 +161,14 @@ pub fn config_def() -> ConfigDef {
         .define(key("mongodb.socket.timeout.ms", Long).default_str("0").validator(Validator::at_least(0.0)).doc("Accepted; the driver's socket timeouts apply."))
         .define(key("mongodb.heartbeat.frequency.ms", Long).default_str("10000").validator(Validator::at_least(1.0)).doc("Accepted; the driver's monitoring interval applies."))
         .define(key("mongodb.poll.interval.ms", Long).default_str("30000").validator(Validator::at_least(1.0)).doc("Accepted; topology changes are followed by the driver."))
-        .define(key("mongodb.ssl.enabled", Boolean).default_str("false").doc("TLS; set it in the connection string (tls=true)."))
+        .define(key("mongodb.ssl.enabled", Boolean).default_str("false").doc("Connect with TLS (as tls=true in the connection string; either turns it on)."))
+        .define(key("mongodb.ssl.invalid.hostname.allowed", Boolean).default_str("false").validator(Validator::custom(|v| {
+            if v.to_config_string() == "true" {
+                Err("mongodb.ssl.invalid.hostname.allowed=true is not supported: Headwater's TLS (rustls) always checks the server's host name; give the server a certificate that names it".into())
+            } else {
+                Ok(())
+            }
+        })).doc("Must stay false: the server certificate's host name is always checked."))
         .define(key("topic.prefix", String).importance(Importance::High).validator(Validator::custom(|v| {
             let s = v.to_config_string();
             if s.is_empty() {
@@ -326,6 +335,7 @@ impl MongoConfig {
             field_renames: opt("field.renames")
                 .map(|r| parse_renames(&r).unwrap_or_default())
                 .unwrap_or_default(),
+            tls: p.get_bool("mongodb.ssl.enabled").unwrap_or(false),
             tombstones_on_delete: p.get_bool("tombstones.on.delete").unwrap_or(true),
             skipped: parse_skipped(&s("skipped.operations")).unwrap_or_default(),
             heartbeat_interval: ms("heartbeat.interval.ms"),

@@ -358,10 +358,21 @@ impl MongoSourceTask {
     }
 }
 
-async fn connect(cfg: &MongoConfig) -> Result<Client, ConnectError> {
+/// The driver's options: the connection string's, then the connector's keys on top
+/// (`mongodb.ssl.enabled` turns TLS on as Debezium does; it never turns off a `tls=true` of the
+/// connection string).
+async fn client_options(cfg: &MongoConfig) -> Result<ClientOptions, ConnectError> {
     let mut opts = ClientOptions::parse(&cfg.connection_string)
         .await
         .map_err(|e| ConnectError::config(format!("mongodb.connection.string: {e}")))?;
+    if cfg.tls && !matches!(opts.tls, Some(mongodb::options::Tls::Enabled(_))) {
+        // No TLS in the string (or `tls=false`): the connector's key turns it on.
+        opts.tls = Some(mongodb::options::Tls::Enabled(Default::default()));
+    }
+    Ok(finish_options(opts, cfg))
+}
+
+fn finish_options(mut opts: ClientOptions, cfg: &MongoConfig) -> ClientOptions {
     opts.app_name = Some("headwater".into());
     opts.connect_timeout = Some(cfg.connect_timeout);
     opts.server_selection_timeout = Some(cfg.server_selection_timeout);
@@ -374,6 +385,11 @@ async fn connect(cfg: &MongoConfig) -> Result<Client, ConnectError> {
                 .build(),
         );
     }
+    opts
+}
+
+async fn connect(cfg: &MongoConfig) -> Result<Client, ConnectError> {
+    let opts = client_options(cfg).await?;
     let client = Client::with_options(opts)
         .map_err(|e| ConnectError::config(format!("mongodb.connection.string: {e}")))?;
     let hello = client
@@ -1508,6 +1524,59 @@ impl SourceTask for MongoSourceTask {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn options(extra: &[(&str, &str)], uri: &str) -> ClientOptions {
+        let mut props = Properties::new();
+        props.insert("mongodb.connection.string".into(), uri.into());
+        props.insert("topic.prefix".into(), "p".into());
+        for (k, v) in extra {
+            props.insert((*k).into(), (*v).into());
+        }
+        let cfg = MongoConfig::parse(&props).expect("a valid config");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(client_options(&cfg)).expect("options")
+    }
+
+    fn tls_on(o: &ClientOptions) -> bool {
+        matches!(&o.tls, Some(mongodb::options::Tls::Enabled(_)))
+    }
+
+    #[test]
+    fn ssl_enabled_turns_tls_on_and_the_connection_string_keeps_its_own() {
+        let plain = "mongodb://127.0.0.1:27017/?replicaSet=rs0";
+        assert!(!tls_on(&options(&[], plain)), "off by default");
+        assert!(tls_on(&options(&[("mongodb.ssl.enabled", "true")], plain)));
+        let with_tls = "mongodb://127.0.0.1:27017/?replicaSet=rs0&tls=true";
+        assert!(tls_on(&options(&[], with_tls)));
+        assert!(tls_on(&options(
+            &[("mongodb.ssl.enabled", "false")],
+            with_tls
+        )));
+        let tls_off = "mongodb://127.0.0.1:27017/?replicaSet=rs0&tls=false";
+        assert!(tls_on(&options(
+            &[("mongodb.ssl.enabled", "true")],
+            tls_off
+        )));
+    }
+
+    #[test]
+    fn an_unsupported_tls_relaxation_is_refused_by_name() {
+        let mut props = Properties::new();
+        props.insert(
+            "mongodb.connection.string".into(),
+            "mongodb://h/?replicaSet=rs0".into(),
+        );
+        props.insert("topic.prefix".into(), "p".into());
+        props.insert("mongodb.ssl.invalid.hostname.allowed".into(), "true".into());
+        let Err(refused) = MongoConfig::parse(&props) else {
+            panic!("accepted");
+        };
+        let e = refused.error_message();
+        assert!(e.contains("mongodb.ssl.invalid.hostname.allowed"), "{e}");
+        assert!(e.contains("not supported"), "{e}");
+    }
 
     #[test]
     fn stream_errors_resume_where_the_change_streams_specification_says() {
