@@ -165,6 +165,22 @@ fn offset_bool(o: &OffsetMap, k: &str) -> Option<bool> {
 /// A multi-document transaction's identity: its session id (strict extended JSON) and number.
 type TxnId = (String, i64);
 
+/// A change event's transaction (its `lsid` as extended JSON and its `txnNumber`), if any;
+/// `get` reads a top-level field of the event.
+fn event_txn<'a>(
+    get: &impl Fn(&str) -> Result<Option<RawBsonRef<'a>>, ConnectError>,
+) -> Result<Option<TxnId>, ConnectError> {
+    Ok(match (get("lsid")?, get("txnNumber")?) {
+        (Some(RawBsonRef::Document(l)), Some(RawBsonRef::Int64(n))) => {
+            let mut lsid = String::with_capacity(64);
+            extjson::write_document(&mut lsid, l, Dialect::Strict)
+                .map_err(|e| ConnectError::data(format!("a change event's lsid: {e}")))?;
+            Some((lsid, n))
+        }
+        _ => None,
+    })
+}
+
 /// Where the stream is: the last resume point handed out and its cluster time.
 #[derive(Clone, Debug, Default)]
 struct Position {
@@ -329,6 +345,10 @@ struct Inner {
     /// The last record handed out of the transaction in progress, with that transaction's
     /// identity and the offset after it.
     held: Option<(SourceRecord, Option<TxnId>, Position)>,
+    /// Set by [`Inner::push`] when a transaction ended with its last record handed out carrying
+    /// its offset, and the record now held starts another transaction: the poll ends there, so
+    /// the batch ends at a commit point (see `poll_stream`).
+    ended_transaction: bool,
     heartbeats: Option<Heartbeats>,
     txmeta: Option<TransactionMetadata>,
     rules: NamespaceMap<Arc<FieldRules>>,
@@ -429,6 +449,7 @@ impl Inner {
             stream: None,
             position: Position::default(),
             held: None,
+            ended_transaction: false,
             rules: NamespaceMap::default(),
             last_namespace: None,
             cfg,
@@ -1015,8 +1036,17 @@ impl Inner {
     ) {
         let same_txn = txn.is_some() && self.held.as_ref().is_some_and(|(_, t, _)| *t == txn);
         if !same_txn {
-            // The held record ends its transaction; the batch's last record carries the offset.
-            self.release_held(out, false);
+            if txn.is_some() && self.held.is_some() {
+                // The held record ends its transaction and another one starts: the batch can
+                // end after it (with its offset), the new one's records go to the next poll.
+                // Without this, back-to-back transactions never reach a commit point.
+                self.release_held(out, true);
+                self.ended_transaction = true;
+            } else {
+                // The held record ends its transaction; the batch's last record carries the
+                // offset.
+                self.release_held(out, false);
+            }
         }
         if let Some(t) = self.txmeta.as_mut() {
             let source = rec
@@ -1114,7 +1144,11 @@ impl Inner {
             return Ok(false);
         };
         let Some((rules, c)) = self.namespace(db, coll) else {
-            self.release_held(out, false);
+            // An uncaptured change inside the transaction in progress does not end it.
+            let held_txn = self.held.as_ref().and_then(|(_, t, _)| t.as_ref());
+            if held_txn.is_none() || held_txn != event_txn(&get)?.as_ref() {
+                self.release_held(out, false);
+            }
             self.position = position;
             return Ok(false);
         };
@@ -1210,15 +1244,7 @@ impl Inner {
             _ => None,
         };
         let ts_ms = wall.unwrap_or(sec.max(0) * 1000);
-        let txn = match (get("lsid")?, get("txnNumber")?) {
-            (Some(RawBsonRef::Document(l)), Some(RawBsonRef::Int64(n))) => {
-                let mut lsid = String::with_capacity(64);
-                extjson::write_document(&mut lsid, l, Dialect::Strict)
-                    .map_err(|e| bad("lsid", e.to_string()))?;
-                Some((lsid, n))
-            }
-            _ => None,
-        };
+        let txn = event_txn(&get)?;
         let info = SourceInfo {
             ts_ms,
             ts_us: ts_ms.saturating_mul(1000),
@@ -1250,6 +1276,7 @@ impl Inner {
             tokio::time::Instant::now() + self.cfg.poll_interval.max(Duration::from_millis(10));
         let mut caught_up = false;
         let mut invalidated = false;
+        let mut ended_transaction = false;
         loop {
             if out.len() >= self.cfg.max_batch_size {
                 break;
@@ -1263,6 +1290,10 @@ impl Inner {
                     }
                     if invalid {
                         invalidated = true;
+                        break;
+                    }
+                    if std::mem::take(&mut self.ended_transaction) {
+                        ended_transaction = true;
                         break;
                     }
                 }
@@ -1357,22 +1388,25 @@ impl Inner {
                 out.push(h.record(partition, offset));
             }
         }
-        let boundary =
-            if self.held.is_some() && self.held.as_ref().is_some_and(|(_, t, _)| t.is_some()) {
-                Boundary::Open
-            } else {
-                // A held record outside a transaction is complete by itself.
-                self.release_held(&mut out, true);
-                // The batch ends at the stream's position: its last record carries it (the
-                // records before it carry no offset, see `push`).
-                if let Some(last) = out.last_mut() {
-                    if last.source_offset.is_empty() {
-                        last.source_partition = self.events.partition.clone();
-                        last.source_offset = self.position.offset();
-                    }
+        let boundary = if ended_transaction {
+            // `out` ends with a finished transaction's last record, which carries its offset;
+            // the next transaction's first record stays held.
+            Boundary::Commit
+        } else if self.held.is_some() && self.held.as_ref().is_some_and(|(_, t, _)| t.is_some()) {
+            Boundary::Open
+        } else {
+            // A held record outside a transaction is complete by itself.
+            self.release_held(&mut out, true);
+            // The batch ends at the stream's position: its last record carries it (the
+            // records before it carry no offset, see `push`).
+            if let Some(last) = out.last_mut() {
+                if last.source_offset.is_empty() {
+                    last.source_partition = self.events.partition.clone();
+                    last.source_offset = self.position.offset();
                 }
-                Boundary::Commit
-            };
+            }
+            Boundary::Commit
+        };
         Ok(SourceBatch {
             records: out,
             boundary,

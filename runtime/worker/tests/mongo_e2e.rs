@@ -13,7 +13,10 @@
 //!   whose message says so, and `snapshot.mode=when_needed` snapshots again instead;
 //! - invalidate: with `capture.scope=database`, dropping the database invalidates the stream;
 //!   the task reopens it after the invalidate event, and a restart whose stored offset is that
-//!   event's token resumes there and captures the recreated database, nothing lost or repeated.
+//!   event's token resumes there and captures the recreated database, nothing lost or repeated;
+//! - back-to-back transactions (each with an uncaptured write inside): the committed offset
+//!   moves while they run, each has one BEGIN and one END counting its captured events, and
+//!   every change is in the log once, in order.
 //!
 //! What these tests do not prove (one SecantusDB node, not mongod): replica-set failover and
 //! elections, sharded clusters, mongod's resume-token layout (tokens are kept opaque), and
@@ -518,4 +521,106 @@ fn a_dropped_database_invalidates_the_stream_which_reopens_and_survives_a_restar
         .collect();
     let expected: Vec<String> = (0..20).map(|i| i.to_string()).collect();
     assert_eq!(ids, expected, "each insert once, in order");
+}
+
+#[test]
+fn back_to_back_transactions_commit_as_they_go_and_stay_whole() {
+    let server = MongoServer::start().expect("SecantusDB");
+    let rt = runtime();
+    let c = client(&rt, &server);
+    let db = c.database("tx");
+    let (items, audit) = (
+        db.collection::<Document>("items"),
+        db.collection::<Document>("audit"),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let file = tmp.path().join("tx.json");
+    let cfg = config(
+        "tx",
+        &server,
+        "tx",
+        &[("provide.transaction.metadata", "true")],
+    );
+    std::fs::write(&file, cfg.to_string()).unwrap();
+    let w = Worker::start(&data, &[&file]);
+    wait_until("streaming", Duration::from_secs(30), || {
+        w.logs().iter().any(|l| l.contains("streaming changes"))
+    });
+    let offset = |w: &Worker| {
+        let (_, _, body) = http(w.addr, "GET", "/connectors/tx/offsets", None);
+        body["offsets"][0]["offset"].clone()
+    };
+    // Transactions back to back, each writing `items` twice with an uncaptured `audit` write
+    // between: no change-stream reply is ever empty while they run.
+    let txns = 150;
+    let mut offsets_seen = std::collections::HashSet::new();
+    for t in 0..txns {
+        wait(&rt, async {
+            let mut s = c.start_session().await.unwrap();
+            s.start_transaction().await.unwrap();
+            items
+                .insert_one(doc! {"_id": t, "v": 1})
+                .session(&mut s)
+                .await
+                .unwrap();
+            audit
+                .insert_one(doc! {"_id": t})
+                .session(&mut s)
+                .await
+                .unwrap();
+            items
+                .update_one(doc! {"_id": t}, doc! {"$inc": {"v": 1}})
+                .session(&mut s)
+                .await
+                .unwrap();
+            s.commit_transaction().await.unwrap();
+        });
+        if t % 10 == 0 {
+            offsets_seen.insert(offset(&w).to_string());
+        }
+    }
+    assert!(
+        offsets_seen.len() >= 4,
+        "the committed offset moves while transactions keep coming: {offsets_seen:?}"
+    );
+    wait_until("every transaction", Duration::from_secs(30), || {
+        w.partition0_records("tx.transaction")
+            .is_some_and(|r| r.len() == 2 * txns as usize)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    w.sigterm();
+
+    let mut markers: HashMap<String, Vec<(String, i64)>> = HashMap::new();
+    for (_, value) in log_records(&data, "tx.transaction") {
+        let p = &value.expect("a value")["payload"];
+        markers
+            .entry(p["id"].as_str().unwrap().to_owned())
+            .or_default()
+            .push((
+                p["status"].as_str().unwrap().to_owned(),
+                p["event_count"].as_i64().unwrap_or(-1),
+            ));
+    }
+    assert_eq!(markers.len(), txns as usize, "one id per transaction");
+    for (id, m) in &markers {
+        assert_eq!(
+            m,
+            &[("BEGIN".to_owned(), -1), ("END".to_owned(), 2)],
+            "transaction {id}: one BEGIN, one END counting its two captured events"
+        );
+    }
+    let ops: Vec<(String, String)> = log_records(&data, "tx.tx.items")
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?["payload"]["op"].as_str()?.to_owned())))
+        .collect();
+    let expected: Vec<(String, String)> = (0..txns)
+        .flat_map(|t| {
+            [
+                (t.to_string(), "c".to_owned()),
+                (t.to_string(), "u".to_owned()),
+            ]
+        })
+        .collect();
+    assert_eq!(ops, expected, "every change once, in order");
 }
