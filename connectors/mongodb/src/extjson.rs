@@ -201,20 +201,29 @@ pub fn write_document_with(
     out: &mut String,
     doc: &RawDocument,
     dialect: Dialect,
-    name: impl Fn(&str) -> Option<String>,
+    rules: &crate::fields::FieldRules,
 ) -> Result<(), BadBson> {
     out.push('{');
     let mut first = true;
     for element in doc.iter() {
-        let (k, v) = element.map_err(|e| BadBson(e.to_string()))?;
-        let Some(k) = name(k.as_str()) else { continue };
+        let (key, v) = element.map_err(|e| BadBson(e.to_string()))?;
+        let Some(k) = rules.apply_path(key.as_str()) else {
+            continue;
+        };
         if !first {
             out.push_str(dialect.separator());
         }
         first = false;
         write_string(out, &k);
         out.push_str(": ");
-        write_value(out, v, dialect)?;
+        if rules.reaches_inside(key.as_str()) {
+            // A sub-document (or array element) set whole: the rules apply inside it too.
+            let mut typed = Bson::try_from(v).map_err(|e| BadBson(e.to_string()))?;
+            rules.apply_inside(key.as_str(), &mut typed);
+            out.push_str(&value(&typed, dialect));
+        } else {
+            write_value(out, v, dialect)?;
+        }
     }
     out.push('}');
     Ok(())
@@ -821,6 +830,31 @@ mod tests {
         assert_eq!(
             document(&d, Dialect::Relaxed),
             r#"{"_id": {"$oid": "65f0a1b2c3d4e5f601234567"}, "l": 5, "d": {"$date": {"$numberLong": "-315619200000"}}, "b": {"$binary": {"base64": "/w==", "subType": "00"}}, "f": 1.0E+21, "a": [1, "x"]}"#
+        );
+    }
+
+    #[test]
+    fn update_fields_follow_the_field_rules_into_values_set_whole() {
+        let rules = crate::fields::FieldRules::for_collection(
+            "shop",
+            "orders",
+            &[
+                "shop.orders.customer.ssn".into(),
+                "shop.orders.secret".into(),
+            ],
+            &[("shop.orders.customer.name".into(), "fullName".into())],
+        );
+        let updated = mongodb::bson::rawdoc! {
+            "customer": {"name": "Ada", "ssn": "123"},
+            "secret": "x",
+            "customer.name": "Bea",
+            "v": 2,
+        };
+        let mut out = String::new();
+        write_document_with(&mut out, &updated, Dialect::Relaxed, &rules).unwrap();
+        assert_eq!(
+            out,
+            r#"{"customer": {"fullName": "Ada"}, "customer.fullName": "Bea", "v": 2}"#
         );
     }
 

@@ -90,6 +90,62 @@ impl FieldRules {
         }
         Some(out.join("."))
     }
+
+    /// The rules that reach inside the value set at update path `path` (a `$set` of a whole
+    /// sub-document or array element whose fields the rules name): each as the rest of its
+    /// path below `path`, and the new name for a rename. Empty for most paths.
+    fn inside<'a>(&'a self, path: &str) -> Vec<(&'a [String], Option<&'a str>)> {
+        let named: Vec<&str> = path
+            .split('.')
+            .filter(|p| !p.chars().all(|c| c.is_ascii_digit()))
+            .collect();
+        let below = |rule: &'a [String]| -> Option<&'a [String]> {
+            (rule.len() > named.len() && rule[..named.len()] == named[..])
+                .then(|| &rule[named.len()..])
+        };
+        let mut found: Vec<(&[String], Option<&str>)> = Vec::new();
+        for e in &self.excludes {
+            if let Some(rest) = below(e) {
+                found.push((rest, None));
+            }
+        }
+        for (r, name) in &self.renames {
+            if let Some(rest) = below(r) {
+                found.push((rest, Some(name.as_str())));
+            }
+        }
+        found
+    }
+
+    /// Whether [`FieldRules::apply_inside`] would change anything set at update path `path`.
+    pub fn reaches_inside(&self, path: &str) -> bool {
+        !self.is_empty() && !self.inside(path).is_empty()
+    }
+
+    /// Applies the rules to the value set at update path `path` (see
+    /// [`FieldRules::reaches_inside`]): a sub-document, or an array of them, gets the fields
+    /// the rules name below `path` removed or renamed, as a whole document would.
+    pub fn apply_inside(&self, path: &str, value: &mut Bson) {
+        for (rest, name) in self.inside(path) {
+            let docs: Vec<&mut Document> = match value {
+                Bson::Document(d) => vec![d],
+                Bson::Array(items) => items
+                    .iter_mut()
+                    .filter_map(|i| match i {
+                        Bson::Document(d) => Some(d),
+                        _ => None,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            for d in docs {
+                match name {
+                    None => remove(d, rest),
+                    Some(n) => rename(d, rest, n),
+                }
+            }
+        }
+    }
 }
 
 fn remove(doc: &mut Document, path: &[String]) {
@@ -182,5 +238,43 @@ mod tests {
             Some("customer.fullName")
         );
         assert!(FieldRules::for_collection("shop", "other", &[], &[]).is_empty());
+    }
+
+    #[test]
+    fn rules_reach_into_values_set_at_a_parent_path() {
+        let rules = FieldRules::for_collection(
+            "shop",
+            "orders",
+            &[
+                "shop.orders.customer.ssn".into(),
+                "shop.orders.items.cost".into(),
+            ],
+            &[("shop.orders.customer.name".into(), "fullName".into())],
+        );
+        assert!(rules.reaches_inside("customer"));
+        assert!(rules.reaches_inside("items.3"));
+        assert!(
+            !rules.reaches_inside("customer.ssn"),
+            "the path itself is excluded"
+        );
+        assert!(!rules.reaches_inside("status"));
+        let mut customer = Bson::Document(doc! {"name": "Ada", "ssn": "1", "age": 3});
+        rules.apply_inside("customer", &mut customer);
+        assert_eq!(customer, Bson::Document(doc! {"fullName": "Ada", "age": 3}));
+        let mut item = Bson::Document(doc! {"sku": "a", "cost": 1});
+        rules.apply_inside("items.3", &mut item);
+        assert_eq!(item, Bson::Document(doc! {"sku": "a"}));
+        let mut items = Bson::Array(vec![
+            Bson::Document(doc! {"sku": "a", "cost": 1}),
+            Bson::Document(doc! {"sku": "b", "cost": 2}),
+        ]);
+        rules.apply_inside("items", &mut items);
+        assert_eq!(
+            items,
+            Bson::Array(vec![
+                Bson::Document(doc! {"sku": "a"}),
+                Bson::Document(doc! {"sku": "b"})
+            ])
+        );
     }
 }

@@ -1209,10 +1209,8 @@ impl Inner {
                 let mut updated = String::with_capacity(128);
                 match u.get("updatedFields") {
                     Ok(Some(RawBsonRef::Document(f))) => {
-                        extjson::write_document_with(&mut updated, f, Dialect::Relaxed, |k| {
-                            rules.apply_path(k)
-                        })
-                        .map_err(|e| bad("updatedFields", e.to_string()))?
+                        extjson::write_document_with(&mut updated, f, Dialect::Relaxed, &rules)
+                            .map_err(|e| bad("updatedFields", e.to_string()))?
                     }
                     _ => updated.push_str("{}"),
                 }
