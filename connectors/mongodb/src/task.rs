@@ -1048,17 +1048,17 @@ impl Inner {
                 self.release_held(out, false);
             }
         }
-        if let Some(t) = self.txmeta.as_mut() {
+        // Transaction metadata for multi-document transactions only: a change outside one
+        // gets no BEGIN/END and a null `transaction` block, as Debezium's TransactionMonitor
+        // does for an event without a transaction id.
+        if let (Some(t), Some((lsid, n))) = (self.txmeta.as_mut(), txn.as_ref()) {
             let source = rec
                 .value
                 .as_struct()
                 .and_then(|v| v.get("source"))
                 .and_then(|s| s.as_struct());
             if !t.is_open() {
-                let id = match &txn {
-                    Some((lsid, n)) => format!("{lsid}:{n}"),
-                    None => position.token.as_ref().map(Token::text).unwrap_or_default(),
-                };
+                let id = format!("{lsid}:{n}");
                 let ts = match source.and_then(|s| s.get("ts_ms")) {
                     Some(headwater_api::Value::Int64(ms)) => *ms,
                     _ => 0,
