@@ -517,6 +517,28 @@ impl Inner {
         let in_snapshot = offset_bool(&o, "snapshot") == Some(true)
             && offset_bool(&o, "snapshot_completed") != Some(true);
         if in_snapshot && mode != SnapshotMode::NoData {
+            // The snapshot resumes and then streams from where it started: make sure that point
+            // is still in the oplog before copying the rest, not after.
+            if let Some(t) = &token {
+                match self.open_stream(Some(t.resume_token()?)).await {
+                    Ok(_probe) => {}
+                    Err(e) if history_lost(&e) && mode == SnapshotMode::WhenNeeded => {
+                        tracing::warn!(error = %e, "the interrupted snapshot's starting point is no longer in the oplog; snapshot.mode=when_needed: snapshotting again from the start");
+                        return self.start_snapshot(None).await;
+                    }
+                    Err(e) if history_lost(&e) => {
+                        return Err(ConnectError::fatal(format!(
+                            "ChangeStreamHistoryLost: the interrupted snapshot's starting point is no longer in the server's oplog ({e}); the changes made since it began are gone. Snapshot again (snapshot.mode=when_needed does so automatically) or enlarge the oplog"
+                        )));
+                    }
+                    Err(e) => {
+                        return Err(classify(
+                            "checking the interrupted snapshot's starting point".into(),
+                            e,
+                        ))
+                    }
+                }
+            }
             return self.start_snapshot(Some(o)).await;
         }
         if mode == SnapshotMode::InitialOnly {

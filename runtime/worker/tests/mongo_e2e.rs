@@ -11,6 +11,9 @@
 //!   restarts it, it resumes from its committed offset and nothing is lost or repeated;
 //! - history lost: a stored resume token the server pruned from its oplog gives a FAILED task
 //!   whose message says so, and `snapshot.mode=when_needed` snapshots again instead;
+//! - an interrupted snapshot whose starting point left the oplog meanwhile: the restarted task
+//!   fails at once saying so (nothing copied in vain), or with `snapshot.mode=when_needed`
+//!   snapshots again from a new starting point and streams;
 //! - invalidate: with `capture.scope=database`, dropping the database invalidates the stream;
 //!   the task reopens it after the invalidate event, and a restart whose stored offset is that
 //!   event's token resumes there and captures the recreated database, nothing lost or repeated;
@@ -623,4 +626,87 @@ fn back_to_back_transactions_commit_as_they_go_and_stay_whole() {
         })
         .collect();
     assert_eq!(ops, expected, "every change once, in order");
+}
+
+#[test]
+fn an_interrupted_snapshot_whose_start_left_the_oplog_fails_at_once_or_starts_over() {
+    let server = MongoServer::start_with(MongoOptions {
+        oplog_max_entries: Some(20),
+    })
+    .expect("SecantusDB");
+    let rt = runtime();
+    let c = client(&rt, &server);
+    let items = c.database("hs").collection::<Document>("items");
+    let ids: Vec<ObjectId> = (0..DOCS).map(|_| ObjectId::new()).collect();
+    for chunk in ids.chunks(1000) {
+        let docs: Vec<Document> = chunk.iter().map(|id| doc! {"_id": id, "v": 0}).collect();
+        wait(&rt, items.insert_many(docs)).unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let file = tmp.path().join("hs.json");
+    let write_config = |mode: &str| {
+        let cfg = config(
+            "hs",
+            &server,
+            "hs",
+            &[
+                ("snapshot.mode", mode),
+                ("snapshot.chunk.documents", "1000"),
+                ("snapshot.fetch.size", "100"),
+            ],
+        );
+        std::fs::write(&file, cfg.to_string()).unwrap();
+    };
+    let status = |w: &Worker| {
+        let (_, _, s) = http(w.addr, "GET", "/connectors/hs/status", None);
+        s["tasks"][0].clone()
+    };
+    write_config("initial");
+    let w = Worker::start(&data, &[&file]);
+    wait_until("snapshot progress", Duration::from_secs(60), || {
+        snapshot_progress(&w, "hs")
+    });
+    w.sigkill();
+    // While the connector is down, other writes push the snapshot's starting point out.
+    let other = c.database("hs").collection::<Document>("other");
+    for i in 0..200 {
+        wait(&rt, other.insert_one(doc! {"_id": i})).unwrap();
+    }
+    wait(
+        &rt,
+        c.database("admin")
+            .run_command(doc! {"secantusAdmin.pruneOplog": 1}),
+    )
+    .unwrap();
+
+    // snapshot.mode=initial: FAILED before copying the rest, saying why.
+    let w = Worker::start(&data, &[&file]);
+    wait_until("the task to fail", Duration::from_secs(30), || {
+        status(&w)["state"] == "FAILED"
+    });
+    let trace = status(&w)["trace"].as_str().unwrap_or_default().to_owned();
+    assert!(trace.contains("ChangeStreamHistoryLost"), "{trace}");
+    assert!(trace.contains("interrupted snapshot"), "{trace}");
+    assert!(
+        !w.logs().iter().any(|l| l.contains("snapshot started")),
+        "nothing copied in vain"
+    );
+    w.sigterm();
+
+    // snapshot.mode=when_needed: a new snapshot from a new starting point, then streaming.
+    write_config("when_needed");
+    let w = Worker::start(&data, &[&file]);
+    wait_until(
+        "the new snapshot and streaming",
+        Duration::from_secs(60),
+        || w.logs().iter().any(|l| l.contains("streaming changes")),
+    );
+    assert_eq!(status(&w)["state"], "RUNNING", "{}", status(&w));
+    w.sigterm();
+    let seen: std::collections::HashSet<String> = log_records(&data, "hs.hs.items")
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(seen.len(), DOCS, "every document read");
 }
