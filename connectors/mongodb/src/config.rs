@@ -72,6 +72,8 @@ pub struct MongoConfig {
     /// `snapshot.chunk.documents`: documents per `_id` range of a large collection.
     pub snapshot_chunk_documents: u64,
     pub snapshot_fetch_size: Option<u32>,
+    /// `snapshot.include.collection.list`: which captured collections the snapshot copies.
+    pub snapshot_collections: Selector,
     /// `field.exclude.list`: `db.collection.field.path` patterns.
     pub field_excludes: Vec<String>,
     /// `field.renames`: `(db.collection.field.path, new name)`.
@@ -196,6 +198,17 @@ pub fn config_def() -> ConfigDef {
         .define(key("snapshot.max.threads", Int).default_str("1").validator(Validator::at_least(1.0)).doc("Collections (and _id ranges of large ones) copied in parallel."))
         .define(key("snapshot.chunk.documents", Long).default_str("500000").validator(Validator::at_least(1.0)).doc("Headwater: a collection with more documents, all with ObjectId _ids, is copied in _id ranges of about this many documents (in parallel, resumable after any committed document)."))
         .define(key("snapshot.fetch.size", Int).default_null().validator(Validator::at_least(1.0)).doc("Documents per snapshot batch."))
+        .define(key("snapshot.include.collection.list", String).default_null().validator(regex_list_validator()).doc("Collections to snapshot, of those captured: regexes matched against <db>.<collection> (default: all captured)."))
+        .define(key("capture.mode.full.update.type", String).default_str("lookup").validator(Validator::custom(|v| match v.to_config_string().to_ascii_lowercase().as_str() {
+            "lookup" => Ok(()),
+            "post_image" => Err("capture.mode.full.update.type=post_image is not supported: updates' full documents are looked up (lookup)".into()),
+            other => Err(format!("capture.mode.full.update.type {other:?} is not one of lookup, post_image")),
+        })).doc("How an update's full document is obtained: lookup (post_image is not supported)."))
+        .define(key("filters.match.mode", String).default_str("regex").validator(Validator::custom(|v| match v.to_config_string().to_ascii_lowercase().as_str() {
+            "regex" => Ok(()),
+            "literal" => Err("filters.match.mode=literal is not supported: the include and exclude lists are regular expressions (regex)".into()),
+            other => Err(format!("filters.match.mode {other:?} is not one of regex, literal")),
+        })).doc("How include/exclude lists match: regex (literal is not supported)."))
         .define(key("snapshot.collection.filter.overrides", String).default_null().validator(Validator::custom(|_| Err("snapshot.collection.filter.overrides is not supported yet".into()))).doc("Not supported yet."))
         .define(key("field.exclude.list", String).default_null().validator(Validator::custom(|v| match v {
             ConfigValue::String(s) => parse_excludes(s).map(|_| ()),
@@ -326,6 +339,7 @@ impl MongoConfig {
             snapshot_chunk_documents: u64::try_from(long("snapshot.chunk.documents"))
                 .unwrap_or(500_000)
                 .max(1),
+            snapshot_collections: selector(&p, "snapshot.include.collection.list", ""),
             snapshot_fetch_size: p
                 .get_long("snapshot.fetch.size")
                 .and_then(|n| u32::try_from(n).ok()),
@@ -384,6 +398,41 @@ mod tests {
             p.insert((*k).into(), (*v).into());
         }
         p
+    }
+
+    #[test]
+    fn debezium_filter_keys_are_applied_or_refused_never_ignored() {
+        let c = MongoConfig::parse(&props(&[(
+            "snapshot.include.collection.list",
+            "shop\\.orders,shop\\.cust.*",
+        )]))
+        .unwrap();
+        assert!(c.snapshot_collections.accepts("shop.orders"));
+        assert!(c.snapshot_collections.accepts("shop.customers"));
+        assert!(!c.snapshot_collections.accepts("shop.audit"));
+        let all = MongoConfig::parse(&props(&[])).unwrap();
+        assert!(all.snapshot_collections.accepts("shop.audit"));
+        for (k, v, says) in [
+            (
+                "capture.mode.full.update.type",
+                "post_image",
+                "not supported",
+            ),
+            ("capture.mode.full.update.type", "sometimes", "not one of"),
+            ("filters.match.mode", "literal", "not supported"),
+        ] {
+            let Err(refused) = MongoConfig::parse(&props(&[(k, v)])) else {
+                panic!("{k}={v} accepted");
+            };
+            let e = refused.error_message();
+            assert!(e.contains(k) && e.contains(says), "{k}={v}: {e}");
+        }
+        for (k, v) in [
+            ("capture.mode.full.update.type", "LOOKUP"),
+            ("filters.match.mode", "regex"),
+        ] {
+            assert!(MongoConfig::parse(&props(&[(k, v)])).is_ok(), "{k}={v}");
+        }
     }
 
     #[test]

@@ -652,7 +652,8 @@ impl Inner {
         Ok(())
     }
 
-    /// The captured collections, sorted by database then name.
+    /// The captured collections the snapshot copies (all of them, or those
+    /// `snapshot.include.collection.list` names), sorted by database then name.
     async fn captured_collections(&mut self) -> Result<Vec<(String, String)>, ConnectError> {
         let dbs = match &self.cfg.capture_database {
             Some(db) => vec![db.clone()],
@@ -675,7 +676,10 @@ impl Inner {
                 .await
                 .map_err(|e| classify(format!("listing the collections of {db}"), e))?;
             for c in names {
-                if !c.starts_with("system.") && self.cfg.captures(&db, &c) {
+                if !c.starts_with("system.")
+                    && self.cfg.captures(&db, &c)
+                    && self.cfg.snapshot_collections.accepts(&format!("{db}.{c}"))
+                {
                     out.push((db.clone(), c));
                 }
             }
