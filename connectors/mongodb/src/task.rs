@@ -576,6 +576,16 @@ impl Inner {
         &self,
         resume: Option<ResumeToken>,
     ) -> Result<OpenedStream, mongodb::error::Error> {
+        self.open_stream_at(resume, None).await
+    }
+
+    /// [`Inner::open_stream`]; without a token, `at` (a cluster time) starts the stream there
+    /// (`startAtOperationTime`) instead of at the end of the oplog.
+    async fn open_stream_at(
+        &self,
+        resume: Option<ResumeToken>,
+        at: Option<Timestamp>,
+    ) -> Result<OpenedStream, mongodb::error::Error> {
         let mut stage = Document::new();
         if self.cfg.capture_mode.update_full() {
             stage.insert("fullDocument", "updateLookup");
@@ -586,6 +596,8 @@ impl Inner {
         if let Some(t) = resume {
             let t = mongodb::bson::serialize_to_bson(&t)?;
             stage.insert("startAfter", t);
+        } else if let Some(at) = at {
+            stage.insert("startAtOperationTime", at);
         }
         let database = match &self.cfg.capture_database {
             Some(db) => self.client.database(db),
@@ -628,7 +640,24 @@ impl Inner {
     /// Starts the stream reader at `token`, or at the current end of the oplog.
     async fn start_streaming(&mut self, token: Option<&Token>) -> Result<(), ConnectError> {
         let resume = token.map(Token::resume_token).transpose()?;
-        let stream = self.open_stream(resume).await.map_err(|e| {
+        // An offset with a cluster time but no token (set through the offsets API, say) resumes
+        // just after that time, as Debezium does with `startAtOperationTime`. The stored time is
+        // that of the last change handed out, a whole transaction's, so the next one is after.
+        let at = match (&resume, u32::try_from(self.position.sec)) {
+            (None, Ok(time)) if time > 0 => Some(Timestamp {
+                time,
+                increment: u32::try_from(self.position.ord.max(0) + 1).unwrap_or(u32::MAX),
+            }),
+            _ => None,
+        };
+        if let Some(at) = at {
+            tracing::info!(
+                sec = at.time,
+                ord = at.increment,
+                "the stored offset has no resume token: starting at its cluster time"
+            );
+        }
+        let stream = self.open_stream_at(resume, at).await.map_err(|e| {
             if history_lost(&e) {
                 ConnectError::fatal(format!(
                     "ChangeStreamHistoryLost: the stored resume point is no longer in the server's oplog ({e}); changes after it are gone. Snapshot again (snapshot.mode=when_needed does so automatically) or enlarge the oplog"

@@ -14,6 +14,8 @@
 //! - an interrupted snapshot whose starting point left the oplog meanwhile: the restarted task
 //!   fails at once saying so (nothing copied in vain), or with `snapshot.mode=when_needed`
 //!   snapshots again from a new starting point and streams;
+//! - an offset with a cluster time and no resume token (as set through the offsets API)
+//!   resumes just after that time: nothing skipped, nothing repeated;
 //! - invalidate: with `capture.scope=database`, dropping the database invalidates the stream;
 //!   the task reopens it after the invalidate event, and a restart whose stored offset is that
 //!   event's token resumes there and captures the recreated database, nothing lost or repeated;
@@ -709,4 +711,67 @@ fn an_interrupted_snapshot_whose_start_left_the_oplog_fails_at_once_or_starts_ov
         .map(|(k, _)| k)
         .collect();
     assert_eq!(seen.len(), DOCS, "every document read");
+}
+
+#[test]
+fn an_offset_with_a_cluster_time_and_no_token_resumes_after_that_time() {
+    let server = MongoServer::start().expect("SecantusDB");
+    let rt = runtime();
+    let c = client(&rt, &server);
+    let items = c.database("ot").collection::<Document>("items");
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let file = tmp.path().join("ot.json");
+    let cfg = config("ot", &server, "ot", &[("snapshot.mode", "no_data")]);
+    std::fs::write(&file, cfg.to_string()).unwrap();
+    let w = Worker::start(&data, &[&file]);
+    wait_until("streaming", Duration::from_secs(30), || {
+        w.logs().iter().any(|l| l.contains("streaming changes"))
+    });
+    let count = |w: &Worker| w.partition0_records("ot.ot.items").map_or(0, |r| r.len());
+    wait(&rt, items.insert_one(doc! {"_id": 1})).unwrap();
+    wait_until("the first insert", Duration::from_secs(30), || {
+        count(&w) == 1
+    });
+    let stored = |w: &Worker| {
+        let (_, _, body) = http(w.addr, "GET", "/connectors/ot/offsets", None);
+        body["offsets"][0].clone()
+    };
+    wait_until("its offset", Duration::from_secs(30), || {
+        stored(&w)["offset"]["sec"].as_i64().is_some_and(|s| s > 0)
+    });
+    let first = stored(&w);
+    let (status, _, _) = http(w.addr, "PUT", "/connectors/ot/stop", None);
+    assert_eq!(status, 204);
+    wait_until("stopped", Duration::from_secs(30), || {
+        let (_, _, s) = http(w.addr, "GET", "/connectors/ot/status", None);
+        s["connector"]["state"] == "STOPPED"
+    });
+    wait(&rt, items.insert_one(doc! {"_id": 2})).unwrap();
+    wait(&rt, items.insert_one(doc! {"_id": 3})).unwrap();
+    // The offset as a user might set it: the cluster time only, no resume token.
+    let body = json!({"offsets": [{"partition": first["partition"], "offset": {
+        "sec": first["offset"]["sec"], "ord": first["offset"]["ord"]}}]});
+    let (status, _, reply) = http(
+        w.addr,
+        "PATCH",
+        "/connectors/ot/offsets",
+        Some(&body.to_string()),
+    );
+    assert_eq!(status, 200, "{reply}");
+    let (status, _, _) = http(w.addr, "PUT", "/connectors/ot/resume", None);
+    assert_eq!(status, 202);
+    wait_until(
+        "the inserts made while stopped",
+        Duration::from_secs(30),
+        || count(&w) >= 3,
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    w.sigterm();
+    let ids: Vec<String> = log_records(&data, "ot.ot.items")
+        .into_iter()
+        .filter(|(_, v)| v.is_some())
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(ids, ["1", "2", "3"], "nothing skipped, nothing repeated");
 }
