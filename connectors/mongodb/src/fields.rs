@@ -2,7 +2,8 @@
 //! and update descriptions of one collection.
 //!
 //! Paths are dotted (`a.b.c`); a path reaches into nested documents and into every document
-//! of an array on the way. Invariant: rules only ever remove or rename the named fields;
+//! of an array on the way. A rule names its collection as Debezium's do: `<db>.<collection>`
+//! first, with `*` wildcards and any letter case. Invariant: rules only ever remove or rename the named fields;
 //! everything else keeps its value and order.
 
 use mongodb::bson::{Bson, Document};
@@ -12,6 +13,55 @@ use mongodb::bson::{Bson, Document};
 pub struct FieldRules {
     excludes: Vec<Vec<String>>,
     renames: Vec<(Vec<String>, String)>,
+}
+
+/// The field path of rule `rule` (`<db>.<collection>.<field path>`) when it applies to
+/// `db.collection`, as Debezium's `FieldSelector` decides: the rule's first two components
+/// are the database and collection names, `*` in them matches any characters, and they are
+/// compared case-insensitively. A collection name with dots is also matched whole (`shop.a.b.x`
+/// for collection `a.b`), which Debezium's split cannot express.
+fn field_path<'a>(rule: &'a str, db: &str, collection: &str) -> Option<&'a str> {
+    let whole = db.len() + 1 + collection.len() + 1;
+    let bytes = rule.as_bytes();
+    if bytes.len() > whole
+        && rule.is_char_boundary(whole)
+        && bytes[whole - 1] == b'.'
+        && bytes[..db.len()].eq_ignore_ascii_case(db.as_bytes())
+        && bytes[db.len()] == b'.'
+        && bytes[db.len() + 1..whole - 1].eq_ignore_ascii_case(collection.as_bytes())
+    {
+        return Some(&rule[whole..]);
+    }
+    let mut parts = rule.splitn(3, '.');
+    let (Some(d), Some(c), Some(rest)) = (parts.next(), parts.next(), parts.next()) else {
+        return None;
+    };
+    (!rest.is_empty() && wildcard_match(d, db) && wildcard_match(c, collection)).then_some(rest)
+}
+
+/// Whether `name` matches `pattern`, where `*` stands for any characters (none too), ASCII
+/// case ignored.
+fn wildcard_match(pattern: &str, name: &str) -> bool {
+    let (p, n) = (pattern.as_bytes(), name.as_bytes());
+    // Greedy matching with backtracking to the last `*`.
+    let (mut i, mut j) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while j < n.len() {
+        if i < p.len() && p[i] == b'*' {
+            star = Some((i, j));
+            i += 1;
+        } else if i < p.len() && p[i].eq_ignore_ascii_case(&n[j]) {
+            i += 1;
+            j += 1;
+        } else if let Some((si, sj)) = star {
+            i = si + 1;
+            j = sj + 1;
+            star = Some((si, sj + 1));
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|b| *b == b'*')
 }
 
 fn split(path: &str) -> Vec<String> {
@@ -26,16 +76,15 @@ impl FieldRules {
         excludes: &[String],
         renames: &[(String, String)],
     ) -> FieldRules {
-        let prefix = format!("{db}.{collection}.");
         FieldRules {
             excludes: excludes
                 .iter()
-                .filter_map(|p| p.strip_prefix(&prefix))
+                .filter_map(|p| field_path(p, db, collection))
                 .map(split)
                 .collect(),
             renames: renames
                 .iter()
-                .filter_map(|(p, n)| p.strip_prefix(&prefix).map(|p| (split(p), n.clone())))
+                .filter_map(|(p, n)| field_path(p, db, collection).map(|p| (split(p), n.clone())))
                 .collect(),
         }
     }
@@ -238,6 +287,41 @@ mod tests {
             Some("customer.fullName")
         );
         assert!(FieldRules::for_collection("shop", "other", &[], &[]).is_empty());
+    }
+
+    #[test]
+    fn rule_namespaces_take_wildcards_and_ignore_case_as_debezium() {
+        let excludes = [
+            "*.orders.secret".to_owned(),
+            "Shop.Customers.ssn".to_owned(),
+            "shop.cust*.note".to_owned(),
+            "shop.a.b.x".to_owned(),
+            "other.orders".to_owned(),
+        ];
+        let has = |db: &str, coll: &str, path: &str| {
+            FieldRules::for_collection(db, coll, &excludes, &[])
+                .apply_path(path)
+                .is_none()
+        };
+        assert!(has("shop", "orders", "secret"));
+        assert!(has("any", "orders", "secret"));
+        assert!(!has("shop", "orders2", "secret"));
+        assert!(has("shop", "customers", "ssn"));
+        assert!(has("shop", "customers", "note"));
+        assert!(!has("shop", "orders", "note"));
+        assert!(
+            has("shop", "a.b", "x"),
+            "a dotted collection name, matched whole"
+        );
+        assert!(
+            FieldRules::for_collection("other", "orders", &excludes, &[])
+                .apply_path("x")
+                .is_some(),
+            "a rule without a field path names no field"
+        );
+        assert!(wildcard_match("a*b*c", "aXXbYc"));
+        assert!(wildcard_match("*", ""));
+        assert!(!wildcard_match("a*c", "abd"));
     }
 
     #[test]
