@@ -162,6 +162,21 @@ fn writer(
     }
 }
 
+/// Writes 200 documents to `db.other` and has the server prune its oplog (of a server started
+/// with a small `oplog_max_entries`): resume points from before are gone.
+fn push_out_of_the_oplog(rt: &tokio::runtime::Runtime, c: &mongodb::Client, db: &str) {
+    let other = c.database(db).collection::<Document>("other");
+    for i in 0..200 {
+        wait(rt, other.insert_one(doc! {"_id": i})).unwrap();
+    }
+    wait(
+        rt,
+        c.database("admin")
+            .run_command(doc! {"secantusAdmin.pruneOplog": 1}),
+    )
+    .unwrap();
+}
+
 /// The key up to which an unfinished snapshot's documents are committed.
 fn snapshot_progress(w: &Worker, name: &str) -> bool {
     let (status, _, body) = http(w.addr, "GET", &format!("/connectors/{name}/offsets"), None);
@@ -202,6 +217,9 @@ fn sigkill_during_snapshot_and_streaming_loses_and_repeats_nothing() {
             &[
                 ("snapshot.chunk.documents", "2000"),
                 ("snapshot.max.threads", "2"),
+                // Small batches keep the snapshot long enough to be killed mid-way even when
+                // the test's own polling is slowed by other tests on the machine.
+                ("snapshot.fetch.size", "64"),
             ],
         )
         .to_string(),
@@ -404,16 +422,7 @@ fn a_pruned_resume_point_fails_the_task_or_resnapshots_when_needed() {
     });
     w.sigterm();
     // While the connector is down, other writes push its resume point out of the oplog.
-    let other = c.database("hl").collection::<Document>("other");
-    for i in 0..200 {
-        wait(&rt, other.insert_one(doc! {"_id": i})).unwrap();
-    }
-    wait(
-        &rt,
-        c.database("admin")
-            .run_command(doc! {"secantusAdmin.pruneOplog": 1}),
-    )
-    .unwrap();
+    push_out_of_the_oplog(&rt, &c, "hl");
     let w = Worker::start(&data, &[&file]);
     wait_until("the task to fail", Duration::from_secs(30), || {
         let (_, _, s) = http(w.addr, "GET", "/connectors/hl/status", None);
@@ -671,16 +680,7 @@ fn an_interrupted_snapshot_whose_start_left_the_oplog_fails_at_once_or_starts_ov
     });
     w.sigkill();
     // While the connector is down, other writes push the snapshot's starting point out.
-    let other = c.database("hs").collection::<Document>("other");
-    for i in 0..200 {
-        wait(&rt, other.insert_one(doc! {"_id": i})).unwrap();
-    }
-    wait(
-        &rt,
-        c.database("admin")
-            .run_command(doc! {"secantusAdmin.pruneOplog": 1}),
-    )
-    .unwrap();
+    push_out_of_the_oplog(&rt, &c, "hs");
 
     // snapshot.mode=initial: FAILED before copying the rest, saying why.
     let w = Worker::start(&data, &[&file]);
