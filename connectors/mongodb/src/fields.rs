@@ -3,8 +3,8 @@
 //!
 //! Paths are dotted (`a.b.c`); a path reaches into nested documents and into every document
 //! of an array on the way. A rule names its collection as Debezium's do: `<db>.<collection>`
-//! first, with `*` wildcards and any letter case. Invariant: rules only ever remove or rename the named fields;
-//! everything else keeps its value and order.
+//! first, with `*` wildcards and any letter case. Invariant: rules only ever remove or rename
+//! the named fields; everything else keeps its value and order.
 
 use mongodb::bson::{Bson, Document};
 
@@ -144,6 +144,9 @@ impl FieldRules {
     /// sub-document or array element whose fields the rules name): each as the rest of its
     /// path below `path`, and the new name for a rename. Empty for most paths.
     fn inside<'a>(&'a self, path: &str) -> Vec<(&'a [String], Option<&'a str>)> {
+        if self.is_empty() {
+            return Vec::new();
+        }
         let named: Vec<&str> = path
             .split('.')
             .filter(|p| !p.chars().all(|c| c.is_ascii_digit()))
@@ -168,7 +171,7 @@ impl FieldRules {
 
     /// Whether [`FieldRules::apply_inside`] would change anything set at update path `path`.
     pub fn reaches_inside(&self, path: &str) -> bool {
-        !self.is_empty() && !self.inside(path).is_empty()
+        !self.inside(path).is_empty()
     }
 
     /// Applies the rules to the value set at update path `path` (see
