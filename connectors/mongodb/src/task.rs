@@ -1052,20 +1052,17 @@ impl Inner {
         let Some((mut rec, _, position)) = self.held.take() else {
             return;
         };
-        let partition = self.events.partition.clone();
-        let offset = if with_offset {
-            position.offset()
+        // Only a record that carries the offset needs the partition (cloned per call).
+        let (partition, offset) = if with_offset {
+            (self.events.partition.clone(), position.offset())
         } else {
-            OffsetMap::new()
+            (OffsetMap::new(), OffsetMap::new())
         };
-        match self.txmeta.as_mut().and_then(|t| {
-            let p = if with_offset {
-                partition.clone()
-            } else {
-                OffsetMap::new()
-            };
-            t.end(&p, offset.clone())
-        }) {
+        match self
+            .txmeta
+            .as_mut()
+            .and_then(|t| t.end(&partition, offset.clone()))
+        {
             Some(end) => {
                 out.push(rec);
                 out.push(end);
@@ -1217,7 +1214,8 @@ impl Inner {
         if skip {
             return Ok(false);
         }
-        let mut key = String::with_capacity(32);
+        // Room for an ObjectId key, `{"$oid": "<24 hex digits>"}` (36 bytes).
+        let mut key = String::with_capacity(48);
         match get("documentKey")? {
             Some(RawBsonRef::Document(k)) => match rawbson::find(k.as_bytes(), "_id") {
                 Ok(Some(id)) => extjson::write_element(
@@ -1310,14 +1308,18 @@ impl Inner {
         };
         let source = self.events.stream_source(&c, &info);
         let (now_ms, _, _) = now();
+        let tombstone_key = (op == "d" && self.cfg.tombstones_on_delete).then(|| key.clone());
         let rec = self
             .events
-            .record(&c, key.clone(), before, after, update, source, op, now_ms);
+            .record(&c, key, before, after, update, source, op, now_ms);
         let position = self.position.clone();
-        self.push(rec, txn.clone(), &position, out);
-        if op == "d" && self.cfg.tombstones_on_delete {
-            let t = self.events.tombstone(&c, key);
-            self.push(t, txn, &position, out);
+        match tombstone_key {
+            Some(key) => {
+                self.push(rec, txn.clone(), &position, out);
+                let t = self.events.tombstone(&c, key);
+                self.push(t, txn, &position, out);
+            }
+            None => self.push(rec, txn, &position, out),
         }
         Ok(false)
     }
