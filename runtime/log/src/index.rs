@@ -1,10 +1,15 @@
 //! Sparse per-segment indexes: the offset index (relative offset -> file position of a batch)
 //! and the time index (max timestamp so far -> relative offset).
 //!
-//! Both live in memory for lookups and are appended to a file beside the segment so a reopen
-//! does not need to scan. The files are a cache, never the source of truth: an index file that
-//! is missing, of odd size, not monotonic, or pointing past the segment is discarded and rebuilt
-//! from the segment. Entries are big-endian: offset index 8 bytes (u32 relative offset, u32
+//! Both live in memory for lookups and are written to files beside the segment so a reopen
+//! does not need to scan. Entries reach the files when the segment is sealed
+//! ([`SegmentIndex::sync`]) or rewritten, not per append: every open rebuilds the active
+//! segment's indexes from the segment anyway, and two small writes per appended batch were
+//! most of the log's syscalls on a stream of small commits.
+//!
+//! The files are a cache, never the source of truth: an index file that is missing, of odd
+//! size, not monotonic, or pointing past the segment is discarded and rebuilt from the
+//! segment; one that lacks its last entries only makes lookups past its end scan further. Entries are big-endian: offset index 8 bytes (u32 relative offset, u32
 //! position), time index 12 bytes (i64 timestamp, u32 relative offset), as in Kafka.
 //!
 //! Invariants: offset entries are strictly increasing in both offset and position; time entries
@@ -41,6 +46,10 @@ pub struct SegmentIndex {
     times: Vec<TimeEntry>,
     offset_file: Option<File>,
     time_file: Option<File>,
+    /// How many of `offsets` and of `times` the files hold; the rest are written by
+    /// [`SegmentIndex::sync`].
+    offsets_in_file: usize,
+    times_in_file: usize,
 }
 
 impl SegmentIndex {
@@ -60,6 +69,8 @@ impl SegmentIndex {
             time_path: time_path.to_owned(),
             offsets: Vec::new(),
             times: Vec::new(),
+            offsets_in_file: 0,
+            times_in_file: 0,
         })
     }
 
@@ -74,6 +85,8 @@ impl SegmentIndex {
             time_path: time_path.to_owned(),
             offsets: Vec::new(),
             times: Vec::new(),
+            offsets_in_file: 0,
+            times_in_file: 0,
         }
     }
 
@@ -124,6 +137,8 @@ impl SegmentIndex {
             time_file: Some(append(time_path)?),
             offset_path: offset_path.to_owned(),
             time_path: time_path.to_owned(),
+            offsets_in_file: offsets.len(),
+            times_in_file: times.len(),
             offsets,
             times,
         }))
@@ -142,12 +157,6 @@ impl SegmentIndex {
             relative_offset,
             position,
         });
-        if let Some(f) = self.offset_file.as_mut() {
-            let mut buf = [0u8; 8];
-            buf[..4].copy_from_slice(&relative_offset.to_be_bytes());
-            buf[4..].copy_from_slice(&position.to_be_bytes());
-            f.write_all(&buf)?;
-        }
         Ok(())
     }
 
@@ -160,12 +169,6 @@ impl SegmentIndex {
             timestamp,
             relative_offset,
         });
-        if let Some(f) = self.time_file.as_mut() {
-            let mut buf = [0u8; 12];
-            buf[..8].copy_from_slice(&timestamp.to_be_bytes());
-            buf[8..].copy_from_slice(&relative_offset.to_be_bytes());
-            f.write_all(&buf)?;
-        }
         Ok(())
     }
 
@@ -218,30 +221,31 @@ impl SegmentIndex {
     /// an active segment, whose indexes every open rebuilds and [`SegmentIndex::sync`] makes
     /// durable when the segment is sealed).
     pub fn rewrite_with(&mut self, durable: bool) -> io::Result<()> {
-        let mut obuf = Vec::with_capacity(self.offsets.len() * 8);
-        for e in &self.offsets {
-            obuf.extend_from_slice(&e.relative_offset.to_be_bytes());
-            obuf.extend_from_slice(&e.position.to_be_bytes());
-        }
-        let mut tbuf = Vec::with_capacity(self.times.len() * 12);
-        for e in &self.times {
-            tbuf.extend_from_slice(&e.timestamp.to_be_bytes());
-            tbuf.extend_from_slice(&e.relative_offset.to_be_bytes());
-        }
-        write_replacing(&self.offset_path, &obuf, durable)?;
-        write_replacing(&self.time_path, &tbuf, durable)?;
+        write_replacing(&self.offset_path, &offset_bytes(&self.offsets), durable)?;
+        write_replacing(&self.time_path, &time_bytes(&self.times), durable)?;
         let append = |p: &Path| OpenOptions::new().append(true).open(p);
         self.offset_file = Some(append(&self.offset_path)?);
         self.time_file = Some(append(&self.time_path)?);
+        self.offsets_in_file = self.offsets.len();
+        self.times_in_file = self.times.len();
         Ok(())
     }
 
-    /// Flushes both files to disk (done when a segment is rolled, so cold reopen is fast).
-    pub fn sync(&self) -> io::Result<()> {
-        if let Some(f) = &self.offset_file {
+    /// Writes the entries the files do not hold yet and flushes both files to disk (done when
+    /// a segment is sealed, so that a cold reopen of it is fast).
+    pub fn sync(&mut self) -> io::Result<()> {
+        if let Some(f) = self.offset_file.as_mut() {
+            if self.offsets_in_file < self.offsets.len() {
+                f.write_all(&offset_bytes(&self.offsets[self.offsets_in_file..]))?;
+                self.offsets_in_file = self.offsets.len();
+            }
             f.sync_data()?;
         }
-        if let Some(f) = &self.time_file {
+        if let Some(f) = self.time_file.as_mut() {
+            if self.times_in_file < self.times.len() {
+                f.write_all(&time_bytes(&self.times[self.times_in_file..]))?;
+                self.times_in_file = self.times.len();
+            }
             f.sync_data()?;
         }
         Ok(())
@@ -265,6 +269,26 @@ impl SegmentIndex {
     }
 }
 
+/// Offset index entries as the file stores them.
+fn offset_bytes(entries: &[OffsetEntry]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(entries.len() * 8);
+    for e in entries {
+        bytes.extend_from_slice(&e.relative_offset.to_be_bytes());
+        bytes.extend_from_slice(&e.position.to_be_bytes());
+    }
+    bytes
+}
+
+/// Time index entries as the file stores them.
+fn time_bytes(entries: &[TimeEntry]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(entries.len() * 12);
+    for e in entries {
+        bytes.extend_from_slice(&e.timestamp.to_be_bytes());
+        bytes.extend_from_slice(&e.relative_offset.to_be_bytes());
+    }
+    bytes
+}
+
 /// `path` with `.tmp` appended to its file name (`00000000000000000000.index.tmp`).
 pub fn tmp_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
@@ -276,10 +300,17 @@ pub fn tmp_path(path: &Path) -> PathBuf {
 /// renamed over it.
 fn write_replacing(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
     let tmp = tmp_path(path);
-    let mut f = File::create(&tmp)?;
-    f.write_all(bytes)?;
-    if durable {
-        f.sync_data()?;
+    let written = File::create(&tmp).and_then(|mut f| {
+        f.write_all(bytes)?;
+        if durable {
+            f.sync_data()?;
+        }
+        Ok(())
+    });
+    if let Err(e) = written {
+        // Leave no partial temporary file behind (on a full disk it holds space).
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
     }
     std::fs::rename(&tmp, path)
 }
@@ -324,11 +355,20 @@ mod tests {
         assert_eq!(idx.lookup_time(50), None);
         assert_eq!(idx.lookup_time(150), Some(9));
         assert_eq!(idx.max_timestamp(), Some(200));
+        // Entries reach the files when the index is synced (the segment sealed), not before.
+        assert_eq!(std::fs::metadata(&o).unwrap().len(), 0);
+        idx.sync().unwrap();
+        idx.add_offset(39, 9500).unwrap();
+        idx.sync().unwrap();
+        assert_eq!(std::fs::metadata(&o).unwrap().len(), 4 * 8);
+        assert_eq!(std::fs::metadata(&t).unwrap().len(), 2 * 12);
         drop(idx);
         let reloaded = SegmentIndex::load(&o, &t, 10_000).unwrap().unwrap();
-        assert_eq!(reloaded.offset_entries().len(), 3);
+        assert_eq!(reloaded.offset_entries().len(), 4);
+        assert_eq!(reloaded.lookup_position(35), 8192);
+        assert_eq!(reloaded.lookup_time(250), Some(19));
         assert!(
-            SegmentIndex::load(&o, &t, 8000).unwrap().is_none(),
+            SegmentIndex::load(&o, &t, 9000).unwrap().is_none(),
             "points past the segment"
         );
         std::fs::write(&o, [0u8; 5]).unwrap();

@@ -101,15 +101,20 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> LogError + '_ {
     move |source| LogError::from_io(path, source)
 }
 
+/// Whether an I/O error says the file system (or the user's quota) is full.
+pub(crate) fn is_out_of_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+        || matches!(
+            e.kind(),
+            io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+        )
+}
+
 impl LogError {
     /// Classifies an I/O error on `path`: disk full, permission denied, or other.
     pub fn from_io(path: &Path, source: io::Error) -> LogError {
         let path = path.to_owned();
-        let disk_full = matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
-            || matches!(
-                source.kind(),
-                io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
-            );
+        let disk_full = is_out_of_space(&source);
         let denied = matches!(
             source.raw_os_error(),
             Some(libc::EACCES | libc::EPERM | libc::EROFS)

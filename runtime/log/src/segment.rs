@@ -205,7 +205,20 @@ impl Segment {
         }
         segment.size = good_end;
         // Written whole and atomically: a crash never leaves a partial index to be trusted.
-        segment.index.rewrite_with(durable_index)?;
+        if let Err(e) = segment.index.rewrite_with(durable_index) {
+            if !crate::log::is_out_of_space(&e) {
+                return Err(e.into());
+            }
+            // The index files are a cache: a full disk must not keep the log from opening.
+            // The index stays in memory; its stale files go, so that no later open trusts
+            // them (the next open with room writes them again).
+            tracing::warn!(
+                segment = %segment.log_path.display(),
+                error = %e,
+                "no room to write the segment's rebuilt index files; keeping the index in memory"
+            );
+            segment.index.delete_files()?;
+        }
         Ok((segment, recovery))
     }
 
@@ -255,16 +268,18 @@ impl Segment {
     fn note_appended(&mut self, position: u64, header: &BatchHeader) -> io::Result<()> {
         let relative_last =
             u32::try_from(header.last_offset() - self.base_offset).unwrap_or(u32::MAX);
+        self.max_timestamp = self.max_timestamp.max(header.max_timestamp);
+        // Both indexes get an entry every INDEX_INTERVAL_BYTES of batches, as Kafka's do: the
+        // time index's entry is the largest timestamp so far. (An entry per batch whose
+        // timestamp grew made the in-memory time index grow with the batch count: a stream of
+        // single-row commits, each a batch and a marker, gave it ~100 MB per GiB of log.)
         if self.bytes_since_index >= INDEX_INTERVAL_BYTES || position == 0 {
             self.index
                 .add_offset(relative_last, u32::try_from(position).unwrap_or(u32::MAX))?;
+            self.index.add_time(self.max_timestamp, relative_last)?;
             self.bytes_since_index = 0;
         }
         self.bytes_since_index += header.total_size() as u64;
-        if header.max_timestamp > self.max_timestamp {
-            self.max_timestamp = header.max_timestamp;
-            self.index.add_time(header.max_timestamp, relative_last)?;
-        }
         self.next_offset = header.next_offset();
         Ok(())
     }
@@ -275,7 +290,7 @@ impl Segment {
     }
 
     /// Flushes the indexes too (when the segment stops being active).
-    pub fn seal(&self) -> io::Result<()> {
+    pub fn seal(&mut self) -> io::Result<()> {
         self.file.sync_data()?;
         self.index.sync()
     }

@@ -152,6 +152,69 @@ fn segments_roll_and_reads_cross_them() {
     );
 }
 
+/// Total size of the files in `dir` whose names end with `suffix`.
+fn bytes_of_files(dir: &std::path::Path, suffix: &str) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum()
+}
+
+#[test]
+fn many_small_batches_keep_sparse_indexes_and_exact_time_lookups() {
+    let dir = tempfile::tempdir().unwrap();
+    let base_ts = 1_000_000;
+    let check = |log: &Log| {
+        for t in [0, 1, 2, 777, 1500, 2047, 2999] {
+            assert_eq!(
+                log.offset_for_timestamp("t", 0, base_ts + t).unwrap(),
+                Some((t, base_ts + t)),
+                "timestamp {t}"
+            );
+        }
+        assert_eq!(
+            log.offset_for_timestamp("t", 0, base_ts + 3000).unwrap(),
+            None
+        );
+    };
+    {
+        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+        let mut configs = BTreeMap::new();
+        configs.insert("segment.bytes".to_string(), "131072".to_string());
+        let config = TopicConfig::from_kafka_configs(&configs).unwrap();
+        log.create_topic("t", 1, config).unwrap();
+        // One record per batch, each a millisecond later: a stream of single-row commits.
+        for i in 0..3000 {
+            log.append_builder("t", 0, batch(i..i + 1, base_ts))
+                .unwrap();
+        }
+        log.commit().wait().unwrap();
+        check(&log);
+        log.close().unwrap();
+    }
+    let partition = dir.path().join("t-0");
+    let log_bytes = bytes_of_files(&partition, ".log");
+    let segments = std::fs::read_dir(&partition)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "log")
+        })
+        .count() as u64;
+    assert!(segments >= 3, "{segments} segments");
+    // An entry per 4 KiB of batches (and one per segment start), not one per batch.
+    let most_entries = log_bytes / 4096 + segments;
+    assert!(bytes_of_files(&partition, ".timeindex") <= most_entries * 12);
+    assert!(bytes_of_files(&partition, ".index") <= most_entries * 8);
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    check(&log);
+}
+
 #[test]
 fn torn_tail_is_truncated_and_appends_continue() {
     let dir = tempfile::tempdir().unwrap();
