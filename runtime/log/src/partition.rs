@@ -25,7 +25,7 @@ use std::sync::Arc;
 use crate::batch::{self, BatchHeader, ControlType, DecodedBatch};
 use crate::config::TopicConfig;
 use crate::segment::{file_stem, BatchLocation, Segment, SegmentError, TailRecovery};
-use crate::txn::{AbortedTxn, TxnState};
+use crate::txn::{AbortedTxn, Replaying, TxnState};
 
 /// Where a read must fetch its bytes from: whole batches in one file range.
 #[derive(Clone, Debug)]
@@ -226,7 +226,7 @@ impl Partition {
             } else {
                 None
             };
-            self.txn.on_batch(&header, control)?;
+            self.txn.on_batch(&header, control, Replaying::Append)?;
         }
         Ok(header)
     }
@@ -257,7 +257,8 @@ impl Partition {
                 } else {
                     None
                 };
-                self.txn.on_batch(&loc.header, control)?;
+                self.txn
+                    .on_batch(&loc.header, control, Replaying::RecoveryScan)?;
             }
         }
         // Everything on disk at open is durable now: markers found complete their transactions.

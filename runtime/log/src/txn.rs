@@ -26,6 +26,13 @@ pub struct AbortedTxn {
     pub last_offset: i64,
 }
 
+/// Whether [`TxnState::on_batch`] sees a batch as it is appended or in a recovery scan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replaying {
+    Append,
+    RecoveryScan,
+}
+
 /// A transaction with data in this partition and no durable marker yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpenTxn {
@@ -96,6 +103,7 @@ impl TxnState {
         &mut self,
         header: &BatchHeader,
         control: Option<ControlType>,
+        replaying: Replaying,
     ) -> io::Result<()> {
         if !header.is_transactional() {
             return Ok(());
@@ -116,9 +124,13 @@ impl TxnState {
                 None => marker_offset,
             };
             match kind {
-                ControlType::Commit => {
+                // Only a recovery scan's commits are needed (to finish transactions a crash
+                // interrupted); recording live ones too grew the set by a producer id per
+                // commit for the life of the process.
+                ControlType::Commit if replaying == Replaying::RecoveryScan => {
                     self.committed_in_scan.insert(pid);
                 }
+                ControlType::Commit => {}
                 ControlType::Abort => {
                     let entry = AbortedTxn {
                         producer_id: pid,
@@ -225,5 +237,51 @@ impl TxnState {
         std::fs::rename(&tmp, &self.aborted_path)?;
         self.aborted_file = Arc::new(OpenOptions::new().append(true).open(&self.aborted_path)?);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::{control_batch, BatchBuilder, Compression, DecodedBatch, ProducerFields};
+
+    fn header_of(bytes: &[u8]) -> BatchHeader {
+        DecodedBatch::decode(bytes).unwrap().header
+    }
+
+    #[test]
+    fn only_a_recovery_scan_remembers_committing_producers() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut state = TxnState::open(dir.path()).unwrap();
+        let mut offset = 0;
+        for replaying in [Replaying::Append, Replaying::RecoveryScan] {
+            for pid in 0..100 {
+                let fields = ProducerFields {
+                    producer_id: pid,
+                    producer_epoch: 0,
+                    base_sequence: 0,
+                    transactional: true,
+                };
+                let mut data = BatchBuilder::new(Compression::None, fields);
+                data.append(1, Some(b"k"), Some(b"v"), &[]);
+                let mut data = data.build().unwrap();
+                crate::batch::set_base_offset(&mut data, offset);
+                state.on_batch(&header_of(&data), None, replaying).unwrap();
+                let mut marker = control_batch(pid, 0, ControlType::Commit, 1);
+                crate::batch::set_base_offset(&mut marker, offset + 1);
+                let marker_header = header_of(&marker);
+                state
+                    .on_batch(&marker_header, Some(ControlType::Commit), replaying)
+                    .unwrap();
+                offset += 2;
+                state.complete_markers(offset);
+            }
+            let remembered = state.take_committed_in_scan().len();
+            match replaying {
+                Replaying::Append => assert_eq!(remembered, 0),
+                Replaying::RecoveryScan => assert_eq!(remembered, 100),
+            }
+            assert_eq!(state.first_unstable_offset(), None);
+        }
     }
 }
