@@ -333,10 +333,30 @@ impl Engine {
         c.config = config;
         drop(connectors);
         join_all(handles).await;
-        let mut connectors = self.inner.connectors.lock().await;
+        let mut connectors = self.lock_with_tasks_stopped(name).await?;
         let c = connectors.get_mut(name).ok_or_else(|| not_found(name))?;
         self.start_connector(name, c);
         Ok((false, info_of(name, c)))
+    }
+
+    /// Locks the connectors once `name` has no running tasks. A call that stopped a
+    /// connector's tasks waits for them with the lock released; another call (a config
+    /// update, a restart, a resume) may start tasks meanwhile. Those are stopped too, so that
+    /// the caller starts the only set: starting over them would leave them running unseen.
+    async fn lock_with_tasks_stopped(
+        &self,
+        name: &str,
+    ) -> Result<tokio::sync::MutexGuard<'_, BTreeMap<String, Connector>>, EngineError> {
+        loop {
+            let mut connectors = self.inner.connectors.lock().await;
+            let c = connectors.get_mut(name).ok_or_else(|| not_found(name))?;
+            if c.tasks.is_empty() {
+                return Ok(connectors);
+            }
+            let handles = take_tasks(c);
+            drop(connectors);
+            join_all(handles).await;
+        }
     }
 
     /// Applies a partial update: `None` removes a key.
@@ -526,10 +546,12 @@ impl Engine {
             let handles = take_tasks(c);
             drop(connectors);
             join_all(handles).await;
-            let mut connectors = self.inner.connectors.lock().await;
-            if let Some(c) = connectors.get_mut(name) {
-                if c.target != TargetState::Stopped {
-                    self.start_connector(name, c);
+            // The connector may have been deleted meanwhile: then there is nothing to start.
+            if let Ok(mut connectors) = self.lock_with_tasks_stopped(name).await {
+                if let Some(c) = connectors.get_mut(name) {
+                    if c.target != TargetState::Stopped {
+                        self.start_connector(name, c);
+                    }
                 }
             }
         } else {
@@ -743,6 +765,13 @@ impl Engine {
     /// placeholders are resolved here (and again for each task in [`Self::task_setup`]); the
     /// task configs kept for `GET /connectors/{name}/tasks` have them put back.
     fn start_connector(&self, name: &str, c: &mut Connector) {
+        // Callers start a connector without tasks (see `lock_with_tasks_stopped`). Should one
+        // still have some, they are told to stop rather than dropped while running.
+        let leftover = take_tasks(c);
+        if !leftover.is_empty() {
+            tracing::error!(connector = %name, tasks = leftover.len(), "starting a connector whose tasks were still running; stopping them");
+            tokio::spawn(join_all(leftover));
+        }
         if c.target == TargetState::Stopped {
             c.state = (State::Stopped, None);
             return;

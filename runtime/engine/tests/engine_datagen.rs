@@ -153,3 +153,54 @@ async fn datagen_records_arrive_exactly_once_and_survive_restart() {
     assert!(engine.status("gen").await.is_err());
     engine.shutdown().await;
 }
+
+/// Config updates and restarts that overlap each other end with one set of tasks: after the
+/// connector is deleted, nothing writes to its topic any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_updates_and_restarts_leave_no_task_running_unseen() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    let engine = Engine::start(log.clone(), plugins(), EngineConfig::default())
+        .await
+        .unwrap();
+    engine
+        .create_connector(
+            "gen",
+            config("gen.race", 1_000_000, 500),
+            TargetState::Started,
+        )
+        .await
+        .unwrap();
+    wait_for(|| log.latest_offset("gen.race", 0).is_ok_and(|o| o > 0)).await;
+    for round in 0..3 {
+        let mut calls = Vec::new();
+        for i in 0..6 {
+            let engine = engine.clone();
+            calls.push(tokio::spawn(async move {
+                if i % 2 == 0 {
+                    let rate = 400 + round * 10 + i;
+                    engine
+                        .put_connector_config("gen", config("gen.race", 1_000_000, rate))
+                        .await
+                        .map(|_| ())
+                } else {
+                    engine.restart("gen", true, false).await.map(|_| ())
+                }
+            }));
+        }
+        for call in calls {
+            call.await.unwrap().unwrap();
+        }
+    }
+    let status = engine.status("gen").await.unwrap();
+    assert_eq!(status.tasks.len(), 1);
+    engine.delete_connector("gen").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after_delete = log.latest_offset("gen.race", 0).unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        log.latest_offset("gen.race", 0).unwrap(),
+        after_delete,
+        "a task of the deleted connector is still writing"
+    );
+}
