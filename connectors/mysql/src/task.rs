@@ -1338,6 +1338,10 @@ impl Inner {
 
     /// Closes the current transaction at `hdr.next`: the held record gets the boundary offset.
     fn end_txn(&mut self, hdr: Hdr, out: &mut Vec<SourceRecord>) {
+        // Table ids are good for the event group that mapped them (every transaction maps the
+        // tables its row events use), and the server hands out a new id each time it reloads
+        // a table definition (FLUSH TABLES, DDL, cache eviction): kept, they would pile up.
+        self.table_ids.clear();
         let txn = self.txn.take();
         if let Some(g) = txn.as_ref().and_then(|t| t.gtid.clone()) {
             let _ = g; // applied when the GTID event arrived (see handle)
