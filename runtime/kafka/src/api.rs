@@ -91,6 +91,44 @@ struct SequenceState {
     last_sequence: i32,
     /// (first sequence, last sequence, base offset) of the latest batches, for duplicates.
     recent: VecDeque<(i32, i32, i64)>,
+    /// The last produce request that used this state.
+    last_used: Instant,
+}
+
+/// How long an idempotent producer's sequence state outlives its last produce request:
+/// Kafka's `producer.id.expiration.ms` default. Every producer instance gets a new id
+/// (InitProducerId), so without expiry each short-lived producer would leave its state behind
+/// for good. A producer that comes back later is taken as a new one: its next sequence is
+/// accepted as it comes, and retries of batches sent before the expiry are not recognised.
+const PRODUCER_ID_EXPIRATION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How often produce requests look for expired producer state.
+const SEQUENCE_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Idempotent producers' state per (producer id, topic, partition).
+struct ProducerSequences {
+    states: HashMap<(i64, String, i32), SequenceState>,
+    swept_at: Instant,
+}
+
+impl ProducerSequences {
+    fn new(now: Instant) -> Self {
+        ProducerSequences {
+            states: HashMap::new(),
+            swept_at: now,
+        }
+    }
+
+    /// Forgets the state of producers idle for `expiration` or longer; looks at most once per
+    /// [`SEQUENCE_SWEEP_INTERVAL`].
+    fn sweep(&mut self, now: Instant, expiration: Duration) {
+        if now.saturating_duration_since(self.swept_at) < SEQUENCE_SWEEP_INTERVAL {
+            return;
+        }
+        self.swept_at = now;
+        self.states
+            .retain(|_, s| now.saturating_duration_since(s.last_used) < expiration);
+    }
 }
 
 /// Everything the handlers share.
@@ -100,7 +138,7 @@ pub struct Broker {
     pub(crate) groups: Coordinator,
     offsets: OffsetStore,
     owner: Option<TopicOwner>,
-    sequences: Mutex<HashMap<(i64, String, i32), SequenceState>>,
+    sequences: Mutex<ProducerSequences>,
 }
 
 /// An error code and message for one topic or partition.
@@ -160,7 +198,7 @@ impl Broker {
             config,
             offsets,
             owner,
-            sequences: Mutex::new(HashMap::new()),
+            sequences: Mutex::new(ProducerSequences::new(Instant::now())),
         })
     }
 
@@ -619,6 +657,9 @@ impl Broker {
             pos += header.total_size();
         }
         let mut sequences = self.sequences.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        sequences.sweep(now, PRODUCER_ID_EXPIRATION);
+        let sequences = &mut sequences.states;
         let mut first_base = None;
         for (pos, header) in batches {
             let last_sequence = header.base_sequence.wrapping_add(header.last_offset_delta);
@@ -682,7 +723,9 @@ impl Broker {
                     epoch: header.producer_epoch,
                     last_sequence: -1,
                     recent: VecDeque::new(),
+                    last_used: now,
                 });
+                state.last_used = now;
                 if state.epoch != header.producer_epoch {
                     state.epoch = header.producer_epoch;
                     state.recent.clear();
@@ -1463,6 +1506,7 @@ impl Broker {
                     self.sequences
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
+                        .states
                         .retain(|(_, t, _), _| *t != name);
                     if let Err(err) = self.offsets.forget_topic(&name).await {
                         tracing::warn!(topic = %name, error = %err, "Kafka listener: could not remove the deleted topic's committed offsets");
@@ -1588,5 +1632,41 @@ fn config_type(key: &str) -> i8 {
         "default.replication.factor" => 4, // SHORT
         "auto.create.topics.enable" => 1,  // BOOLEAN
         _ => 5,                            // LONG
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(last_used: Instant) -> SequenceState {
+        SequenceState {
+            epoch: 0,
+            last_sequence: 0,
+            recent: VecDeque::new(),
+            last_used,
+        }
+    }
+
+    #[test]
+    fn idle_producers_are_forgotten_and_active_ones_kept() {
+        let start = Instant::now();
+        let hour = Duration::from_secs(3600);
+        let mut sequences = ProducerSequences::new(start);
+        sequences.states.insert((1, "t".into(), 0), state(start));
+        sequences
+            .states
+            .insert((2, "t".into(), 0), state(start + 20 * hour));
+        // Within a sweep interval of the last sweep nothing is looked at.
+        sequences.sweep(start + Duration::from_secs(30), Duration::ZERO);
+        assert_eq!(sequences.states.len(), 2);
+        // A day after producer 1's last request: it goes, producer 2 (4 hours idle) stays.
+        sequences.sweep(start + 24 * hour, PRODUCER_ID_EXPIRATION);
+        assert_eq!(
+            sequences.states.keys().map(|k| k.0).collect::<Vec<_>>(),
+            [2]
+        );
+        sequences.sweep(start + 45 * hour, PRODUCER_ID_EXPIRATION);
+        assert!(sequences.states.is_empty());
     }
 }
