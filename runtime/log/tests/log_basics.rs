@@ -118,25 +118,13 @@ fn appends_are_invisible_until_committed_then_read_back() {
 fn segments_roll_and_reads_cross_them() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), LogOptions::default()).unwrap();
-    let mut configs = BTreeMap::new();
-    configs.insert("segment.bytes".to_string(), "4096".to_string());
-    let config = TopicConfig::from_kafka_configs(&configs).unwrap();
-    log.create_topic("t", 1, config).unwrap();
+    create_topic_with_segment_bytes(&log, "t", 4096);
     for i in 0..40 {
         log.append_builder("t", 0, batch(i * 5..i * 5 + 5, 10_000 + i64::from(i) * 10))
             .unwrap();
     }
     log.commit().wait().unwrap();
-    let segments = std::fs::read_dir(dir.path().join("t-0"))
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == "log")
-        })
-        .count();
+    let segments = segment_count(&dir.path().join("t-0"));
     assert!(segments >= 4, "expected several segments, got {segments}");
     let all = read_all(&log, "t", 0, 0);
     assert_eq!(all.len(), 200);
@@ -150,6 +138,28 @@ fn segments_roll_and_reads_cross_them() {
         offset, 70,
         "record 70 is the first with a timestamp >= 10205"
     );
+}
+
+/// Creates a one-partition topic whose segments roll at `segment_bytes`.
+fn create_topic_with_segment_bytes(log: &Log, topic: &str, segment_bytes: u64) {
+    let mut configs = BTreeMap::new();
+    configs.insert("segment.bytes".to_string(), segment_bytes.to_string());
+    let config = TopicConfig::from_kafka_configs(&configs).unwrap();
+    log.create_topic(topic, 1, config).unwrap();
+}
+
+/// How many segment (`.log`) files the partition directory `dir` holds.
+fn segment_count(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "log")
+        })
+        .count()
 }
 
 /// Total size of the files in `dir` whose names end with `suffix`.
@@ -181,10 +191,7 @@ fn many_small_batches_keep_sparse_indexes_and_exact_time_lookups() {
     };
     {
         let log = Log::open(dir.path(), LogOptions::default()).unwrap();
-        let mut configs = BTreeMap::new();
-        configs.insert("segment.bytes".to_string(), "131072".to_string());
-        let config = TopicConfig::from_kafka_configs(&configs).unwrap();
-        log.create_topic("t", 1, config).unwrap();
+        create_topic_with_segment_bytes(&log, "t", 131_072);
         // One record per batch, each a millisecond later: a stream of single-row commits.
         for i in 0..3000 {
             log.append_builder("t", 0, batch(i..i + 1, base_ts))
@@ -196,16 +203,7 @@ fn many_small_batches_keep_sparse_indexes_and_exact_time_lookups() {
     }
     let partition = dir.path().join("t-0");
     let log_bytes = bytes_of_files(&partition, ".log");
-    let segments = std::fs::read_dir(&partition)
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == "log")
-        })
-        .count() as u64;
+    let segments = segment_count(&partition) as u64;
     assert!(segments >= 3, "{segments} segments");
     // An entry per 4 KiB of batches (and one per segment start), not one per batch.
     let most_entries = log_bytes / 4096 + segments;
@@ -409,12 +407,9 @@ fn reads_respect_max_bytes_but_always_make_progress() {
 #[test]
 fn indexes_survive_a_reopen_and_a_bad_one_is_rebuilt() {
     let dir = tempfile::tempdir().unwrap();
-    let mut configs = BTreeMap::new();
-    configs.insert("segment.bytes".to_string(), "8192".to_string());
-    let config = TopicConfig::from_kafka_configs(&configs).unwrap();
     {
         let log = Log::open(dir.path(), LogOptions::default()).unwrap();
-        log.create_topic("t", 1, config).unwrap();
+        create_topic_with_segment_bytes(&log, "t", 8192);
         for i in 0..60 {
             log.append_builder("t", 0, batch(i * 3..i * 3 + 3, 10_000))
                 .unwrap();
