@@ -9,8 +9,11 @@
 //!
 //! The files are a cache, never the source of truth: an index file that is missing, of odd
 //! size, not monotonic, or pointing past the segment is discarded and rebuilt from the
-//! segment; one that lacks its last entries only makes lookups past its end scan further. Entries are big-endian: offset index 8 bytes (u32 relative offset, u32
-//! position), time index 12 bytes (i64 timestamp, u32 relative offset), as in Kafka.
+//! segment; one that lacks its last entries only makes lookups past its end scan further.
+//!
+//! Entries are big-endian: offset index 8 bytes (u32 relative offset, u32 position), time index
+//! 12 bytes (i64 timestamp, u32 relative offset), as in Kafka. The segment adds one of each
+//! every 4 KiB of batches (see `Segment::note_appended`).
 //!
 //! Invariants: offset entries are strictly increasing in both offset and position; time entries
 //! are strictly increasing in timestamp and non-decreasing in offset.
