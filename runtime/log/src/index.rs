@@ -235,8 +235,11 @@ impl SegmentIndex {
     }
 
     /// Writes the entries the files do not hold yet and flushes both files to disk (done when
-    /// a segment is sealed, so that a cold reopen of it is fast).
+    /// a segment is sealed, so that a cold reopen of it is fast). A sealed segment's entries
+    /// are final, so the vectors give back their spare capacity (up to as much again).
     pub fn sync(&mut self) -> io::Result<()> {
+        self.offsets.shrink_to_fit();
+        self.times.shrink_to_fit();
         if let Some(f) = self.offset_file.as_mut() {
             if self.offsets_in_file < self.offsets.len() {
                 f.write_all(&offset_bytes(&self.offsets[self.offsets_in_file..]))?;
