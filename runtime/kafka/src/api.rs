@@ -139,6 +139,8 @@ pub struct Broker {
     offsets: OffsetStore,
     owner: Option<TopicOwner>,
     sequences: Mutex<ProducerSequences>,
+    /// Per group with committed offsets, when it was last seen with active members (ms).
+    groups_last_active: Mutex<HashMap<String, i64>>,
 }
 
 /// An error code and message for one topic or partition.
@@ -199,7 +201,60 @@ impl Broker {
             offsets,
             owner,
             sequences: Mutex::new(ProducerSequences::new(Instant::now())),
+            groups_last_active: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Notes, at `now_ms`, which groups with committed offsets have active members.
+    pub(crate) fn note_active_groups(&self, now_ms: i64) {
+        let with_offsets = self.offsets.groups();
+        let mut last_active = self
+            .groups_last_active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        last_active.retain(|g, _| with_offsets.contains(g));
+        for g in with_offsets {
+            if self.groups.has_members(&g) {
+                last_active.insert(g, now_ms);
+            }
+        }
+    }
+
+    /// Removes the committed offsets that expired at `now_ms` (Kafka's
+    /// `offsets.retention.minutes`, [`ServerConfig::offsets_retention`]): an offset expires
+    /// that long after the later of its commit and the last time its group was seen with
+    /// active members, so a group in use keeps its offsets however long ago it committed them.
+    /// Returns how many were removed.
+    pub(crate) async fn expire_offsets(&self, now_ms: i64) -> usize {
+        self.note_active_groups(now_ms);
+        let retention_ms =
+            i64::try_from(self.config.offsets_retention.as_millis()).unwrap_or(i64::MAX);
+        let expiring = {
+            let last_active = self
+                .groups_last_active
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            self.offsets
+                .expired(now_ms, retention_ms, |g| last_active.get(g).copied())
+        };
+        let mut removed = 0;
+        for (group, keys) in expiring {
+            match self
+                .offsets
+                .expire(&group, keys, now_ms.saturating_sub(retention_ms))
+                .await
+            {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(group = %group, offsets = n, "committed offsets expired (offsets.retention.minutes)");
+                    removed += n;
+                }
+                Err(err) => {
+                    tracing::warn!(group = %group, error = %err, "Kafka listener: expiring committed offsets failed");
+                }
+            }
+        }
+        removed
     }
 
     fn is_internal(&self, topic: &str) -> bool {
@@ -1562,6 +1617,11 @@ impl Broker {
                             true,
                         ),
                         ("offsets.topic.num.partitions".into(), "1".into(), true),
+                        (
+                            "offsets.retention.minutes".into(),
+                            (self.config.offsets_retention.as_secs() / 60).to_string(),
+                            true,
+                        ),
                         ("default.replication.factor".into(), "1".into(), true),
                         ("min.insync.replicas".into(), "1".into(), true),
                     ])
@@ -1628,6 +1688,7 @@ fn config_type(key: &str) -> i8 {
         "segment.bytes"
         | "num.partitions"
         | "offsets.topic.num.partitions"
+        | "offsets.retention.minutes"
         | "min.insync.replicas" => 3, // INT
         "default.replication.factor" => 4, // SHORT
         "auto.create.topics.enable" => 1,  // BOOLEAN
@@ -1668,5 +1729,121 @@ mod tests {
         );
         sequences.sweep(start + 45 * hour, PRODUCER_ID_EXPIRATION);
         assert!(sequences.states.is_empty());
+    }
+
+    fn committed_at(offset: i64, commit_timestamp: i64) -> Option<Committed> {
+        Some(Committed {
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+            commit_timestamp,
+        })
+    }
+
+    #[tokio::test]
+    async fn offsets_expire_after_retention_unless_their_group_is_active() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), headwater_log::LogOptions::default()).unwrap();
+        let day = 24 * 60 * 60 * 1000_i64;
+        let config = ServerConfig {
+            initial_rebalance_delay: Duration::ZERO,
+            ..ServerConfig::default()
+        };
+        assert_eq!(config.offsets_retention.as_millis() as i64, 7 * day);
+        let broker = Broker::new(log.clone(), config.clone(), None).unwrap();
+        let t0 = 1_000_000_000_000_i64;
+        // A standalone consumer's offsets expire one by one from their commits.
+        broker
+            .offsets
+            .commit(
+                "standalone",
+                vec![
+                    (("t".into(), 0), committed_at(10, t0)),
+                    (("t".into(), 1), committed_at(20, t0 + 3 * day)),
+                ],
+            )
+            .await
+            .unwrap();
+        // A group with a member keeps offsets committed long ago.
+        broker
+            .offsets
+            .commit("busy", vec![(("t".into(), 0), committed_at(30, t0))])
+            .await
+            .unwrap();
+        let coordinator = broker.groups.clone();
+        let request = crate::groups::JoinRequest {
+            group_id: "busy".into(),
+            member_id: String::new(),
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "h".into(),
+            session_timeout_ms: 30_000,
+            rebalance_timeout_ms: 30_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::new())],
+        };
+        let join = tokio::spawn(async move { coordinator.join(request).await });
+        // The coordinator's ticker completes the rebalance; it is not running here.
+        while !join.is_finished() {
+            broker.groups.tick();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let joined = join.await.unwrap();
+        assert_eq!(joined.error_code, 0);
+        assert!(broker.groups.has_members("busy"));
+
+        assert_eq!(broker.expire_offsets(t0 + 7 * day - 1).await, 0);
+        assert_eq!(broker.expire_offsets(t0 + 7 * day).await, 1);
+        assert_eq!(broker.offsets.get("standalone", "t", 0), None);
+        assert_eq!(broker.offsets.get("standalone", "t", 1).unwrap().offset, 20);
+        assert_eq!(broker.offsets.get("busy", "t", 0).unwrap().offset, 30);
+
+        // The member leaves at t0 + 8 days (noted active then); its group's offsets go a
+        // retention period later, with the standalone consumer's second offset.
+        broker.note_active_groups(t0 + 8 * day);
+        broker
+            .groups
+            .leave("busy", &[(joined.member_id.to_string(), None)]);
+        assert!(!broker.groups.has_members("busy"));
+        assert_eq!(broker.expire_offsets(t0 + 15 * day - 1).await, 1);
+        assert_eq!(broker.offsets.get("busy", "t", 0).unwrap().offset, 30);
+        assert_eq!(broker.expire_offsets(t0 + 15 * day).await, 1);
+        assert!(broker.offsets.groups().is_empty());
+
+        // The removals are in the log: a restarted broker has no offsets either.
+        drop(broker);
+        let reopened = Broker::new(log, config, None).unwrap();
+        assert!(reopened.offsets.groups().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_commit_racing_the_expiry_keeps_its_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), headwater_log::LogOptions::default()).unwrap();
+        let broker = Broker::new(log, ServerConfig::default(), None).unwrap();
+        let retention = broker.config.offsets_retention.as_millis() as i64;
+        let t0 = 1_000_000_000_000_i64;
+        let key = ("t".to_string(), 0);
+        broker
+            .offsets
+            .commit("g", vec![(key.clone(), committed_at(1, t0))])
+            .await
+            .unwrap();
+        let now = t0 + retention;
+        let expiring = broker.offsets.expired(now, retention, |_| None);
+        assert_eq!(expiring, [("g".to_string(), vec![key.clone()])]);
+        // A new commit lands between finding the offset expired and removing it.
+        broker
+            .offsets
+            .commit("g", vec![(key.clone(), committed_at(2, now))])
+            .await
+            .unwrap();
+        let removed = broker
+            .offsets
+            .expire("g", vec![key], now - retention)
+            .await
+            .unwrap();
+        assert_eq!(removed, 0);
+        assert_eq!(broker.offsets.get("g", "t", 0).unwrap().offset, 2);
     }
 }

@@ -107,6 +107,21 @@ impl OffsetStore {
         if entries.is_empty() {
             return Ok(());
         }
+        {
+            let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+            self.append_locked(&mut groups, group, entries)?;
+        }
+        self.log.commit().durable().await
+    }
+
+    /// Appends `entries` of `group` to the log and applies them to `groups` (the locked
+    /// memory), so memory follows the log's order.
+    fn append_locked(
+        &self,
+        groups: &mut BTreeMap<String, GroupOffsets>,
+        group: &str,
+        entries: Vec<((String, i32), Option<Committed>)>,
+    ) -> Result<(), LogError> {
         let mut builder = BatchBuilder::new(Compression::None, ProducerFields::default());
         let now = headwater_log::log::now_ms();
         for ((topic, partition), value) in &entries {
@@ -121,26 +136,22 @@ impl OffsetStore {
                 .map(|v| serde_json::to_vec(v).unwrap_or_default());
             builder.append(now, Some(&key), value.as_deref(), &[]);
         }
-        {
-            // Append and update memory under one lock so memory follows the log's order.
-            let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-            self.log.append_builder(OFFSETS_TOPIC, 0, builder)?;
-            let g = groups.entry(group.to_owned()).or_default();
-            for (key, value) in entries {
-                match value {
-                    Some(v) => {
-                        g.insert(key, v);
-                    }
-                    None => {
-                        g.remove(&key);
-                    }
+        self.log.append_builder(OFFSETS_TOPIC, 0, builder)?;
+        let g = groups.entry(group.to_owned()).or_default();
+        for (key, value) in entries {
+            match value {
+                Some(v) => {
+                    g.insert(key, v);
+                }
+                None => {
+                    g.remove(&key);
                 }
             }
-            if g.is_empty() {
-                groups.remove(group);
-            }
         }
-        self.log.commit().durable().await
+        if g.is_empty() {
+            groups.remove(group);
+        }
+        Ok(())
     }
 
     /// The committed offset of one partition.
@@ -165,6 +176,70 @@ impl OffsetStore {
     pub fn groups(&self) -> Vec<String> {
         let groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
         groups.keys().cloned().collect()
+    }
+
+    /// The offsets that have expired at `now_ms` (Kafka's `offsets.retention.minutes`), by
+    /// group: an offset expires `retention_ms` after the later of its commit and the last time
+    /// its group had active members (`last_active_ms`; `None` for a group not seen active, such
+    /// as one committing outside group management, whose offsets then expire one by one from
+    /// their commits, as Kafka's do).
+    pub fn expired(
+        &self,
+        now_ms: i64,
+        retention_ms: i64,
+        last_active_ms: impl Fn(&str) -> Option<i64>,
+    ) -> Vec<(String, Vec<(String, i32)>)> {
+        let groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        for (group, offsets) in groups.iter() {
+            let active = last_active_ms(group).unwrap_or(i64::MIN);
+            let keys: Vec<(String, i32)> = offsets
+                .iter()
+                .filter(|(_, c)| {
+                    now_ms.saturating_sub(c.commit_timestamp.max(active)) >= retention_ms
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            if !keys.is_empty() {
+                out.push((group.clone(), keys));
+            }
+        }
+        out
+    }
+
+    /// Removes `keys` of `group` (expired offsets), except those committed after
+    /// `expired_before_ms` (a commit racing the expiry keeps its offset). Returns how many
+    /// were removed.
+    pub async fn expire(
+        &self,
+        group: &str,
+        keys: Vec<(String, i32)>,
+        expired_before_ms: i64,
+    ) -> Result<usize, LogError> {
+        let removed = {
+            let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+            let still_expired: Vec<((String, i32), Option<Committed>)> = match groups.get(group) {
+                Some(offsets) => keys
+                    .into_iter()
+                    .filter(|k| {
+                        offsets
+                            .get(k)
+                            .is_some_and(|c| c.commit_timestamp <= expired_before_ms)
+                    })
+                    .map(|k| (k, None))
+                    .collect(),
+                None => Vec::new(),
+            };
+            let removed = still_expired.len();
+            if removed > 0 {
+                self.append_locked(&mut groups, group, still_expired)?;
+            }
+            removed
+        };
+        if removed > 0 {
+            self.log.commit().durable().await?;
+        }
+        Ok(removed)
     }
 
     /// Removes every offset of `topic` (after the topic was deleted).

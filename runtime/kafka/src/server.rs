@@ -43,6 +43,9 @@ pub struct ServerConfig {
     pub default_partitions: u32,
     /// Topics that clients may read but never write or delete (besides `__consumer_offsets`).
     pub internal_topics: Vec<String>,
+    /// Kafka's `offsets.retention.minutes`: how long a committed offset outlives both its
+    /// commit and its group's last active member (see `Broker::expire_offsets`).
+    pub offsets_retention: Duration,
 }
 
 impl Default for ServerConfig {
@@ -58,9 +61,19 @@ impl Default for ServerConfig {
                 "connect-offsets".into(),
                 "connect-status".into(),
             ],
+            offsets_retention: Duration::from_secs(7 * 24 * 60 * 60),
         }
     }
 }
+
+/// How often committed offsets are checked for expiry (Kafka's
+/// `offsets.retention.check.interval.ms` is ten minutes; a minute keeps the noted activity of
+/// groups finer).
+const OFFSET_EXPIRY_INTERVAL: Duration = Duration::from_secs(60);
+
+/// How long after start no offset expires: group membership is not kept across restarts, so
+/// the groups that were active before get this long to rejoin and be noted active again.
+const OFFSET_EXPIRY_GRACE: Duration = Duration::from_secs(10 * 60);
 
 /// Tells which connector (if any) writes a topic; Produce and DeleteTopics refuse those.
 pub type TopicOwner =
@@ -100,6 +113,21 @@ impl KafkaServer {
                 coordinator.tick();
             }
         });
+        let broker = self.broker.clone();
+        let offset_expiry = tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            let mut interval = tokio::time::interval(OFFSET_EXPIRY_INTERVAL);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                let now_ms = headwater_log::log::now_ms();
+                if started.elapsed() < OFFSET_EXPIRY_GRACE {
+                    broker.note_active_groups(now_ms);
+                } else {
+                    broker.expire_offsets(now_ms).await;
+                }
+            }
+        });
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         let result = loop {
@@ -120,6 +148,7 @@ impl KafkaServer {
             }
         };
         ticker.abort();
+        offset_expiry.abort();
         connections.shutdown().await;
         result
     }
