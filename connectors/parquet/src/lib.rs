@@ -8,7 +8,12 @@
 //! (`task` the writing task, `p` the log partition, `first`/`last` the offsets of its first and
 //! last row), and one
 //! manifest per task, `_headwater/<connector>-<task>.json`, listing the complete files and the
-//! next offset to consume per topic partition.
+//! next offset to consume per topic partition. So that the manifest does not grow with every
+//! file ever written (it is rewritten at each commit), settled files (wholly before their
+//! partition's next offset) are moved, [`ARCHIVE_BATCH`] at a time, into immutable archives
+//! `_headwater/<connector>-<task>.archive-<n>.json` that the manifest names in `archives`; an
+//! archive is durable before the manifest that names it, so "listed" means listed in a
+//! manifest or in one of its archives.
 //!
 //! Invariants (exactly once, and readers see only complete files):
 //! - a file is written under a `.tmp` name, fsynced, and renamed into place before the manifest
@@ -220,7 +225,20 @@ pub struct Manifest {
     pub files: Vec<ManifestFile>,
     /// topic -> log partition -> next offset to consume.
     pub next_offsets: BTreeMap<String, BTreeMap<u32, i64>>,
+    /// The archives holding this task's older files (paths relative to `parquet.path`, oldest
+    /// first); their files are listed as surely as `files`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub archives: Vec<String>,
 }
+
+/// An archive of settled manifest entries: written once, never changed.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ManifestArchive {
+    pub files: Vec<ManifestFile>,
+}
+
+/// How many settled files the manifest holds before they are moved into an archive.
+pub const ARCHIVE_BATCH: usize = 1000;
 
 /// The task whose manifest `name` is, when it is one of `connector`'s
 /// (`<connector>-<task>.json`; another connector whose name merely starts the same, such as
@@ -254,12 +272,32 @@ fn read_task_manifests(base: &Path, connector: &str) -> Result<Vec<(u32, Manifes
     Ok(out)
 }
 
-/// Every manifest of a connector under `base`.
+/// The files of `manifest`'s archives under `base`, oldest first. A missing archive is an
+/// error: without it, complete files would look unlisted.
+fn read_local_archives(base: &Path, manifest: &Manifest) -> Result<Vec<ManifestFile>, String> {
+    let mut files = Vec::new();
+    for rel in &manifest.archives {
+        let text = std::fs::read_to_string(base.join(rel))
+            .map_err(|err| format!("the manifest archive {rel}: {err}"))?;
+        let archive: ManifestArchive =
+            serde_json::from_str(&text).map_err(|err| format!("{rel}: {err}"))?;
+        files.extend(archive.files);
+    }
+    Ok(files)
+}
+
+/// Every manifest of a connector under `base`, each with the files of its archives put
+/// before its own in `files` (so `files` is every file the task has listed, oldest first).
 pub fn read_manifests(base: &Path, connector: &str) -> Result<Vec<Manifest>, String> {
-    Ok(read_task_manifests(base, connector)?
+    read_task_manifests(base, connector)?
         .into_iter()
-        .map(|(_, m)| m)
-        .collect())
+        .map(|(_, mut m)| {
+            let mut files = read_local_archives(base, &m)?;
+            files.append(&mut m.files);
+            m.files = files;
+            Ok(m)
+        })
+        .collect()
 }
 
 /// The manifests of a connector in a bucket, with their tasks (see [`read_manifests`]).
@@ -280,6 +318,26 @@ async fn read_bucket_manifests(
         }
     }
     Ok(out)
+}
+
+/// The files of `manifest`'s archives in a bucket (see [`read_local_archives`]).
+async fn read_bucket_archives(
+    bucket: &Bucket,
+    manifest: &Manifest,
+) -> Result<Vec<ManifestFile>, ConnectError> {
+    let mut files = Vec::new();
+    for rel in &manifest.archives {
+        let Some(bytes) = bucket.get(rel).await? else {
+            return Err(ConnectError::fatal(format!(
+                "the manifest archive {}/{rel} is missing",
+                bucket.url()
+            )));
+        };
+        let archive: ManifestArchive = serde_json::from_slice(&bytes)
+            .map_err(|e| ConnectError::fatal(format!("{}/{rel}: {e}", bucket.url())))?;
+        files.extend(archive.files);
+    }
+    Ok(files)
 }
 
 fn io_err(what: &str, path: &Path, e: std::io::Error) -> ConnectError {
@@ -342,6 +400,9 @@ pub struct ParquetSinkTask {
     consumed: BTreeMap<TopicPartition, i64>,
     /// Listed files at or past the offset this task resumes from (see [`ListedAhead`]).
     listed_ahead: Vec<ListedAhead>,
+    /// How many settled files the manifest holds before they go into an archive
+    /// ([`ARCHIVE_BATCH`]; smaller in tests).
+    archive_batch: usize,
     /// Every manifest this task wrote, for tests of the invariants.
     #[cfg(test)]
     written: Vec<Manifest>,
@@ -647,6 +708,7 @@ impl ParquetSinkTask {
         }
         if committed {
             self.manifest.next_offsets = next;
+            self.archive_settled_files().await?;
             let bytes = serde_json::to_vec_pretty(&self.manifest)
                 .map_err(|e| ConnectError::fatal(e.to_string()))?;
             if let Some(bucket) = &self.bucket {
@@ -661,6 +723,48 @@ impl ParquetSinkTask {
             #[cfg(test)]
             self.written.push(self.manifest.clone());
         }
+        Ok(())
+    }
+
+    /// When the manifest holds at least `archive_batch` settled files (wholly before their
+    /// partition's next offset, so no restart looks at them again except to know they are
+    /// listed), writes them durably into a new archive and names it in the manifest instead
+    /// (the caller then writes the manifest). A crash before that manifest write leaves an
+    /// archive no manifest names, which the next one of the same number replaces.
+    async fn archive_settled_files(&mut self) -> Result<(), ConnectError> {
+        let next = &self.manifest.next_offsets;
+        let settled = |f: &ManifestFile| {
+            next.get(&f.topic)
+                .and_then(|p| p.get(&f.kafka_partition))
+                .is_some_and(|n| f.last_offset < *n)
+        };
+        let batch = self.archive_batch.max(1);
+        if self.manifest.files.iter().filter(|f| settled(f)).count() < batch {
+            return Ok(());
+        }
+        let (archived, kept): (Vec<ManifestFile>, Vec<ManifestFile>) =
+            std::mem::take(&mut self.manifest.files)
+                .into_iter()
+                .partition(|f| settled(f));
+        self.manifest.files = kept;
+        let rel = format!(
+            "_headwater/{}-{}.archive-{}.json",
+            self.connector,
+            self.task_id,
+            self.manifest.archives.len() + 1
+        );
+        let bytes = serde_json::to_vec(&ManifestArchive { files: archived })
+            .map_err(|e| ConnectError::fatal(e.to_string()))?;
+        if let Some(bucket) = &self.bucket {
+            bucket.put(&rel, bytes).await?;
+        } else {
+            let path = self.base.join(&rel);
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| io_err("creating", dir, e))?;
+            }
+            write_atomically(&path, &bytes)?;
+        }
+        self.manifest.archives.push(rel);
         Ok(())
     }
 
@@ -874,12 +978,20 @@ impl SinkTask for ParquetSinkTask {
                     _ => Compression::ZSTD(ZstdLevel::default()),
                 },
             );
+            self.archive_batch = ARCHIVE_BATCH;
             let manifests =
                 Self::manifests(self.bucket.as_ref(), &self.base, &self.connector).await?;
-            let listed: HashSet<String> = manifests
+            let mut listed: HashSet<String> = manifests
                 .iter()
                 .flat_map(|(_, m)| m.files.iter().map(|f| f.path.clone()))
                 .collect();
+            for (_, m) in &manifests {
+                let archived = match &self.bucket {
+                    Some(b) => read_bucket_archives(b, m).await?,
+                    None => read_local_archives(&self.base, m).map_err(ConnectError::fatal)?,
+                };
+                listed.extend(archived.into_iter().map(|f| f.path));
+            }
             if let Some(bucket) = &self.bucket {
                 Self::remove_bucket_orphans(
                     bucket,
@@ -1249,6 +1361,8 @@ mod tests {
         )
         .await
         .unwrap();
+        // Archive early, so that every test also crosses archive writes.
+        task.archive_batch = 2;
         task
     }
 
@@ -1288,6 +1402,83 @@ mod tests {
                 "a listed file is past the next offset: {m:?}"
             );
         }
+    }
+
+    /// Settled files move into archives, so the manifest stays small; the archives keep
+    /// them listed: a restart removes none of them, and reading gives every row once.
+    #[tokio::test]
+    async fn settled_files_move_into_archives_and_stay_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut task = started_task(dir.path(), "none").await;
+        put_all(&mut task, &interleaved_records(23)).await;
+        task.stop().await;
+        let text = std::fs::read_to_string(dir.path().join("_headwater/lake-0.json")).unwrap();
+        let own: Manifest = serde_json::from_str(&text).unwrap();
+        assert!(own.archives.len() >= 3, "archives: {:?}", own.archives);
+        assert!(
+            own.files.len() < 2,
+            "files left in the manifest: {:?}",
+            own.files
+        );
+        for (n, rel) in own.archives.iter().enumerate() {
+            assert_eq!(*rel, format!("_headwater/lake-0.archive-{}.json", n + 1));
+        }
+        // Every file, oldest first, each following on from the one before.
+        let all = read_manifests(dir.path(), "lake").unwrap().remove(0).files;
+        assert_eq!(all.len(), 8, "{all:?}");
+        let mut expected_first = 0;
+        for f in &all {
+            assert_eq!(f.first_offset, expected_first, "{all:?}");
+            expected_first = f.last_offset + 1;
+        }
+        assert_eq!(expected_first, 23);
+
+        let parquet_files = |dir: &Path| {
+            let mut names: Vec<String> = std::fs::read_dir(dir.join("t"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        let before = parquet_files(dir.path());
+        assert_eq!(before.len(), 8);
+        // A file a crash left unlisted is still removed at start; the archived ones stay.
+        std::fs::write(dir.path().join("t/lake-0-0-23-25.parquet"), b"unlisted").unwrap();
+        let mut restarted = started_task(dir.path(), "none").await;
+        assert_eq!(parquet_files(dir.path()), before);
+        let stored = restarted
+            .stored_offsets(&[TopicPartition::new("t", 0)])
+            .await
+            .unwrap();
+        assert_eq!(stored, [(TopicPartition::new("t", 0), 23)]);
+        restarted.stop().await;
+        let mut offsets: Vec<i64> = read_rows(dir.path(), "lake", "t")
+            .unwrap()
+            .into_iter()
+            .map(|(o, _)| o)
+            .collect();
+        offsets.sort_unstable();
+        assert_eq!(offsets, (0..23).collect::<Vec<_>>());
+
+        // Without an archive the manifest names, the task refuses to start (its files would
+        // look unlisted and be removed).
+        std::fs::remove_file(dir.path().join(&own.archives[0])).unwrap();
+        let mut task = ParquetSinkTask::default();
+        let path = dir.path().to_string_lossy().into_owned();
+        let err = task
+            .start(
+                SinkTaskContext {
+                    connector_name: "lake".into(),
+                    task_id: 0,
+                },
+                props(&[("parquet.path", path.as_str())]),
+            )
+            .await
+            .expect_err("a missing archive is refused");
+        assert!(err.to_string().contains("lake-0.archive-1.json"), "{err}");
+        assert_eq!(parquet_files(dir.path()), before);
     }
 
     fn copy_dir(from: &Path, to: &Path) {
