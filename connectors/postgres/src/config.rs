@@ -16,6 +16,7 @@ pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
 
 use crate::filters::{Filters, PatternList, Selector};
 use crate::replication::SslMode;
+use crate::tls::TlsSettings;
 use crate::types::{
     BinaryMode, DecimalMode, HstoreMode, IntervalMode, MappingConfig, TimePrecisionMode,
 };
@@ -58,7 +59,7 @@ pub struct PostgresConfig {
     pub user: String,
     pub password: Option<String>,
     pub dbname: String,
-    pub sslmode: SslMode,
+    pub tls: TlsSettings,
     pub connect_timeout: Duration,
     pub initial_statements: Vec<String>,
     pub topic_prefix: String,
@@ -148,11 +149,27 @@ pub fn config_def() -> ConfigDef {
                 let s = v.to_config_string();
                 match SslMode::parse(&s) {
                     None => Err("String must be one of: disable, allow, prefer, require, verify-ca, verify-full".into()),
-                    Some(m) if m.requires_tls() => Err(format!("sslmode {s} needs TLS, which Headwater's PostgreSQL connector does not support yet; use disable, allow or prefer")),
                     Some(_) => Ok(()),
                 }
             }))
-            .doc("disable, allow or prefer connect without TLS; require, verify-ca and verify-full are not supported yet."))
+            .doc("disable/allow: plain TCP; prefer: TLS when the server offers it; require: TLS without certificate checks (with database.sslrootcert: as verify-ca); verify-ca: the certificate must chain to database.sslrootcert; verify-full: and name database.hostname."))
+        .define(key("database.sslrootcert", String).default_null()
+            .doc("PEM file of the CA certificates to trust (verify-ca, verify-full; default ~/.postgresql/root.crt)."))
+        .define(key("database.sslcert", String).default_null()
+            .doc("PEM file of the client certificate, sent when the server asks for one."))
+        .define(key("database.sslkey", String).default_null()
+            .doc("The client certificate's key: PEM, or PKCS#8 DER as pgjdbc takes it; not encrypted."))
+        .define(key("database.sslpassword", Password).default_null()
+            .validator(Validator::custom(|v| {
+                if v.to_config_string().is_empty() {
+                    Ok(())
+                } else {
+                    Err("encrypted client keys are not supported; give database.sslkey an unencrypted key".into())
+                }
+            }))
+            .doc("Not supported: the client key must not be encrypted."))
+        .define(key("database.sslfactory", String).default_null()
+            .doc("pgjdbc's SSL socket factory class; ignored (TLS is set by database.sslmode and the files)."))
         .define(key("database.initial.statements", String).default_null()
             .doc("Semicolon-separated SQL statements run on each new (non-replication) connection."))
         .define(key("connect.timeout.ms", Long).default_str("30000").validator(Validator::at_least(1.0))
@@ -303,6 +320,20 @@ pub fn validate(props: &Properties) -> ConfigValidation {
             "Must be larger than the maximum batch size (max.batch.size)",
         );
     }
+    if let Some(tls) = tls_settings(props).filter(TlsSettings::attempts_tls) {
+        if let Err(message) = tls.client_config() {
+            // The message names the key it is about; the mode's own when it names none.
+            let field = [
+                "database.sslrootcert",
+                "database.sslcert",
+                "database.sslkey",
+            ]
+            .into_iter()
+            .find(|k| message.starts_with(k))
+            .unwrap_or("database.sslmode");
+            v.add_error(field, message);
+        }
+    }
     if let Some(mode) = props.get("publication.autocreate.mode") {
         if mode.eq_ignore_ascii_case("filtered")
             && props.get("table.include.list").is_none()
@@ -317,6 +348,28 @@ pub fn validate(props: &Properties) -> ConfigValidation {
         }
     }
     v
+}
+
+/// The TLS settings of `props`; `None` when the mode is not a valid one.
+fn tls_settings(props: &Properties) -> Option<TlsSettings> {
+    let file = |k: &str| {
+        props
+            .get(k)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+    };
+    Some(TlsSettings {
+        mode: SslMode::parse(
+            props
+                .get("database.sslmode")
+                .map_or("prefer", String::as_str)
+                .trim(),
+        )?,
+        root_cert: file("database.sslrootcert"),
+        client_cert: file("database.sslcert"),
+        client_key: file("database.sslkey"),
+    })
 }
 
 fn selector(p: &headwater_api::config::ParsedConfig, include: &str, exclude: &str) -> Selector {
@@ -406,7 +459,7 @@ impl PostgresConfig {
             user: s("database.user"),
             password: p.get_string("database.password").map(str::to_owned),
             dbname: s("database.dbname"),
-            sslmode: SslMode::parse(&s("database.sslmode")).unwrap_or(SslMode::Prefer),
+            tls: tls_settings(props).unwrap_or_else(TlsSettings::disabled),
             connect_timeout: ms("connect.timeout.ms"),
             initial_statements: p
                 .get_string("database.initial.statements")
@@ -529,6 +582,7 @@ mod tests {
             ("table.exclude.list", "public.b"),
             ("skipped.operations", "x"),
             ("database.sslmode", "verify-full"),
+            ("database.sslrootcert", "/nonexistent/root.crt"),
             ("time.precision.mode", "nanoseconds"),
         ]);
         let v = validate(&props(&p));
@@ -538,7 +592,10 @@ mod tests {
         assert!(errs["slot.name"][0].contains("lower case"));
         assert!(errs["table.exclude.list"][0].contains("already specified"));
         assert!(errs["skipped.operations"][0].contains("x"));
-        assert!(errs["database.sslmode"][0].contains("not support"));
+        assert!(
+            errs["database.sslrootcert"][0].contains("/nonexistent/root.crt"),
+            "{errs:?}"
+        );
         assert!(errs["time.precision.mode"][0].contains("not supported yet"));
         assert!(PostgresConfig::parse(&props(&p)).is_err());
         let mut p = base();

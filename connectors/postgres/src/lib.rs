@@ -3,8 +3,9 @@
 //! replace `io.debezium.connector.postgresql.PostgresConnector` with the same connector JSON.
 //!
 //! Layers, bottom up:
-//! - [`lsn`], [`replication`]: WAL positions and a replication-protocol client (startup with
-//!   `replication=database`, authentication, replication commands, the CopyBoth stream);
+//! - [`lsn`], [`replication`], [`tls`]: WAL positions and a replication-protocol client (TLS,
+//!   startup with `replication=database`, authentication, replication commands, the CopyBoth
+//!   stream);
 //! - [`pgoutput`]: the logical replication message decoder;
 //! - [`types`], [`temporal`]: Debezium's type mapping and value conversion from the binary
 //!   wire format (used by both the snapshot and the stream);
@@ -29,6 +30,7 @@ pub mod snapshot;
 pub mod streamed;
 pub mod task;
 pub mod temporal;
+pub mod tls;
 pub mod types;
 
 pub use connector::PostgresConnector;

@@ -5,9 +5,9 @@
 //! Invariants:
 //! - every backend frame is length-checked before use; a frame larger than
 //!   [`MAX_FRAME_LEN`] or malformed content is a [`PgError::Protocol`], never a panic;
+//! - TLS is negotiated before the startup message as `database.sslmode` asks ([`crate::tls`]);
 //! - authentication supports trust, cleartext password, md5 and SCRAM-SHA-256 (without channel
-//!   binding); other methods and TLS (`sslmode` require/verify-*) are refused with
-//!   [`PgError::NotSupported`] naming what is missing;
+//!   binding); other methods are refused with [`PgError::NotSupported`] naming what is missing;
 //! - once `START_REPLICATION` succeeded the connection is split: a [`ReplicationReader`] that
 //!   yields XLogData / keepalive messages and a cloneable [`StatusWriter`] that sends standby
 //!   status updates, so feedback can be sent while nobody reads (backpressure).
@@ -20,12 +20,12 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
 use crate::lsn::Lsn;
 use crate::pgoutput::PG_EPOCH_OFFSET_MICROS;
+use crate::tls::{ReadPart, TlsSettings, Transport, WritePart};
 
 /// The largest backend frame accepted (PostgreSQL's own limit for a field is 1 GB).
 pub const MAX_FRAME_LEN: usize = 1 << 30;
@@ -43,6 +43,10 @@ pub enum PgError {
     Auth(String),
     #[error("not supported yet: {0}")]
     NotSupported(String),
+    /// TLS could not be set up (the message says how: a file, the server's refusal, the
+    /// handshake).
+    #[error("{0}")]
+    Tls(String),
     #[error("timed out: {0}")]
     Timeout(String),
 }
@@ -121,12 +125,24 @@ impl SslMode {
             _ => return None,
         })
     }
-    /// Whether this mode insists on TLS (which this build does not have yet).
+    /// Whether this mode insists on TLS.
     pub fn requires_tls(self) -> bool {
         matches!(
             self,
             SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull
         )
+    }
+
+    /// The mode as `database.sslmode` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Allow => "allow",
+            SslMode::Prefer => "prefer",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
     }
 }
 
@@ -139,7 +155,7 @@ pub struct ConnectOptions {
     pub password: Option<String>,
     pub dbname: String,
     pub application_name: String,
-    pub sslmode: SslMode,
+    pub tls: TlsSettings,
     pub connect_timeout: Duration,
 }
 
@@ -305,8 +321,9 @@ fn io_err(e: std::io::Error) -> PgError {
 
 /// A connection in replication mode, before streaming starts.
 pub struct ReplicationClient {
-    reader: FrameReader<OwnedReadHalf>,
-    writer: OwnedWriteHalf,
+    reader: FrameReader<ReadPart>,
+    writer: WritePart,
+    tls: bool,
     out: BytesMut,
     parameters: HashMap<String, String>,
     backend_pid: Option<i32>,
@@ -315,22 +332,23 @@ pub struct ReplicationClient {
 impl ReplicationClient {
     /// Connects with `replication=database` and authenticates.
     pub async fn connect(opts: &ConnectOptions) -> Result<ReplicationClient, PgError> {
-        if opts.sslmode.requires_tls() {
-            return Err(PgError::NotSupported(format!(
-                "database.sslmode={:?}: TLS connections are not supported yet by Headwater's PostgreSQL connector; use disable, allow or prefer (plain TCP)",
-                opts.sslmode
-            )
-            .to_lowercase()));
-        }
         let addr = format!("{}:{}", opts.host, opts.port);
         let stream = tokio::time::timeout(opts.connect_timeout, TcpStream::connect(&addr))
             .await
             .map_err(|_| PgError::Timeout(format!("connecting to {addr}")))??;
         stream.set_nodelay(true)?;
-        let (r, w) = stream.into_split();
+        let transport = tokio::time::timeout(
+            opts.connect_timeout,
+            Transport::negotiate(stream, &opts.host, &opts.tls),
+        )
+        .await
+        .map_err(|_| PgError::Timeout(format!("negotiating TLS with {addr}")))??;
+        let tls = transport.is_tls();
+        let (r, w) = transport.split();
         let mut client = ReplicationClient {
             reader: FrameReader::new(r),
             writer: w,
+            tls,
             out: BytesMut::with_capacity(1024),
             parameters: HashMap::new(),
             backend_pid: None,
@@ -355,6 +373,11 @@ impl ReplicationClient {
         self.parameters.get(name).map(String::as_str)
     }
 
+    /// Whether the connection uses TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
     /// The walsender's process id.
     pub fn backend_pid(&self) -> Option<i32> {
         self.backend_pid
@@ -368,6 +391,8 @@ impl ReplicationClient {
 
     async fn flush(&mut self) -> Result<(), PgError> {
         self.writer.write_all(&self.out).await?;
+        // TLS may hold the last record back until flushed; plain TCP has sent it already.
+        self.writer.flush().await?;
         self.out.clear();
         Ok(())
     }
@@ -730,7 +755,7 @@ pub fn parse_replication_message(mut body: Bytes) -> Result<ReplicationMessage, 
 
 /// The reading side of a started replication stream.
 pub struct ReplicationReader {
-    reader: FrameReader<OwnedReadHalf>,
+    reader: FrameReader<ReadPart>,
 }
 
 impl ReplicationReader {
@@ -787,7 +812,7 @@ pub fn encode_status_update(write: Lsn, flush: Lsn, apply: Lsn, reply: bool, out
 /// Sends standby status updates; cloneable, usable while another task reads.
 #[derive(Clone)]
 pub struct StatusWriter {
-    inner: Arc<Mutex<OwnedWriteHalf>>,
+    inner: Arc<Mutex<WritePart>>,
 }
 
 impl StatusWriter {
@@ -808,6 +833,7 @@ impl StatusWriter {
         frontend::terminate(&mut buf);
         let mut w = self.inner.lock().await;
         let _ = w.write_all(&buf).await;
+        let _ = w.flush().await;
         let _ = w.shutdown().await;
     }
 }

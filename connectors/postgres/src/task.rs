@@ -61,7 +61,7 @@ fn pg_err(context: &str, e: PgError) -> ConnectError {
     let msg = format!("{context}: {e}");
     let err = match &e {
         PgError::NotSupported(_) => ConnectError::not_supported(msg),
-        PgError::Auth(_) => ConnectError::config(msg),
+        PgError::Auth(_) | PgError::Tls(_) => ConnectError::config(msg),
         _ if transient => ConnectError::retriable(msg),
         _ => ConnectError::fatal(msg),
     };
@@ -295,17 +295,12 @@ fn connect_options(cfg: &PostgresConfig, suffix: &str) -> ConnectOptions {
         password: cfg.password.clone(),
         dbname: cfg.dbname.clone(),
         application_name: format!("headwater-{}{suffix}", cfg.topic_prefix),
-        sslmode: cfg.sslmode,
+        tls: cfg.tls.clone(),
         connect_timeout: cfg.connect_timeout,
     }
 }
 
 async fn connect_sql(cfg: &PostgresConfig) -> Result<(Client, JoinHandle<()>), ConnectError> {
-    if cfg.sslmode.requires_tls() {
-        return Err(ConnectError::not_supported(
-            "database.sslmode: TLS connections are not supported yet; use disable, allow or prefer",
-        ));
-    }
     let mut pc = tokio_postgres::Config::new();
     pc.host(&cfg.hostname)
         .port(cfg.port)
@@ -316,17 +311,27 @@ async fn connect_sql(cfg: &PostgresConfig) -> Result<(Client, JoinHandle<()>), C
     if let Some(pw) = &cfg.password {
         pc.password(pw);
     }
-    let (client, conn) = pc.connect(tokio_postgres::NoTls).await.map_err(|e| {
+    let failed = |e: tokio_postgres::Error| {
         sql_err(
-            &format!("connecting to PostgreSQL at {}:{}", cfg.hostname, cfg.port),
+            &format!(
+                "connecting to PostgreSQL at {}:{} (database.sslmode={})",
+                cfg.hostname,
+                cfg.port,
+                cfg.tls.mode.name()
+            ),
             e,
         )
-    })?;
-    let handle = tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "SQL connection ended");
-        }
-    });
+    };
+    let (client, handle) = if cfg.tls.attempts_tls() {
+        let (tls, mode) = crate::tls::sql_tls(&cfg.tls).map_err(ConnectError::config)?;
+        pc.ssl_mode(mode);
+        let (client, conn) = pc.connect(tls).await.map_err(failed)?;
+        (client, spawn_connection(conn))
+    } else {
+        pc.ssl_mode(tokio_postgres::config::SslMode::Disable);
+        let (client, conn) = pc.connect(tokio_postgres::NoTls).await.map_err(failed)?;
+        (client, spawn_connection(conn))
+    };
     for stmt in &cfg.initial_statements {
         client
             .batch_execute(stmt)
@@ -334,6 +339,19 @@ async fn connect_sql(cfg: &PostgresConfig) -> Result<(Client, JoinHandle<()>), C
             .map_err(|e| sql_err(&format!("database.initial.statements {stmt:?}"), e))?;
     }
     Ok((client, handle))
+}
+
+/// Drives a SQL connection until it ends.
+fn spawn_connection<S, T>(conn: tokio_postgres::Connection<S, T>) -> JoinHandle<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "SQL connection ended");
+        }
+    })
 }
 
 /// `pg_replication_slots` row of our slot.

@@ -21,6 +21,7 @@ use headwater_connector_postgres::pgoutput::{Decoder, PgOutputMessage};
 use headwater_connector_postgres::replication::{
     ConnectOptions, PgError, ReplicationClient, ReplicationMessage, SnapshotAction, SslMode,
 };
+use headwater_connector_postgres::tls::TlsSettings;
 use headwater_connector_postgres::PostgresSourceTask;
 use headwater_tests::PostgresServer;
 
@@ -32,7 +33,10 @@ fn opts(pg: &PostgresServer, db: &str, user: &str, password: Option<&str>) -> Co
         password: password.map(str::to_owned),
         dbname: db.into(),
         application_name: "headwater-test".into(),
-        sslmode: SslMode::Prefer,
+        tls: TlsSettings {
+            mode: SslMode::Prefer,
+            ..TlsSettings::disabled()
+        },
         connect_timeout: Duration::from_secs(10),
     }
 }
@@ -85,10 +89,210 @@ async fn password_authentication_methods() {
         let msg = missing.err().unwrap().to_string();
         assert!(msg.contains("database.password"), "{msg}");
     }
+    // This server has no TLS: prefer falls back to plain TCP, require refuses.
+    let c = ReplicationClient::connect(&opts(&pg, "postgres", "postgres", None))
+        .await
+        .unwrap();
+    assert!(!c.is_tls());
+    c.close().await;
     let mut tls = opts(&pg, "postgres", "postgres", None);
-    tls.sslmode = SslMode::Require;
+    tls.tls.mode = SslMode::Require;
     let err = ReplicationClient::connect(&tls).await.err().unwrap();
-    assert!(matches!(err, PgError::NotSupported(_)), "{err}");
+    assert!(
+        matches!(&err, PgError::Tls(m) if m.contains("does not accept TLS")),
+        "{err}"
+    );
+}
+
+/// A test CA, a server certificate it signed for `localhost` (not for 127.0.0.1), and an
+/// unrelated CA; PEM files in a temporary directory.
+struct TestPki {
+    dir: tempfile::TempDir,
+    server_cert_pem: String,
+    server_key_pem: String,
+}
+
+impl TestPki {
+    fn new() -> TestPki {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+        let ca = |name: &str| {
+            let key = KeyPair::generate().unwrap();
+            let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            params.distinguished_name.push(DnType::CommonName, name);
+            let cert = params.self_signed(&key).unwrap();
+            (params, key, cert)
+        };
+        let (ca_params, ca_key, ca_cert) = ca("headwater test CA");
+        let (_, _, other_cert) = ca("some other CA");
+        let server_key = KeyPair::generate().unwrap();
+        let mut server_params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        server_params
+            .distinguished_name
+            .push(DnType::CommonName, "localhost");
+        let server_cert = server_params
+            .signed_by(&server_key, &Issuer::from_params(&ca_params, &ca_key))
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("root.crt"), ca_cert.pem()).unwrap();
+        std::fs::write(dir.path().join("other.crt"), other_cert.pem()).unwrap();
+        TestPki {
+            dir,
+            server_cert_pem: server_cert.pem(),
+            server_key_pem: server_key.serialize_pem(),
+        }
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// Against a server that requires TLS of every role but the harness's own: each
+/// `database.sslmode` connects, or is refused, as libpq's would; the connections that succeed
+/// are encrypted (`pg_stat_ssl`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_modes_against_a_server_that_requires_tls() {
+    let pki = TestPki::new();
+    let pg = PostgresServer::start_with_tls(&pki.server_cert_pem, &pki.server_key_pem).unwrap();
+    let admin = pg.connect("postgres").await.unwrap();
+    admin
+        .batch_execute("CREATE ROLE tls_user LOGIN REPLICATION")
+        .await
+        .unwrap();
+    let with = |host: &str, mode: SslMode, root: Option<&str>| {
+        let mut o = opts(&pg, "postgres", "tls_user", None);
+        o.host = host.into();
+        o.tls = TlsSettings {
+            mode,
+            root_cert: root.map(|r| pki.file(r)),
+            ..TlsSettings::disabled()
+        };
+        o
+    };
+    let encrypted = |pid: i32| {
+        let admin = &admin;
+        async move {
+            admin
+                .query_one("SELECT ssl FROM pg_stat_ssl WHERE pid = $1", &[&pid])
+                .await
+                .unwrap()
+                .get::<_, bool>(0)
+        }
+    };
+    for (host, mode, root) in [
+        ("127.0.0.1", SslMode::Prefer, None),
+        ("127.0.0.1", SslMode::Require, None),
+        ("127.0.0.1", SslMode::Require, Some("root.crt")),
+        ("127.0.0.1", SslMode::VerifyCa, Some("root.crt")),
+        ("localhost", SslMode::VerifyFull, Some("root.crt")),
+    ] {
+        let mut c = ReplicationClient::connect(&with(host, mode, root))
+            .await
+            .unwrap_or_else(|e| panic!("{host} {mode:?} {root:?}: {e}"));
+        assert!(c.is_tls(), "{mode:?}");
+        let sys = c.identify_system().await.unwrap();
+        assert!(sys.xlogpos.is_valid());
+        assert!(encrypted(c.backend_pid().unwrap()).await, "{mode:?}");
+        c.close().await;
+    }
+    // Refusals, each saying why.
+    let refused = |o: ConnectOptions| async move {
+        match ReplicationClient::connect(&o).await {
+            Ok(_) => panic!("connected with {:?}", o.tls),
+            Err(e) => e.to_string(),
+        }
+    };
+    let plain = refused(with("127.0.0.1", SslMode::Disable, None)).await;
+    assert!(plain.contains("pg_hba.conf"), "{plain}");
+    let wrong_name = refused(with("127.0.0.1", SslMode::VerifyFull, Some("root.crt"))).await;
+    assert!(wrong_name.contains("TLS handshake"), "{wrong_name}");
+    assert!(wrong_name.to_lowercase().contains("name"), "{wrong_name}");
+    let wrong_ca = refused(with("localhost", SslMode::VerifyCa, Some("other.crt"))).await;
+    assert!(wrong_ca.contains("TLS handshake"), "{wrong_ca}");
+    assert!(wrong_ca.contains("UnknownIssuer"), "{wrong_ca}");
+    let require_with_wrong_root =
+        refused(with("127.0.0.1", SslMode::Require, Some("other.crt"))).await;
+    assert!(
+        require_with_wrong_root.contains("UnknownIssuer"),
+        "require with a root certificate checks the chain: {require_with_wrong_root}"
+    );
+    let missing = refused(with("localhost", SslMode::VerifyFull, Some("missing.crt"))).await;
+    assert!(missing.contains("database.sslrootcert"), "{missing}");
+    assert!(missing.contains("missing.crt"), "{missing}");
+}
+
+/// The whole task (SQL connections for the snapshot, the replication stream) over
+/// `verify-full` as a role that may not connect without TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_snapshots_and_streams_over_verified_tls() {
+    let pki = TestPki::new();
+    let pg = PostgresServer::start_with_tls(&pki.server_cert_pem, &pki.server_key_pem).unwrap();
+    pg.create_database("shop").await.unwrap();
+    let db = pg.connect("shop").await.unwrap();
+    db.batch_execute(
+        "CREATE ROLE tls_user LOGIN REPLICATION SUPERUSER;
+         CREATE TABLE captured (id int PRIMARY KEY, note text);
+         INSERT INTO captured VALUES (1, 'before'), (2, 'before');",
+    )
+    .await
+    .unwrap();
+    let root = pki.file("root.crt").to_string_lossy().into_owned();
+    let mut task = PostgresSourceTask::new();
+    task.start(
+        SourceTaskContext::default(),
+        task_props(
+            &pg,
+            "shop",
+            &[
+                ("database.hostname", "localhost"),
+                ("database.user", "tls_user"),
+                ("database.sslmode", "verify-full"),
+                ("database.sslrootcert", root.as_str()),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    let snapshot = drain(&mut task, 2).await;
+    assert_eq!(snapshot.len(), 2);
+    db.execute("INSERT INTO captured VALUES (3, 'streamed')", &[])
+        .await
+        .unwrap();
+    let streamed = drain(&mut task, 1).await;
+    let after = streamed[0].value.as_struct().unwrap().get("after").unwrap();
+    assert_eq!(
+        after
+            .as_struct()
+            .unwrap()
+            .get("note")
+            .and_then(|v| v.as_str()),
+        Some("streamed")
+    );
+    let plain: i64 = db
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+             WHERE a.usename = 'tls_user' AND NOT s.ssl",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let encrypted: i64 = db
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+             WHERE a.usename = 'tls_user' AND s.ssl",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(plain, 0);
+    assert!(
+        encrypted >= 2,
+        "the SQL and the replication connection: {encrypted}"
+    );
+    task.stop().await;
 }
 
 fn data_file(name: &str) -> PathBuf {

@@ -7,7 +7,9 @@
 //!   authentication) in its own temporary directory, which also holds its Unix socket and its
 //!   log; nothing outside that directory is written;
 //! * the server listens on 127.0.0.1 only, with `wal_level=logical`, 20 replication slots and
-//!   20 WAL senders, and trusts every local and 127.0.0.1 connection, replication included;
+//!   20 WAL senders, and trusts every local and 127.0.0.1 connection, replication included
+//!   (a server started with [`PostgresServer::start_with_tls`] has `ssl=on` and trusts TCP
+//!   connections of roles other than `postgres` only over TLS);
 //! * a handle exists only once the server answered a real protocol handshake on its port and
 //!   its `postmaster.pid` says it is ready (so a collision with someone else's listener on the
 //!   same port can never be mistaken for success);
@@ -76,7 +78,22 @@ impl PostgresServer {
     /// Blocking: from async code call it once at the start of a test (it does not need a
     /// runtime), or through `tokio::task::spawn_blocking`.
     pub fn start() -> Result<PostgresServer, HarnessError> {
-        Self::start_with_ports(support::reserve_port, false)
+        Self::start_with_ports(support::reserve_port, false, None)
+    }
+
+    /// As [`Self::start`], with TLS on (`ssl=on`) using the PEM certificate (chain) and key
+    /// given. Over TCP, only the superuser `postgres` may connect without TLS (the harness's
+    /// own connections); every other role must use TLS (`hostssl` lines), so a test that
+    /// connects as another role proves its connection is encrypted.
+    pub fn start_with_tls(cert_pem: &str, key_pem: &str) -> Result<PostgresServer, HarnessError> {
+        Self::start_with_ports(
+            support::reserve_port,
+            false,
+            Some(ServerTls {
+                cert_pem: cert_pem.to_owned(),
+                key_pem: key_pem.to_owned(),
+            }),
+        )
     }
 
     /// As [`Self::start`], but the server is not tied to this process: it gets no
@@ -84,7 +101,7 @@ impl PostgresServer {
     /// (`headwater quickstart --keep`). Until `keep` is called, dropping the handle still
     /// stops it and removes its directory.
     pub fn start_detachable() -> Result<PostgresServer, HarnessError> {
-        Self::start_with_ports(support::reserve_port, true)
+        Self::start_with_ports(support::reserve_port, true, None)
     }
 
     /// Leaves a server started with [`Self::start_detachable`] running: its directory is kept
@@ -100,6 +117,7 @@ impl PostgresServer {
     fn start_with_ports(
         mut next_port: impl FnMut() -> Result<PortReservation, HarnessError>,
         detachable: bool,
+        tls: Option<ServerTls>,
     ) -> Result<PostgresServer, HarnessError> {
         let bin_dir = find_bin_dir()?;
         let run_as = support::unprivileged_account(SERVER, &["postgres", "nobody"])?;
@@ -108,7 +126,10 @@ impl PostgresServer {
         let socket_dir = dir.path().to_path_buf();
 
         initdb(&bin_dir, dir.path(), &data_dir, run_as.as_ref())?;
-        write_hba(&data_dir, run_as.as_ref())?;
+        write_hba(&data_dir, run_as.as_ref(), tls.is_some())?;
+        if let Some(tls) = &tls {
+            write_tls_files(&data_dir, run_as.as_ref(), tls)?;
+        }
 
         let (log, _) = LogFile::open(dir.path().join("postgres.log"))?;
         if let Some(owner) = &run_as {
@@ -126,7 +147,10 @@ impl PostgresServer {
                 port.port(),
                 &log,
                 run_as.as_ref(),
-                detachable,
+                SpawnOptions {
+                    detachable,
+                    tls: tls.is_some(),
+                },
             )?;
             match wait_until_ready(&mut child, port.port(), &data_dir, &log, log_offset) {
                 Ok(()) => {
@@ -356,24 +380,73 @@ fn initdb(
     support::run_helper(cmd, &description).map(|_| ())
 }
 
+/// The server's TLS certificate and key (PEM).
+struct ServerTls {
+    cert_pem: String,
+    key_pem: String,
+}
+
+/// Writes `server.crt` and `server.key` into the data directory, owned by the server's
+/// account with the key readable by it alone (the server refuses a key others can read).
+fn write_tls_files(
+    data_dir: &Path,
+    run_as: Option<&RunAs>,
+    tls: &ServerTls,
+) -> Result<(), HarnessError> {
+    use std::os::unix::fs::PermissionsExt;
+    for (name, text) in [("server.crt", &tls.cert_pem), ("server.key", &tls.key_pem)] {
+        let path = data_dir.join(name);
+        std::fs::write(&path, text)
+            .map_err(|e| HarnessError::io(format!("writing {}", path.display()), e))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| HarnessError::io(format!("chmod {}", path.display()), e))?;
+        if let Some(owner) = run_as {
+            support::chown(&path, owner)?;
+        }
+    }
+    Ok(())
+}
+
 /// Replaces `pg_hba.conf`: trust everything on the socket and on 127.0.0.1, replication
-/// included.
-fn write_hba(data_dir: &Path, run_as: Option<&RunAs>) -> Result<(), HarnessError> {
+/// included. With `tls_only`, TCP connections of roles other than `postgres` must use TLS.
+fn write_hba(data_dir: &Path, run_as: Option<&RunAs>, tls_only: bool) -> Result<(), HarnessError> {
     let path = data_dir.join("pg_hba.conf");
-    let contents = "\
+    let contents = if tls_only {
+        "\
+# Written by headwater-tests: a throwaway test cluster; over TCP only postgres may skip TLS.
+# TYPE     DATABASE        USER            ADDRESS                 METHOD
+local      all             all                                     trust
+local      replication     all                                     trust
+hostnossl  all             postgres        127.0.0.1/32            trust
+hostnossl  replication     postgres        127.0.0.1/32            trust
+hostssl    all             all             127.0.0.1/32            trust
+hostssl    replication     all             127.0.0.1/32            trust
+"
+    } else {
+        "\
 # Written by headwater-tests: a throwaway test cluster that trusts every local client.
 # TYPE  DATABASE        USER            ADDRESS                 METHOD
 local   all             all                                     trust
 local   replication     all                                     trust
 host    all             all             127.0.0.1/32            trust
 host    replication     all             127.0.0.1/32            trust
-";
+"
+    };
     std::fs::write(&path, contents)
         .map_err(|e| HarnessError::io(format!("writing {}", path.display()), e))?;
     if let Some(owner) = run_as {
         support::chown(&path, owner)?;
     }
     Ok(())
+}
+
+/// How [`spawn_postgres`] starts the server.
+#[derive(Clone, Copy)]
+struct SpawnOptions {
+    /// Without a parent-death signal (see [`PostgresServer::start_detachable`]).
+    detachable: bool,
+    /// With `ssl=on` and the data directory's `server.crt`/`server.key`.
+    tls: bool,
 }
 
 fn spawn_postgres(
@@ -383,7 +456,7 @@ fn spawn_postgres(
     port: u16,
     log: &LogFile,
     run_as: Option<&RunAs>,
-    detachable: bool,
+    how: SpawnOptions,
 ) -> Result<Child, HarnessError> {
     let (_, out) = LogFile::open(log.path.clone())?;
     let err = out
@@ -407,12 +480,18 @@ fn spawn_postgres(
         "log_timezone=UTC".to_owned(),
         "logging_collector=off".to_owned(),
     ];
-    for setting in &settings {
+    let tls_settings = [
+        "ssl=on".to_owned(),
+        "ssl_cert_file=server.crt".to_owned(),
+        "ssl_key_file=server.key".to_owned(),
+    ];
+    let tls_settings: &[String] = if how.tls { &tls_settings } else { &[] };
+    for setting in settings.iter().chain(tls_settings) {
         cmd.arg("-c").arg(setting);
     }
     cmd.stdin(Stdio::null()).stdout(out).stderr(err);
     let description = support::describe(&cmd);
-    let spawned = if detachable {
+    let spawned = if how.detachable {
         support::spawn_detached(cmd)
     } else {
         // SIGQUIT on parent death: immediate shutdown, which also releases shared memory.
@@ -553,6 +632,7 @@ mod tests {
                 Ok(port)
             },
             false,
+            None,
         )
         .expect("start after a collision");
         assert_eq!(offered.len(), 2, "ports offered: {offered:?}");
