@@ -13,7 +13,7 @@
 //!   straight from the log files, and while running it is sampled and compared with the offset
 //!   the worker reports. A confirmed position past the committed offset is only accepted when
 //!   no captured transaction can lie in between (writer transactions are bracketed by
-//!   `pg_current_wal_insert_lsn()` before and `pg_current_wal_lsn()` after their commit), or
+//!   `pg_current_wal_insert_lsn()` before and after their commit), or
 //!   when every change of those in between is in a region a resumed snapshot re-read (the
 //!   offset's `snapshot_skip`: such transactions produce no events, their rows are in the `r`
 //!   events, so passing them loses nothing).
@@ -207,8 +207,10 @@ fn writer(server: &PostgresServer, stop: &AtomicBool, model: &Mutex<Model>, seed
                 .unwrap()
                 .get(0);
             tx.commit().await.unwrap();
+            // The insert position, not pg_current_wal_lsn(): with synchronous_commit=off the
+            // write position can still be short of the commit record (even of `lo`).
             let hi: String = client
-                .query_one("SELECT pg_current_wal_lsn()::text", &[])
+                .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
                 .await
                 .unwrap()
                 .get(0);
