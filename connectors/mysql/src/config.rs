@@ -17,6 +17,7 @@ use headwater_connector_common::config::pair_check;
 pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
 
 use crate::filters::{Filters, PatternList, Selector};
+use crate::tls::{SslMode, TlsSettings};
 use crate::types::{BigintMode, BinaryMode, DecimalMode, MappingConfig, TimePrecisionMode};
 
 /// Which Debezium connector class the configuration is for; decides `source.connector`, the
@@ -88,6 +89,7 @@ pub const DEFAULT_QUEUE_BYTES: usize = 8 * 1024 * 1024;
 #[derive(Clone, Debug)]
 pub struct MySqlConfig {
     pub flavor: Flavor,
+    pub tls: TlsSettings,
     pub hostname: String,
     pub port: u16,
     pub user: String,
@@ -174,15 +176,20 @@ pub fn config_def() -> ConfigDef {
         .define(key("database.server.id.offset", Long).default_str("10000").doc("Offset added to database.server.id by Debezium's signalling snapshot connections (unused here)."))
         .define(key("database.ssl.mode", String).default_null()
             .validator(Validator::custom(|v| {
-                let s = v.to_config_string().to_ascii_lowercase();
-                match s.as_str() {
-                    "disabled" | "disable" | "preferred" => Ok(()),
-                    "required" | "verify_ca" | "verify_identity" | "trust" | "verify-ca" | "verify-full" =>
-                        Err(format!("database.ssl.mode={s} needs TLS, which Headwater's MySQL connector does not support yet; use disabled (MariaDB: disable) or preferred")),
-                    _ => Err("String must be one of: disabled, preferred, required, verify_ca, verify_identity (MariaDB: disable, trust, verify-ca, verify-full)".into()),
+                match SslMode::parse(&v.to_config_string()) {
+                    Some(_) => Ok(()),
+                    None => Err("String must be one of: disabled, preferred, required, verify_ca, verify_identity (MariaDB: disable, trust, verify-ca, verify-full)".into()),
                 }
             }))
-            .doc("TLS mode; MySQL default preferred, MariaDB default disable. Only modes without TLS are supported."))
+            .doc("TLS mode; MySQL default preferred, MariaDB default disable. preferred: TLS when the server has it; required (trust): TLS without certificate checks; verify_identity (verify-full): the certificate must chain to database.ssl.truststore and name the host. verify_ca (verify-ca) is not supported."))
+        .define(key("database.ssl.truststore", String).default_null()
+            .doc("PEM file of the CA certificates to trust (verify_identity); Java key stores are refused with the command that exports them."))
+        .define(key("database.ssl.truststore.password", Password).default_null()
+            .doc("Not needed: the trust store is a PEM file."))
+        .define(key("database.ssl.keystore", String).default_null()
+            .doc("PEM file with the client certificate and its (unencrypted) key, sent when the server asks for one."))
+        .define(key("database.ssl.keystore.password", Password).default_null()
+            .doc("Not needed: the key store is a PEM file with an unencrypted key."))
         .define(key("database.initial.statements", String).default_null().doc("Semicolon-separated SQL statements run on each new connection."))
         .define(key("connect.timeout.ms", Long).default_str("30000").validator(Validator::at_least(1.0)).doc("Timeout for establishing a connection."))
         .define(key("connect.keep.alive", Boolean).default_str("true").doc("Reconnect the binlog reader when its connection drops."))
@@ -300,9 +307,42 @@ fn parse_message_key_columns(s: &str) -> Result<Vec<(PatternList, Vec<String>)>,
     Ok(out)
 }
 
+/// The TLS settings of `props` (the mode's default depends on the connector class); `None`
+/// when the mode is not a valid one.
+fn tls_settings(props: &Properties) -> Option<TlsSettings> {
+    let file = |k: &str| {
+        props
+            .get(k)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+    };
+    let mode = match props.get("database.ssl.mode") {
+        Some(m) => SslMode::parse(m)?,
+        None => match Flavor::from_props(props) {
+            Flavor::MySql => SslMode::Preferred,
+            Flavor::MariaDb => SslMode::Disabled,
+        },
+    };
+    Some(TlsSettings {
+        mode,
+        truststore: file("database.ssl.truststore"),
+        keystore: file("database.ssl.keystore"),
+    })
+}
+
 /// Validates a configuration: every key's own checks plus the cross-field rules.
 pub fn validate(props: &Properties) -> ConfigValidation {
     let mut v = config_def().validate(props);
+    if let Some(tls) = tls_settings(props) {
+        if let Err(message) = tls.check() {
+            let field = ["database.ssl.truststore", "database.ssl.keystore"]
+                .into_iter()
+                .find(|k| message.starts_with(k))
+                .unwrap_or("database.ssl.mode");
+            v.add_error(field, message);
+        }
+    }
     pair_check(
         &mut v,
         props,
@@ -407,6 +447,7 @@ impl MySqlConfig {
             .unwrap_or_default();
         Ok(MySqlConfig {
             flavor: Flavor::from_props(props),
+            tls: tls_settings(props).unwrap_or_else(TlsSettings::disabled),
             hostname: s("database.hostname"),
             port: u16::try_from(long("database.port")).unwrap_or(3306),
             user: s("database.user"),
@@ -526,7 +567,7 @@ mod tests {
             ("snapshot.mode", "custom"),
             ("snapshot.locking.mode", "minimal_percona"),
             ("decimal.handling.mode", "exact"),
-            ("database.ssl.mode", "required"),
+            ("database.ssl.mode", "verify_ca"),
             ("table.include.list", "a.b"),
             ("table.exclude.list", "a.c"),
             ("skipped.operations", "x"),

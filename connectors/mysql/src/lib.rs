@@ -9,7 +9,7 @@
 //! - [`event`]: key/value/envelope schemas, the source block and records;
 //! - [`binlog`]: positions, MariaDB GTIDs and the event kinds mysql_common leaves unparsed;
 //! - [`snapshot`]: the chunked, parallel, resumable initial snapshot;
-//! - [`config`], [`filters`]: Debezium's keys and defaults;
+//! - [`config`], [`filters`], [`tls`]: Debezium's keys and defaults, TLS settings;
 //! - [`task`], [`connector`]: the `SourceTask` / `SourceConnector` implementations.
 //!
 //! Invariant kept across the crate: a committed source offset always names a binlog position
@@ -23,6 +23,7 @@ pub mod filters;
 pub mod schema;
 pub mod snapshot;
 pub mod task;
+pub mod tls;
 pub mod types;
 
 pub use connector::MySqlConnector;

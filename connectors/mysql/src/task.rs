@@ -40,6 +40,8 @@ use mysql_async::binlog::events::{EventData, RowsEventData, TableMapEvent};
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStreamRequest, Conn, OptsBuilder, Value as MyValue};
+
+use crate::tls::SslMode;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
@@ -72,6 +74,17 @@ fn my_err(context: &str, e: mysql_async::Error) -> ConnectError {
         || lower.contains("purged")
     {
         ConnectError::fatal(format!("{msg}; the connector is trying to read binlog starting at a position that is no longer available on the server. Reconfigure the connector to use a snapshot when needed (snapshot.mode=when_needed)"))
+    } else if matches!(
+        e,
+        mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer)
+    ) {
+        ConnectError::config(format!(
+            "{msg}; the server does not accept TLS connections, and database.ssl.mode asks for TLS: turn TLS on in the server, or use preferred"
+        ))
+    } else if lower.contains("invalid peer certificate") {
+        ConnectError::config(format!(
+            "{msg}; the server's certificate failed the check database.ssl.mode asks for (see database.ssl.truststore)"
+        ))
     } else if lower.contains("access denied") {
         ConnectError::config(format!(
             "{msg}; the user needs SELECT, RELOAD, REPLICATION SLAVE and REPLICATION CLIENT"
@@ -297,25 +310,47 @@ impl MySqlSourceTask {
 }
 
 fn opts_of(cfg: &MySqlConfig) -> OptsBuilder {
+    if cfg.tls.mode != SslMode::Disabled {
+        crate::tls::install_crypto_provider();
+    }
     OptsBuilder::default()
         .ip_or_hostname(cfg.hostname.clone())
         .tcp_port(cfg.port)
         .user(Some(cfg.user.clone()))
         .pass(cfg.password.clone())
         .prefer_socket(false)
+        .ssl_opts(cfg.tls.ssl_opts())
 }
 
 async fn connect(cfg: &MySqlConfig, opts: &OptsBuilder) -> Result<Conn, ConnectError> {
-    let conn = tokio::time::timeout(cfg.connect_timeout, Conn::new(opts.clone()))
-        .await
-        .map_err(|_| {
-            ConnectError::retriable(format!(
-                "connecting to {}:{} timed out after {:?}",
-                cfg.hostname, cfg.port, cfg.connect_timeout
-            ))
-        })?;
-    let mut conn =
-        conn.map_err(|e| my_err(&format!("connecting to {}:{}", cfg.hostname, cfg.port), e))?;
+    let attempt = |opts: OptsBuilder| async move {
+        tokio::time::timeout(cfg.connect_timeout, Conn::new(opts))
+            .await
+            .map_err(|_| {
+                ConnectError::retriable(format!(
+                    "connecting to {}:{} timed out after {:?}",
+                    cfg.hostname, cfg.port, cfg.connect_timeout
+                ))
+            })
+    };
+    let mut conn = match attempt(opts.clone()).await? {
+        // `preferred`: a server without TLS is connected to in plain TCP.
+        Err(mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer))
+            if cfg.tls.mode == SslMode::Preferred =>
+        {
+            attempt(opts.clone().ssl_opts(None)).await?
+        }
+        other => other,
+    }
+    .map_err(|e| {
+        my_err(
+            &format!(
+                "connecting to {}:{} (database.ssl.mode {:?})",
+                cfg.hostname, cfg.port, cfg.tls.mode
+            ),
+            e,
+        )
+    })?;
     conn.query_drop("SET time_zone = '+00:00', NAMES utf8mb4")
         .await
         .map_err(|e| my_err("setting the session time zone", e))?;
