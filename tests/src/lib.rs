@@ -7,7 +7,8 @@
 //! * [`MariaDbServer`] — a private MariaDB server with a row-based, full-image, full-metadata
 //!   binary log, ready for binlog CDC;
 //! * [`MongoServer`] — a private SecantusDB server (MongoDB wire protocol, a one-member replica
-//!   set with change streams), ready for change-stream CDC.
+//!   set with change streams), ready for change-stream CDC;
+//! * with the `pki` feature, `pki::TestPki`: a test CA and certificates for TLS tests.
 //!
 //! Invariants every server of this crate keeps:
 //!
@@ -26,6 +27,8 @@
 
 pub mod bench;
 pub mod harness;
+#[cfg(feature = "pki")]
+pub mod pki;
 pub mod rng;
 
 pub use harness::{

@@ -2,9 +2,9 @@
 //! cross-checked (per-key errors), and the destination given by `connection.url`.
 //!
 //! Supported URLs: `jdbc:postgresql://host[:port]/database[?...]`,
-//! `jdbc:mysql://host[:port]/database[?...]` and `jdbc:mariadb://...` (query parameters other
-//! than `user`/`password` are ignored). Anything else is rejected with a message naming what is
-//! supported.
+//! `jdbc:mysql://host[:port]/database[?...]` and `jdbc:mariadb://...`. Of the query
+//! parameters, the drivers' TLS settings are read (see [`DestinationTls`]); the others are
+//! ignored. Anything else is rejected with a message naming what is supported.
 
 use headwater_api::config::{
     ConfigDef, ConfigKey, ConfigType, ConfigValidation, Importance, Validator,
@@ -26,6 +26,136 @@ pub struct Destination {
     pub host: String,
     pub port: u16,
     pub database: String,
+    pub tls: DestinationTls,
+}
+
+/// TLS to the destination, from the URL's parameters as the JDBC drivers name them, with the
+/// drivers' defaults:
+/// - PostgreSQL (pgjdbc): `sslmode` (default `prefer`; `ssl=true` alone means `verify-full`),
+///   `sslrootcert`, `sslcert`, `sslkey` (PEM, or a PKCS#8 DER key); the modes are libpq's,
+///   as the PostgreSQL source has them;
+/// - MySQL (Connector/J): `sslMode` (default `PREFERRED`; `useSSL=false` means `DISABLED`,
+///   `requireSSL=true` `REQUIRED`), `trustCertificateKeyStoreUrl` and
+///   `clientCertificateKeyStoreUrl` (PEM files, `file:` prefix allowed);
+/// - MariaDB (MariaDB Connector/J): `sslMode` (default `disable`), `serverSslCert` (PEM file of
+///   the CA or server certificate), `keyStore` (PEM file with certificate and key).
+///
+/// The modes mean what they mean for the sources (docs/connectors/postgres.md and mysql.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DestinationTls {
+    Postgres(headwater_connector_postgres::tls::TlsSettings),
+    MySql(headwater_connector_mysql::tls::TlsSettings),
+}
+
+/// The URL's query parameters, percent-decoded.
+fn query_params(url: &str) -> Vec<(String, String)> {
+    fn decode(s: &str) -> String {
+        let bytes = s.as_bytes();
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        while i < bytes.len() {
+            let hex = |b: u8| (b as char).to_digit(16);
+            match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+                (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                    out.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
+                    i += 3;
+                }
+                (b, _, _) => {
+                    out.push(b);
+                    i += 1;
+                }
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+    url.split_once('?')
+        .map(|(_, q)| q)
+        .unwrap_or("")
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+/// The TLS settings a URL's parameters give (errors name the parameter).
+fn destination_tls(url: &str, kind: DatabaseKind, mariadb: bool) -> Result<DestinationTls, String> {
+    let params = query_params(url);
+    let get = |name: &str| {
+        params
+            .iter()
+            .rev()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim())
+            .filter(|v| !v.is_empty())
+    };
+    let file = |name: &str| {
+        get(name).map(|v| std::path::PathBuf::from(v.strip_prefix("file:").unwrap_or(v)))
+    };
+    let bad = |what: String| format!("connection.url: {what}");
+    match kind {
+        DatabaseKind::Postgres => {
+            use headwater_connector_postgres::replication::SslMode;
+            if get("sslpassword").is_some() {
+                return Err(bad("sslpassword: encrypted client keys are not supported; give sslkey an unencrypted key".into()));
+            }
+            let mode = match get("sslmode") {
+                Some(m) => SslMode::parse(m).ok_or_else(|| {
+                    bad(format!("sslmode={m} must be one of disable, allow, prefer, require, verify-ca, verify-full"))
+                })?,
+                None if get("ssl").is_some_and(|v| v.eq_ignore_ascii_case("true")) => {
+                    SslMode::VerifyFull
+                }
+                None => SslMode::Prefer,
+            };
+            let settings = headwater_connector_postgres::tls::TlsSettings {
+                mode,
+                root_cert: file("sslrootcert"),
+                client_cert: file("sslcert"),
+                client_key: file("sslkey"),
+            };
+            if settings.attempts_tls() {
+                // The messages name the source's keys; here the URL's parameters are meant.
+                settings
+                    .client_config()
+                    .map_err(|m| bad(m.replace("database.ssl", "ssl")))?;
+            }
+            Ok(DestinationTls::Postgres(settings))
+        }
+        DatabaseKind::MySql => {
+            use headwater_connector_mysql::tls::SslMode;
+            let flag = |name: &str| get(name).map(|v| v.eq_ignore_ascii_case("true"));
+            let mode = match get("sslMode") {
+                Some(m) => SslMode::parse(m).ok_or_else(|| {
+                    bad(format!("sslMode={m} must be one of DISABLED, PREFERRED, REQUIRED, VERIFY_IDENTITY (MariaDB: disable, trust, verify-full)"))
+                })?,
+                None if flag("useSSL") == Some(false) => SslMode::Disabled,
+                None if flag("requireSSL") == Some(true) => SslMode::Required,
+                None if mariadb => SslMode::Disabled,
+                None => SslMode::Preferred,
+            };
+            let settings = headwater_connector_mysql::tls::TlsSettings {
+                mode,
+                truststore: file("trustCertificateKeyStoreUrl").or_else(|| file("serverSslCert")),
+                keystore: file("clientCertificateKeyStoreUrl").or_else(|| file("keyStore")),
+            };
+            settings.check().map_err(|m| {
+                bad(m
+                    .replace(
+                        "database.ssl.truststore",
+                        "the trust store (trustCertificateKeyStoreUrl, serverSslCert)",
+                    )
+                    .replace(
+                        "database.ssl.keystore",
+                        "the key store (clientCertificateKeyStoreUrl, keyStore)",
+                    )
+                    .replace("database.ssl.mode", "sslMode"))
+            })?;
+            Ok(DestinationTls::MySql(settings))
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +233,7 @@ pub fn config_def() -> ConfigDef {
 /// Parses `jdbc:<kind>://host[:port]/database[?params]`.
 pub fn parse_url(url: &str) -> Result<Destination, String> {
     let rest = url.trim();
+    let mariadb = rest.starts_with("jdbc:mariadb://");
     let (kind, rest, default_port) = if let Some(r) = rest.strip_prefix("jdbc:postgresql://") {
         (DatabaseKind::Postgres, r, 5432)
     } else if let Some(r) = rest
@@ -138,6 +269,7 @@ pub fn parse_url(url: &str) -> Result<Destination, String> {
         host: host.trim_matches(|c| c == '[' || c == ']').to_owned(),
         port,
         database: database.to_owned(),
+        tls: destination_tls(url, kind, mariadb)?,
     })
 }
 
@@ -245,6 +377,64 @@ mod tests {
     use headwater_api::properties as props;
 
     #[test]
+    fn tls_parameters_of_each_driver_and_their_defaults() {
+        use headwater_connector_mysql::tls::SslMode as MyMode;
+        use headwater_connector_postgres::replication::SslMode as PgMode;
+        let pg = |url: &str| match parse_url(url).map(|d| d.tls) {
+            Ok(DestinationTls::Postgres(t)) => Ok(t),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e),
+        };
+        let my = |url: &str| match parse_url(url).map(|d| d.tls) {
+            Ok(DestinationTls::MySql(t)) => Ok(t),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e),
+        };
+        assert_eq!(pg("jdbc:postgresql://h/d").unwrap().mode, PgMode::Prefer);
+        // ssl=true alone is verify-full, which needs a CA file (libpq's default is unlikely).
+        match pg("jdbc:postgresql://h/d?ssl=true") {
+            Ok(t) => assert_eq!(t.mode, PgMode::VerifyFull),
+            Err(e) => assert!(
+                e.contains("sslmode=verify-full") && e.contains("sslrootcert"),
+                "{e}"
+            ),
+        }
+        let t = pg("jdbc:postgresql://h/d?user=u&sslmode=REQUIRE&sslcert=/c%20d.pem&sslkey=/k.pk8")
+            .err()
+            .unwrap();
+        // Both client files are read (and here do not exist).
+        assert!(t.contains("connection.url: sslcert /c d.pem"), "{t}");
+        assert!(pg("jdbc:postgresql://h/d?sslmode=sometimes")
+            .unwrap_err()
+            .contains("sslmode=sometimes"));
+        assert!(pg("jdbc:postgresql://h/d?sslmode=require&sslpassword=x")
+            .unwrap_err()
+            .contains("encrypted"));
+        assert_eq!(my("jdbc:mysql://h/d").unwrap().mode, MyMode::Preferred);
+        assert_eq!(my("jdbc:mariadb://h/d").unwrap().mode, MyMode::Disabled);
+        assert_eq!(
+            my("jdbc:mysql://h/d?useSSL=false").unwrap().mode,
+            MyMode::Disabled
+        );
+        assert_eq!(
+            my("jdbc:mysql://h/d?requireSSL=true").unwrap().mode,
+            MyMode::Required
+        );
+        assert_eq!(
+            my("jdbc:mariadb://h/d?sslMode=trust").unwrap().mode,
+            MyMode::Required
+        );
+        assert!(my(
+            "jdbc:mysql://h/d?sslMode=VERIFY_IDENTITY&trustCertificateKeyStoreUrl=file:/nope.pem"
+        )
+        .unwrap_err()
+        .contains("/nope.pem"));
+        assert!(my("jdbc:mysql://h/d?sslMode=VERIFY_CA")
+            .unwrap_err()
+            .contains("verify_ca"));
+    }
+
+    #[test]
     fn urls_of_each_supported_database_parse() {
         assert_eq!(
             parse_url("jdbc:postgresql://db.example:6543/warehouse?sslmode=disable").unwrap(),
@@ -252,7 +442,10 @@ mod tests {
                 kind: DatabaseKind::Postgres,
                 host: "db.example".into(),
                 port: 6543,
-                database: "warehouse".into()
+                database: "warehouse".into(),
+                tls: DestinationTls::Postgres(
+                    headwater_connector_postgres::tls::TlsSettings::disabled()
+                ),
             }
         );
         let m = parse_url("jdbc:mariadb://10.0.0.1/dw").unwrap();

@@ -19,7 +19,7 @@ use mysql_async::{Conn, OptsBuilder, Params};
 
 use crate::batch::{group_by_columns, ColumnGroup, Step, TablePlan, UpsertRow};
 use crate::change::{Column, Shape};
-use crate::config::{DatabaseKind, InsertMode, JdbcSinkConfig};
+use crate::config::{DatabaseKind, DestinationTls, InsertMode, JdbcSinkConfig};
 use crate::values::render;
 
 /// MySQL's limit on parameters per statement.
@@ -70,13 +70,31 @@ impl MySqlWriter {
         connector: &str,
     ) -> Result<MySqlWriter, ConnectError> {
         let d = &cfg.destination;
+        let tls = match &d.tls {
+            DestinationTls::MySql(t) => t.clone(),
+            DestinationTls::Postgres(_) => headwater_connector_mysql::tls::TlsSettings::disabled(),
+        };
+        let ssl = tls.ssl_opts();
+        if ssl.is_some() {
+            headwater_connector_mysql::tls::install_crypto_provider();
+        }
         let opts = OptsBuilder::default()
             .ip_or_hostname(d.host.clone())
             .tcp_port(d.port)
             .user(Some(cfg.username.clone()))
             .pass(cfg.password.clone())
-            .db_name(Some(d.database.clone()));
-        let mut conn = Conn::new(opts).await.map_err(|e| {
+            .db_name(Some(d.database.clone()))
+            .ssl_opts(ssl);
+        let connected = match Conn::new(opts.clone()).await {
+            // PREFERRED: a server without TLS is written to in plain TCP.
+            Err(mysql_async::Error::Driver(
+                mysql_async::DriverError::NoClientSslFlagFromServer,
+            )) if tls.mode == headwater_connector_mysql::tls::SslMode::Preferred => {
+                Conn::new(opts.ssl_opts(None)).await
+            }
+            other => other,
+        };
+        let mut conn = connected.map_err(|e| {
             my_err(
                 &format!(
                     "connecting to MySQL/MariaDB at {}:{}/{}",

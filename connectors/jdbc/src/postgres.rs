@@ -28,7 +28,7 @@ use tokio_postgres::{Client, NoTls};
 
 use crate::batch::{group_by_columns, ColumnGroup, Step, TablePlan, UpsertRow};
 use crate::change::{Column, Shape};
-use crate::config::{DatabaseKind, InsertMode, JdbcSinkConfig};
+use crate::config::{DatabaseKind, DestinationTls, InsertMode, JdbcSinkConfig};
 use crate::pgbinary::{self, BinaryEncoding};
 use crate::values::{copy_escape, render};
 
@@ -48,14 +48,30 @@ fn pg_err(context: &str, e: tokio_postgres::Error) -> ConnectError {
         });
     let detail = match e.as_db_error() {
         Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => e.to_string(),
+        None => headwater_connector_postgres::sql_error_text(&e),
     };
     let msg = format!("{context}: {detail}");
-    if retriable {
+    if detail.contains("invalid peer certificate") {
+        // The certificate check the URL's sslmode asks for failed: retrying will not help.
+        ConnectError::config(msg)
+    } else if retriable {
         ConnectError::retriable(msg)
     } else {
         ConnectError::fatal(msg)
     }
+}
+
+/// Drives a connection until it ends.
+fn spawn_connection<S, T>(connection: tokio_postgres::Connection<S, T>) -> JoinHandle<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(error = %e, "sink connection ended");
+        }
+    })
 }
 
 fn quote(name: &str, always: bool) -> String {
@@ -129,7 +145,7 @@ impl PgWriter {
         if let Some(p) = &cfg.password {
             pc.password(p);
         }
-        let (client, connection) = pc.connect(NoTls).await.map_err(|e| {
+        let failed = |e: tokio_postgres::Error| {
             pg_err(
                 &format!(
                     "connecting to PostgreSQL at {}:{}/{}",
@@ -137,12 +153,25 @@ impl PgWriter {
                 ),
                 e,
             )
-        })?;
-        let conn = tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "sink connection ended");
+        };
+        let tls = match &d.tls {
+            DestinationTls::Postgres(t) if t.attempts_tls() => Some(t),
+            _ => None,
+        };
+        let (client, conn) = match tls {
+            Some(t) => {
+                let (connector, mode) =
+                    headwater_connector_postgres::tls::sql_tls(t).map_err(ConnectError::config)?;
+                pc.ssl_mode(mode);
+                let (client, connection) = pc.connect(connector).await.map_err(failed)?;
+                (client, spawn_connection(connection))
             }
-        });
+            None => {
+                pc.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                let (client, connection) = pc.connect(NoTls).await.map_err(failed)?;
+                (client, spawn_connection(connection))
+            }
+        };
         let table = quote_table(&cfg.offsets_table, cfg.quote_identifiers);
         client
             .batch_execute(&format!(

@@ -2,46 +2,14 @@
 //! only connect over TLS (`REQUIRE SSL`), so a task that starts and streams proves its SQL and
 //! binlog connections are encrypted; and the refusals, each saying why.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use headwater_api::plugin::{Boundary, SourceTask, SourceTaskContext};
 use headwater_api::{Properties, SourceRecord};
 use headwater_connector_mysql::MySqlSourceTask;
+use headwater_tests::pki::TestPki;
 use headwater_tests::MariaDbServer;
 use mysql_async::prelude::Queryable;
-
-/// A test CA (`ca.pem`), a server certificate it signed for `localhost` only
-/// (`server.pem`, `server-key.pem`), and an unrelated CA (`other-ca.pem`).
-fn write_pki(dir: &Path) {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-    let ca = |name: &str| {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        let cert = params.self_signed(&key).unwrap();
-        (params, key, cert)
-    };
-    let (ca_params, ca_key, ca_cert) = ca("headwater test CA");
-    let (_, _, other) = ca("some other CA");
-    let server_key = KeyPair::generate().unwrap();
-    let mut server_params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-    server_params
-        .distinguished_name
-        .push(DnType::CommonName, "localhost");
-    let server = server_params
-        .signed_by(&server_key, &Issuer::from_params(&ca_params, &ca_key))
-        .unwrap();
-    for (name, text) in [
-        ("ca.pem", ca_cert.pem()),
-        ("other-ca.pem", other.pem()),
-        ("server.pem", server.pem()),
-        ("server-key.pem", server_key.serialize_pem()),
-    ] {
-        std::fs::write(dir.join(name), text).unwrap();
-    }
-}
 
 fn props(server: &MariaDbServer, extra: &[(&str, &str)]) -> Properties {
     let port = server.port().to_string();
@@ -93,9 +61,8 @@ async fn collect(task: &mut MySqlSourceTask, n: usize) -> Vec<SourceRecord> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_modes_against_a_server_that_requires_tls() {
-    let pki = tempfile::tempdir().unwrap();
-    write_pki(pki.path());
-    let file = |name: &str| pki.path().join(name).to_string_lossy().into_owned();
+    let pki = TestPki::new();
+    let file = |name: &str| pki.path(name);
     let server = MariaDbServer::start_with_options(&[
         &format!("--ssl-ca={}", file("ca.pem")),
         &format!("--ssl-cert={}", file("server.pem")),
@@ -183,7 +150,7 @@ async fn tls_modes_against_a_server_that_requires_tls() {
     .err()
     .unwrap();
     assert!(wrong_ca.contains("UnknownIssuer"), "{wrong_ca}");
-    let jks = pki.path().join("truststore.jks");
+    let jks = pki.file("truststore.jks");
     std::fs::write(&jks, [0xfe, 0xed, 0xfe, 0xed, 0, 0, 0, 2]).unwrap();
     let jks = jks.to_string_lossy().into_owned();
     let not_pem = start(props(

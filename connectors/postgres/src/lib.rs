@@ -39,3 +39,16 @@ pub use task::PostgresSourceTask;
 /// The version string this connector reports (`source.version` in every event, and the plugin
 /// version). Debezium writes its own release (`3.6.3.Final`); we write ours.
 pub const CONNECTOR_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "-headwater");
+
+/// The text of a tokio-postgres error with its causes ("error performing TLS handshake:
+/// invalid peer certificate: UnknownIssuer"): its own `Display` names only the kind.
+pub fn sql_error_text(e: &tokio_postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}

@@ -95,10 +95,13 @@ fn sql_err(context: &str, e: tokio_postgres::Error) -> ConnectError {
             db.message(),
             db.code().code()
         ),
-        None => e.to_string(),
+        None => crate::sql_error_text(&e),
     };
     let msg = format!("{context}: {detail}");
-    let err = if transient {
+    let err = if detail.contains("invalid peer certificate") {
+        // The certificate check database.sslmode asks for failed: retrying will not help.
+        ConnectError::config(msg)
+    } else if transient {
         ConnectError::retriable(msg)
     } else {
         ConnectError::fatal(msg)

@@ -442,20 +442,20 @@ mod tests {
 
     #[test]
     fn client_certificates_in_pem_or_pkcs8_der_and_clear_errors() {
+        let pki = headwater_tests::pki::TestPki::new();
         let dir = tempfile::tempdir().unwrap();
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = rcgen::CertificateParams::new(vec!["client".to_owned()])
-            .unwrap()
-            .self_signed(&key)
-            .unwrap();
         let write = |name: &str, bytes: &[u8]| {
             let path = dir.path().join(name);
             std::fs::write(&path, bytes).unwrap();
             path
         };
-        let cert_pem = write("client.crt", cert.pem().as_bytes());
-        let key_pem = write("client.key", key.serialize_pem().as_bytes());
-        let key_der = write("client.pk8", &key.serialize_der());
+        // The test server's certificate and key serve as a client's here.
+        let cert_pem = pki.file("server.pem");
+        let key_pem = pki.file("server-key.pem");
+        let key_der = write(
+            "client.pk8",
+            PrivateKeyDer::from_pem_file(&key_pem).unwrap().secret_der(),
+        );
         let encrypted = write(
             "encrypted.key",
             b"-----BEGIN ENCRYPTED PRIVATE KEY-----\nAAAA\n-----END ENCRYPTED PRIVATE KEY-----\n",

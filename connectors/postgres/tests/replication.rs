@@ -23,6 +23,7 @@ use headwater_connector_postgres::replication::{
 };
 use headwater_connector_postgres::tls::TlsSettings;
 use headwater_connector_postgres::PostgresSourceTask;
+use headwater_tests::pki::TestPki;
 use headwater_tests::PostgresServer;
 
 fn opts(pg: &PostgresServer, db: &str, user: &str, password: Option<&str>) -> ConnectOptions {
@@ -104,57 +105,13 @@ async fn password_authentication_methods() {
     );
 }
 
-/// A test CA, a server certificate it signed for `localhost` (not for 127.0.0.1), and an
-/// unrelated CA; PEM files in a temporary directory.
-struct TestPki {
-    dir: tempfile::TempDir,
-    server_cert_pem: String,
-    server_key_pem: String,
-}
-
-impl TestPki {
-    fn new() -> TestPki {
-        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-        let ca = |name: &str| {
-            let key = KeyPair::generate().unwrap();
-            let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-            params.distinguished_name.push(DnType::CommonName, name);
-            let cert = params.self_signed(&key).unwrap();
-            (params, key, cert)
-        };
-        let (ca_params, ca_key, ca_cert) = ca("headwater test CA");
-        let (_, _, other_cert) = ca("some other CA");
-        let server_key = KeyPair::generate().unwrap();
-        let mut server_params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-        server_params
-            .distinguished_name
-            .push(DnType::CommonName, "localhost");
-        let server_cert = server_params
-            .signed_by(&server_key, &Issuer::from_params(&ca_params, &ca_key))
-            .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("root.crt"), ca_cert.pem()).unwrap();
-        std::fs::write(dir.path().join("other.crt"), other_cert.pem()).unwrap();
-        TestPki {
-            dir,
-            server_cert_pem: server_cert.pem(),
-            server_key_pem: server_key.serialize_pem(),
-        }
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
-
 /// Against a server that requires TLS of every role but the harness's own: each
 /// `database.sslmode` connects, or is refused, as libpq's would; the connections that succeed
 /// are encrypted (`pg_stat_ssl`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_modes_against_a_server_that_requires_tls() {
     let pki = TestPki::new();
-    let pg = PostgresServer::start_with_tls(&pki.server_cert_pem, &pki.server_key_pem).unwrap();
+    let pg = PostgresServer::start_with_tls(pki.server_cert_pem(), pki.server_key_pem()).unwrap();
     let admin = pg.connect("postgres").await.unwrap();
     admin
         .batch_execute("CREATE ROLE tls_user LOGIN REPLICATION")
@@ -183,9 +140,9 @@ async fn tls_modes_against_a_server_that_requires_tls() {
     for (host, mode, root) in [
         ("127.0.0.1", SslMode::Prefer, None),
         ("127.0.0.1", SslMode::Require, None),
-        ("127.0.0.1", SslMode::Require, Some("root.crt")),
-        ("127.0.0.1", SslMode::VerifyCa, Some("root.crt")),
-        ("localhost", SslMode::VerifyFull, Some("root.crt")),
+        ("127.0.0.1", SslMode::Require, Some("ca.pem")),
+        ("127.0.0.1", SslMode::VerifyCa, Some("ca.pem")),
+        ("localhost", SslMode::VerifyFull, Some("ca.pem")),
     ] {
         let mut c = ReplicationClient::connect(&with(host, mode, root))
             .await
@@ -205,14 +162,14 @@ async fn tls_modes_against_a_server_that_requires_tls() {
     };
     let plain = refused(with("127.0.0.1", SslMode::Disable, None)).await;
     assert!(plain.contains("pg_hba.conf"), "{plain}");
-    let wrong_name = refused(with("127.0.0.1", SslMode::VerifyFull, Some("root.crt"))).await;
+    let wrong_name = refused(with("127.0.0.1", SslMode::VerifyFull, Some("ca.pem"))).await;
     assert!(wrong_name.contains("TLS handshake"), "{wrong_name}");
     assert!(wrong_name.to_lowercase().contains("name"), "{wrong_name}");
-    let wrong_ca = refused(with("localhost", SslMode::VerifyCa, Some("other.crt"))).await;
+    let wrong_ca = refused(with("localhost", SslMode::VerifyCa, Some("other-ca.pem"))).await;
     assert!(wrong_ca.contains("TLS handshake"), "{wrong_ca}");
     assert!(wrong_ca.contains("UnknownIssuer"), "{wrong_ca}");
     let require_with_wrong_root =
-        refused(with("127.0.0.1", SslMode::Require, Some("other.crt"))).await;
+        refused(with("127.0.0.1", SslMode::Require, Some("other-ca.pem"))).await;
     assert!(
         require_with_wrong_root.contains("UnknownIssuer"),
         "require with a root certificate checks the chain: {require_with_wrong_root}"
@@ -227,7 +184,7 @@ async fn tls_modes_against_a_server_that_requires_tls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_snapshots_and_streams_over_verified_tls() {
     let pki = TestPki::new();
-    let pg = PostgresServer::start_with_tls(&pki.server_cert_pem, &pki.server_key_pem).unwrap();
+    let pg = PostgresServer::start_with_tls(pki.server_cert_pem(), pki.server_key_pem()).unwrap();
     pg.create_database("shop").await.unwrap();
     let db = pg.connect("shop").await.unwrap();
     db.batch_execute(
@@ -237,7 +194,7 @@ async fn a_task_snapshots_and_streams_over_verified_tls() {
     )
     .await
     .unwrap();
-    let root = pki.file("root.crt").to_string_lossy().into_owned();
+    let root = pki.path("ca.pem");
     let mut task = PostgresSourceTask::new();
     task.start(
         SourceTaskContext::default(),
