@@ -445,6 +445,9 @@ pub struct BenchArgs {
     /// `--format json|avro`: the connector's key and value converter (JSON with schemas, or
     /// Confluent's AvroConverter on the worker's embedded registry).
     pub format: RecordFormat,
+    /// `--tls` (pg-bench only): the server requires TLS of the connector, which checks its
+    /// certificate (`verify-full`).
+    pub tls: bool,
 }
 
 /// The record format a benchmark's source connector writes.
@@ -484,7 +487,12 @@ impl BenchArgs {
     pub fn parse_with(program: &str, threads: bool, rows: u64, stream_events: u64) -> BenchArgs {
         let usage = || -> ! {
             let t = if threads { " [--threads N]" } else { "" };
-            eprintln!("usage: {program} [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N]{t} [--format json|avro] [--dir DIR]");
+            let tls = if program == "pg-bench" {
+                " [--tls]"
+            } else {
+                ""
+            };
+            eprintln!("usage: {program} [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N]{t} [--format json|avro]{tls} [--dir DIR]");
             std::process::exit(2)
         };
         let mut a = BenchArgs {
@@ -496,6 +504,7 @@ impl BenchArgs {
             threads: 2,
             dir: None,
             format: RecordFormat::Json,
+            tls: false,
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -512,6 +521,7 @@ impl BenchArgs {
                 "--threads" if threads => a.threads = num().max(1),
                 "--bin" => a.bin = PathBuf::from(it.next().unwrap_or_else(|| usage())),
                 "--dir" => a.dir = Some(PathBuf::from(it.next().unwrap_or_else(|| usage()))),
+                "--tls" if program == "pg-bench" => a.tls = true,
                 "--format" => {
                     a.format = match it.next().as_deref() {
                         Some("json") => RecordFormat::Json,
@@ -785,11 +795,29 @@ pub fn pg_bench_session() -> (
     tokio::runtime::Runtime,
     tokio_postgres::Client,
 ) {
+    pg_bench_session_with(None)
+}
+
+/// [`pg_bench_session`], with a server that requires TLS of every role but the harness's own
+/// when `tls` gives its certificates.
+pub fn pg_bench_session_with(
+    tls: Option<&crate::pki::TestPki>,
+) -> (
+    crate::PostgresServer,
+    tokio::runtime::Runtime,
+    tokio_postgres::Client,
+) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let server = crate::PostgresServer::start().expect("PostgreSQL");
+    let server = match tls {
+        Some(pki) => {
+            crate::PostgresServer::start_with_tls(pki.server_cert_pem(), pki.server_key_pem())
+        }
+        None => crate::PostgresServer::start(),
+    }
+    .expect("PostgreSQL");
     rt.block_on(server.create_database("bench")).unwrap();
     let db = rt.block_on(server.connect("bench")).unwrap();
     rt.block_on(db.batch_execute("SET synchronous_commit = on"))

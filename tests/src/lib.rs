@@ -8,7 +8,7 @@
 //!   binary log, ready for binlog CDC;
 //! * [`MongoServer`] — a private SecantusDB server (MongoDB wire protocol, a one-member replica
 //!   set with change streams), ready for change-stream CDC;
-//! * with the `pki` feature, `pki::TestPki`: a test CA and certificates for TLS tests.
+//! * [`pki::TestPki`]: a test CA and certificates for TLS tests.
 //!
 //! Invariants every server of this crate keeps:
 //!
@@ -27,7 +27,6 @@
 
 pub mod bench;
 pub mod harness;
-#[cfg(feature = "pki")]
 pub mod pki;
 pub mod rng;
 

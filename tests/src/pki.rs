@@ -1,4 +1,4 @@
-//! Certificates for TLS tests (cargo feature `pki`): a test CA, a server certificate it signed
+//! Certificates for TLS tests and `pg-bench --tls`: a test CA, a server certificate it signed
 //! for `localhost` only (so connecting to `127.0.0.1` with host-name checks fails), and an
 //! unrelated CA (so chain checks against it fail). Written as PEM files into a temporary
 //! directory that lives as long as the value.

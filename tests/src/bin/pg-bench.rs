@@ -19,28 +19,31 @@
 //! (key, value, framing; before compression) per record and `log_disk_bytes_per_event` the log's
 //! size on disk per record, both from `/metrics`. Durability is observed through `GET /connectors/{c}/offsets`,
 //! which the engine only updates after the log transaction holding the records is durable.
+//! With `--tls` the server requires TLS and the connector connects with `verify-full` (the
+//! cost of encryption on every connection, the replication stream included).
 //! Prints a summary and a final JSON line: `{"snapshot_rows_s","stream_events_s",
 //! "latency_p50_ms","latency_p99_ms","peak_rss_mb","snapshot_cpu_us_per_row",
 //! "stream_cpu_us_per_event","format","record_bytes_per_event","log_disk_bytes_per_event",...}`.
 //!
 //! Usage: `cargo build --release -p headwater && cargo run --release -p headwater-tests --bin
 //! pg-bench -- [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N]
-//! [--threads N] [--format json|avro] [--dir DIR]`; the binary defaults to `$CARGO_TARGET_DIR/release/headwater`
+//! [--threads N] [--format json|avro] [--tls] [--dir DIR]`; the binary defaults to `$CARGO_TARGET_DIR/release/headwater`
 //! (or `target/release/headwater` in the workspace).
 
 use std::time::{Duration, Instant};
 
 use headwater_tests::bench::{
-    bytes_per_record, paced_commits, parse_lsn, peak_rss_mb, pg_bench_session, pg_orders_insert,
-    pg_orders_sql, snapshot_phase, stream_phase, wait_until_past, BenchArgs, Figures, OffsetPoller,
-    Worker,
+    bytes_per_record, paced_commits, parse_lsn, peak_rss_mb, pg_bench_session_with,
+    pg_orders_insert, pg_orders_sql, snapshot_phase, stream_phase, wait_until_past, BenchArgs,
+    Figures, OffsetPoller, Worker,
 };
 use serde_json::{json, Value};
 
 fn main() {
     let args = BenchArgs::parse("pg-bench", true);
     let work = args.work_dir("pg-bench-");
-    let (server, rt, db) = pg_bench_session();
+    let pki = args.tls.then(headwater_tests::pki::TestPki::new);
+    let (server, rt, db) = pg_bench_session_with(pki.as_ref());
     let load = Instant::now();
     rt.block_on(db.batch_execute(&pg_orders_sql(args.rows)))
         .unwrap();
@@ -53,6 +56,12 @@ fn main() {
         "table.include.list": "public.orders", "slot.name": "bench_slot",
         "publication.name": "bench_pub", "snapshot.max.threads": args.threads.to_string()}});
     args.format.apply(&mut config["config"]);
+    if let Some(pki) = &pki {
+        // Every connection of the connector over TLS, the certificate checked in full.
+        config["config"]["database.hostname"] = json!("localhost");
+        config["config"]["database.sslmode"] = json!("verify-full");
+        config["config"]["database.sslrootcert"] = json!(pki.path("ca.pem"));
+    }
     let file = work.path().join("bench.json");
     std::fs::write(&file, config.to_string()).unwrap();
 
@@ -131,5 +140,5 @@ fn main() {
         bytes_per_record: bytes_per_record(w.addr, "bench"),
     };
     drop(w);
-    figures.print(json!({"snapshot_threads": args.threads}));
+    figures.print(json!({"snapshot_threads": args.threads, "tls": args.tls}));
 }
