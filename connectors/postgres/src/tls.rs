@@ -85,18 +85,25 @@ impl TlsSettings {
         let builder = match check {
             Check::Nothing => builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(NoCertificateCheck(provider))),
+                .with_custom_certificate_verifier(Arc::new(PartialCheck {
+                    chain: None,
+                    provider,
+                })),
             Check::Chain | Check::Full => {
                 let roots = self.root_store()?;
-                let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-                    .build()
-                    .map_err(|e| format!("database.sslrootcert: {e}"))?;
+                let webpki =
+                    WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                        .build()
+                        .map_err(|e| format!("database.sslrootcert: {e}"))?;
                 if check == Check::Full {
                     builder.with_webpki_verifier(webpki)
                 } else {
                     builder
                         .dangerous()
-                        .with_custom_certificate_verifier(Arc::new(ChainCheckOnly(webpki)))
+                        .with_custom_certificate_verifier(Arc::new(PartialCheck {
+                            chain: Some(webpki),
+                            provider,
+                        }))
                 }
             }
         };
@@ -177,60 +184,17 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
     Ok(PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(bytes)))
 }
 
-/// `prefer` and `require`: any certificate, but the handshake's signatures are checked.
+/// The certificate check of `prefer`/`require` (none: any certificate) and of `verify-ca`
+/// (the chain, not the name). The handshake's signatures are checked in both, so the server
+/// holds the key of the certificate it presents.
 #[derive(Debug)]
-struct NoCertificateCheck(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for NoCertificateCheck {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct PartialCheck {
+    /// `None`: no certificate check; else the verifier whose name check is ignored.
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    provider: Arc<CryptoProvider>,
 }
 
-/// `verify-ca`: the chain is checked, the name is not.
-#[derive(Debug)]
-struct ChainCheckOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainCheckOnly {
+impl ServerCertVerifier for PartialCheck {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -239,11 +203,11 @@ impl ServerCertVerifier for ChainCheckOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
         // The name is checked after the chain: a name error means the chain verified.
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -257,7 +221,12 @@ impl ServerCertVerifier for ChainCheckOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -266,11 +235,18 @@ impl ServerCertVerifier for ChainCheckOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
