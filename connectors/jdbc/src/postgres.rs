@@ -24,7 +24,7 @@ use std::sync::Arc;
 use futures_util::SinkExt;
 use headwater_api::{ConnectError, TopicPartition, Value};
 use tokio::task::JoinHandle;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use crate::batch::{group_by_columns, ColumnGroup, Step, TablePlan, UpsertRow};
 use crate::change::{Column, Shape};
@@ -59,19 +59,6 @@ fn pg_err(context: &str, e: tokio_postgres::Error) -> ConnectError {
     } else {
         ConnectError::fatal(msg)
     }
-}
-
-/// Drives a connection until it ends.
-fn spawn_connection<S, T>(connection: tokio_postgres::Connection<S, T>) -> JoinHandle<()>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "sink connection ended");
-        }
-    })
 }
 
 fn quote(name: &str, always: bool) -> String {
@@ -145,33 +132,24 @@ impl PgWriter {
         if let Some(p) = &cfg.password {
             pc.password(p);
         }
-        let failed = |e: tokio_postgres::Error| {
-            pg_err(
-                &format!(
-                    "connecting to PostgreSQL at {}:{}/{}",
-                    d.host, d.port, d.database
-                ),
-                e,
-            )
-        };
         let tls = match &d.tls {
-            DestinationTls::Postgres(t) if t.attempts_tls() => Some(t),
-            _ => None,
+            DestinationTls::Postgres(t) => t.clone(),
+            DestinationTls::MySql(_) => headwater_connector_postgres::tls::TlsSettings::disabled(),
         };
-        let (client, conn) = match tls {
-            Some(t) => {
-                let (connector, mode) =
-                    headwater_connector_postgres::tls::sql_tls(t).map_err(ConnectError::config)?;
-                pc.ssl_mode(mode);
-                let (client, connection) = pc.connect(connector).await.map_err(failed)?;
-                (client, spawn_connection(connection))
-            }
-            None => {
-                pc.ssl_mode(tokio_postgres::config::SslMode::Disable);
-                let (client, connection) = pc.connect(NoTls).await.map_err(failed)?;
-                (client, spawn_connection(connection))
-            }
-        };
+        let (client, conn) = headwater_connector_postgres::tls::connect_sql(&pc, &tls)
+            .await
+            .map_err(|e| match e {
+                headwater_connector_postgres::tls::SqlConnectError::Settings(m) => {
+                    ConnectError::config(m)
+                }
+                headwater_connector_postgres::tls::SqlConnectError::Sql(e) => pg_err(
+                    &format!(
+                        "connecting to PostgreSQL at {}:{}/{}",
+                        d.host, d.port, d.database
+                    ),
+                    e,
+                ),
+            })?;
         let table = quote_table(&cfg.offsets_table, cfg.quote_identifiers);
         client
             .batch_execute(&format!(

@@ -152,7 +152,7 @@ pub fn config_def() -> ConfigDef {
                     Some(_) => Ok(()),
                 }
             }))
-            .doc("disable/allow: plain TCP; prefer: TLS when the server offers it; require: TLS without certificate checks (with database.sslrootcert: as verify-ca); verify-ca: the certificate must chain to database.sslrootcert; verify-full: and name database.hostname."))
+            .doc("disable: plain TCP; allow: plain TCP, TLS when the server refuses it; prefer: TLS when the server offers it; require: TLS without certificate checks (with database.sslrootcert: as verify-ca); verify-ca: the certificate must chain to database.sslrootcert; verify-full: and name database.hostname."))
         .define(key("database.sslrootcert", String).default_null()
             .doc("PEM file of the CA certificates to trust (verify-ca, verify-full; default ~/.postgresql/root.crt)."))
         .define(key("database.sslcert", String).default_null()

@@ -332,6 +332,29 @@ pub struct ReplicationClient {
 impl ReplicationClient {
     /// Connects with `replication=database` and authenticates.
     pub async fn connect(opts: &ConnectOptions) -> Result<ReplicationClient, PgError> {
+        match Self::connect_with(opts, &opts.tls).await {
+            // `allow`: libpq retries with TLS when the server refuses a plain connection
+            // (SQLSTATE 28000: pg_hba.conf has only hostssl lines for this user).
+            Err(PgError::Server(e)) if opts.tls.mode == SslMode::Allow && e.code == "28000" => {
+                let with_tls = TlsSettings {
+                    mode: SslMode::Require,
+                    ..opts.tls.clone()
+                };
+                match Self::connect_with(opts, &with_tls).await {
+                    // No TLS to be had either: the plain refusal says more (a missing role,
+                    // say).
+                    Err(PgError::Tls(_) | PgError::Io(_)) => Err(PgError::Auth(e.to_string())),
+                    other => other,
+                }
+            }
+            other => other,
+        }
+    }
+
+    async fn connect_with(
+        opts: &ConnectOptions,
+        tls: &TlsSettings,
+    ) -> Result<ReplicationClient, PgError> {
         let addr = format!("{}:{}", opts.host, opts.port);
         let stream = tokio::time::timeout(opts.connect_timeout, TcpStream::connect(&addr))
             .await
@@ -339,7 +362,7 @@ impl ReplicationClient {
         stream.set_nodelay(true)?;
         let transport = tokio::time::timeout(
             opts.connect_timeout,
-            Transport::negotiate(stream, &opts.host, &opts.tls),
+            Transport::negotiate(stream, &opts.host, tls),
         )
         .await
         .map_err(|_| PgError::Timeout(format!("negotiating TLS with {addr}")))??;
@@ -493,6 +516,10 @@ impl ReplicationClient {
                 b'N' => {}
                 b'E' => {
                     let e = parse_error_fields(&frame.body);
+                    if e.code == "28000" && !self.tls && opts.tls.mode == SslMode::Allow {
+                        // Kept as the server's error: `connect` retries it with TLS.
+                        return Err(PgError::Server(e));
+                    }
                     if e.code == "28P01" || e.code == "28000" {
                         return Err(PgError::Auth(e.to_string()));
                     }

@@ -314,27 +314,20 @@ async fn connect_sql(cfg: &PostgresConfig) -> Result<(Client, JoinHandle<()>), C
     if let Some(pw) = &cfg.password {
         pc.password(pw);
     }
-    let failed = |e: tokio_postgres::Error| {
-        sql_err(
-            &format!(
-                "connecting to PostgreSQL at {}:{} (database.sslmode={})",
-                cfg.hostname,
-                cfg.port,
-                cfg.tls.mode.name()
+    let (client, handle) = crate::tls::connect_sql(&pc, &cfg.tls)
+        .await
+        .map_err(|e| match e {
+            crate::tls::SqlConnectError::Settings(m) => ConnectError::config(m),
+            crate::tls::SqlConnectError::Sql(e) => sql_err(
+                &format!(
+                    "connecting to PostgreSQL at {}:{} (database.sslmode={})",
+                    cfg.hostname,
+                    cfg.port,
+                    cfg.tls.mode.name()
+                ),
+                e,
             ),
-            e,
-        )
-    };
-    let (client, handle) = if cfg.tls.attempts_tls() {
-        let (tls, mode) = crate::tls::sql_tls(&cfg.tls).map_err(ConnectError::config)?;
-        pc.ssl_mode(mode);
-        let (client, conn) = pc.connect(tls).await.map_err(failed)?;
-        (client, spawn_connection(conn))
-    } else {
-        pc.ssl_mode(tokio_postgres::config::SslMode::Disable);
-        let (client, conn) = pc.connect(tokio_postgres::NoTls).await.map_err(failed)?;
-        (client, spawn_connection(conn))
-    };
+        })?;
     for stmt in &cfg.initial_statements {
         client
             .batch_execute(stmt)
@@ -342,19 +335,6 @@ async fn connect_sql(cfg: &PostgresConfig) -> Result<(Client, JoinHandle<()>), C
             .map_err(|e| sql_err(&format!("database.initial.statements {stmt:?}"), e))?;
     }
     Ok((client, handle))
-}
-
-/// Drives a SQL connection until it ends.
-fn spawn_connection<S, T>(conn: tokio_postgres::Connection<S, T>) -> JoinHandle<()>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "SQL connection ended");
-        }
-    })
 }
 
 /// `pg_replication_slots` row of our slot.

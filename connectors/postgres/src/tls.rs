@@ -2,8 +2,9 @@
 //! the SQL connections (tokio-postgres) and the replication connection (our own client).
 //!
 //! The modes mean what they mean to libpq and pgjdbc:
-//! - `disable`, `allow`: plain TCP (`allow` does not retry with TLS when the server refuses
-//!   a plain connection; use `prefer`);
+//! - `disable`: plain TCP;
+//! - `allow`: plain TCP, retried with TLS (certificate not checked) when the server refuses the
+//!   plain connection (`pg_hba.conf` has only `hostssl` for the user), as libpq does;
 //! - `prefer`: TLS when the server offers it, plain TCP when it answers the SSLRequest with
 //!   "no" (`ssl = off`); the certificate is not checked;
 //! - `require`: TLS or nothing; the certificate is not checked, unless `database.sslrootcert`
@@ -250,29 +251,81 @@ impl ServerCertVerifier for PartialCheck {
     }
 }
 
-/// The connector for tokio-postgres connections with these settings, and the mode to give
-/// its `Config` (tokio-postgres checks that the server accepted TLS when it is required).
-pub fn sql_tls(
+/// Why [`connect_sql`] failed.
+#[derive(Debug)]
+pub enum SqlConnectError {
+    /// The TLS settings could not be turned into a configuration (a file, say).
+    Settings(String),
+    /// Connecting failed (the server's refusal, a failed handshake, I/O).
+    Sql(tokio_postgres::Error),
+}
+
+/// Connects a tokio-postgres `config` with TLS as `settings` ask and spawns the task that
+/// drives the connection. Under `allow`, a plain connection the server refuses
+/// (SQLSTATE 28000: `pg_hba.conf` wants TLS) is retried with TLS, as libpq does.
+pub async fn connect_sql(
+    config: &tokio_postgres::Config,
     settings: &TlsSettings,
-) -> Result<
-    (
-        tokio_postgres_rustls::MakeRustlsConnect,
-        tokio_postgres::config::SslMode,
-    ),
-    String,
-> {
-    let mode = match settings.mode {
-        SslMode::Disable | SslMode::Allow => tokio_postgres::config::SslMode::Disable,
-        SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
-        SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => {
-            tokio_postgres::config::SslMode::Require
+) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), SqlConnectError> {
+    match connect_sql_once(config.clone(), settings).await {
+        Err(SqlConnectError::Sql(e))
+            if settings.mode == SslMode::Allow
+                && e.code()
+                    == Some(
+                        &tokio_postgres::error::SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+                    ) =>
+        {
+            let with_tls = TlsSettings {
+                mode: SslMode::Require,
+                ..settings.clone()
+            };
+            match connect_sql_once(config.clone(), &with_tls).await {
+                // No TLS to be had either: the plain refusal says more (a missing role, say).
+                Err(SqlConnectError::Sql(retry)) if retry.as_db_error().is_none() => {
+                    Err(SqlConnectError::Sql(e))
+                }
+                other => other,
+            }
         }
-    };
-    let config = settings.client_config()?;
-    Ok((
-        tokio_postgres_rustls::MakeRustlsConnect::new((*config).clone()),
-        mode,
-    ))
+        other => other,
+    }
+}
+
+async fn connect_sql_once(
+    mut config: tokio_postgres::Config,
+    settings: &TlsSettings,
+) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), SqlConnectError> {
+    if !settings.attempts_tls() {
+        config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+        let (client, conn) = config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(SqlConnectError::Sql)?;
+        return Ok((client, spawn_connection(conn)));
+    }
+    config.ssl_mode(match settings.mode {
+        SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+        _ => tokio_postgres::config::SslMode::Require,
+    });
+    let tls_config = settings
+        .client_config()
+        .map_err(SqlConnectError::Settings)?;
+    let tls = tokio_postgres_rustls::MakeRustlsConnect::new((*tls_config).clone());
+    let (client, conn) = config.connect(tls).await.map_err(SqlConnectError::Sql)?;
+    Ok((client, spawn_connection(conn)))
+}
+
+/// Drives a SQL connection until it ends.
+fn spawn_connection<S, T>(conn: tokio_postgres::Connection<S, T>) -> tokio::task::JoinHandle<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "SQL connection ended");
+        }
+    })
 }
 
 /// A replication connection's byte stream: plain TCP or TLS over it.

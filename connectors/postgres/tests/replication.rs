@@ -138,6 +138,8 @@ async fn tls_modes_against_a_server_that_requires_tls() {
         }
     };
     for (host, mode, root) in [
+        // allow: refused in plain TCP (hostssl only), then retried with TLS, as libpq does.
+        ("127.0.0.1", SslMode::Allow, None),
         ("127.0.0.1", SslMode::Prefer, None),
         ("127.0.0.1", SslMode::Require, None),
         ("127.0.0.1", SslMode::Require, Some("ca.pem")),
