@@ -742,11 +742,14 @@ impl ParquetSinkTask {
         if self.manifest.files.iter().filter(|f| settled(f)).count() < batch {
             return Ok(());
         }
-        let (archived, kept): (Vec<ManifestFile>, Vec<ManifestFile>) =
-            std::mem::take(&mut self.manifest.files)
-                .into_iter()
-                .partition(|f| settled(f));
-        self.manifest.files = kept;
+        // The manifest changes only once the archive is durable: a failed write leaves every
+        // file listed where it was (the task then stops and commits that manifest).
+        let (archived, kept): (Vec<ManifestFile>, Vec<ManifestFile>) = self
+            .manifest
+            .files
+            .iter()
+            .cloned()
+            .partition(|f| settled(f));
         let rel = format!(
             "_headwater/{}-{}.archive-{}.json",
             self.connector,
@@ -764,6 +767,7 @@ impl ParquetSinkTask {
             }
             write_atomically(&path, &bytes)?;
         }
+        self.manifest.files = kept;
         self.manifest.archives.push(rel);
         Ok(())
     }
@@ -1479,6 +1483,40 @@ mod tests {
             .expect_err("a missing archive is refused");
         assert!(err.to_string().contains("lake-0.archive-1.json"), "{err}");
         assert_eq!(parquet_files(dir.path()), before);
+    }
+
+    /// An archive that cannot be written leaves the manifest as it was: its settled files stay
+    /// in `files` (so the next manifest written, at the stop, still lists them) and no archive
+    /// is named; the next attempt archives them.
+    #[tokio::test]
+    async fn a_failed_archive_write_leaves_the_manifest_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut task = started_task(dir.path(), "none").await;
+        task.archive_batch = 100;
+        put_all(&mut task, &interleaved_records(23)).await;
+        task.stop().await;
+        let before = task.manifest.clone();
+        assert!(
+            before.files.len() >= 7 && before.archives.is_empty(),
+            "{before:?}"
+        );
+        // A directory where the first archive goes: writing it fails.
+        let blocker = dir.path().join("_headwater/lake-0.archive-1.json");
+        std::fs::create_dir_all(&blocker).unwrap();
+        task.archive_batch = 2;
+        assert!(task.archive_settled_files().await.is_err());
+        assert_eq!(task.manifest, before);
+        std::fs::remove_dir(&blocker).unwrap();
+        task.archive_settled_files().await.unwrap();
+        assert_eq!(task.manifest.archives, ["_headwater/lake-0.archive-1.json"]);
+        let archive: ManifestArchive = serde_json::from_slice(
+            &std::fs::read(dir.path().join(&task.manifest.archives[0])).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            archive.files.len() + task.manifest.files.len(),
+            before.files.len()
+        );
     }
 
     fn copy_dir(from: &Path, to: &Path) {
