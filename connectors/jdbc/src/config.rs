@@ -35,10 +35,12 @@ pub struct Destination {
 ///   `sslrootcert`, `sslcert`, `sslkey` (PEM, or a PKCS#8 DER key); the modes are libpq's,
 ///   as the PostgreSQL source has them;
 /// - MySQL (Connector/J): `sslMode` (default `PREFERRED`; `useSSL=false` means `DISABLED`,
-///   `requireSSL=true` `REQUIRED`), `trustCertificateKeyStoreUrl` and
-///   `clientCertificateKeyStoreUrl` (PEM files, `file:` prefix allowed);
-/// - MariaDB (MariaDB Connector/J): `sslMode` (default `disable`), `serverSslCert` (PEM file of
-///   the CA or server certificate), `keyStore` (PEM file with certificate and key).
+///   `requireSSL=true` `REQUIRED`, `verifyServerCertificate=true` `VERIFY_CA`, which is
+///   refused), `trustCertificateKeyStoreUrl` and `clientCertificateKeyStoreUrl` (PEM files,
+///   `file:` prefix allowed);
+/// - MariaDB (MariaDB Connector/J): `sslMode` (default `disable`; `useSsl=true` means
+///   `verify-full`, or `trust` with `trustServerCertificate=true`), `serverSslCert` (PEM file
+///   of the CA or server certificate), `keyStore` (PEM file with certificate and key).
 ///
 /// The modes mean what they mean for the sources (docs/connectors/postgres.md and mysql.md).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,14 +85,15 @@ fn query_params(url: &str) -> Vec<(String, String)> {
 /// The TLS settings a URL's parameters give (errors name the parameter).
 fn destination_tls(url: &str, kind: DatabaseKind, mariadb: bool) -> Result<DestinationTls, String> {
     let params = query_params(url);
-    let get = |name: &str| {
+    // The last value of a parameter, `Some("")` when it is given without a value.
+    let given = |name: &str| {
         params
             .iter()
             .rev()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.trim())
-            .filter(|v| !v.is_empty())
     };
+    let get = |name: &str| given(name).filter(|v| !v.is_empty());
     let file = |name: &str| {
         get(name).map(|v| std::path::PathBuf::from(v.strip_prefix("file:").unwrap_or(v)))
     };
@@ -105,7 +108,8 @@ fn destination_tls(url: &str, kind: DatabaseKind, mariadb: bool) -> Result<Desti
                 Some(m) => SslMode::parse(m).ok_or_else(|| {
                     bad(format!("sslmode={m} must be one of disable, allow, prefer, require, verify-ca, verify-full"))
                 })?,
-                None if get("ssl").is_some_and(|v| v.eq_ignore_ascii_case("true")) => {
+                // pgjdbc: `ssl` present (with no value, or any but false) means verify-full.
+                None if given("ssl").is_some_and(|v| !v.eq_ignore_ascii_case("false")) => {
                     SslMode::VerifyFull
                 }
                 None => SslMode::Prefer,
@@ -131,7 +135,20 @@ fn destination_tls(url: &str, kind: DatabaseKind, mariadb: bool) -> Result<Desti
                 Some(m) => SslMode::parse(m).ok_or_else(|| {
                     bad(format!("sslMode={m} must be one of DISABLED, PREFERRED, REQUIRED, VERIFY_IDENTITY (MariaDB: disable, trust, verify-full)"))
                 })?,
+                // The legacy flags, as each driver maps them when sslMode is not given.
                 None if flag("useSSL") == Some(false) => SslMode::Disabled,
+                // MariaDB Connector/J: useSsl checks the certificate unless told to trust it.
+                None if mariadb && flag("useSSL") == Some(true) => {
+                    if flag("trustServerCertificate") == Some(true) {
+                        SslMode::Required
+                    } else {
+                        SslMode::VerifyIdentity
+                    }
+                }
+                // Connector/J: verifyServerCertificate=true is VERIFY_CA (refused below).
+                None if !mariadb && flag("verifyServerCertificate") == Some(true) => {
+                    SslMode::VerifyCa
+                }
                 None if flag("requireSSL") == Some(true) => SslMode::Required,
                 None if mariadb => SslMode::Disabled,
                 None => SslMode::Preferred,
@@ -423,6 +440,30 @@ mod tests {
         assert_eq!(
             my("jdbc:mariadb://h/d?sslMode=trust").unwrap().mode,
             MyMode::Required
+        );
+        // The legacy flags never mean less than the drivers make of them.
+        assert_eq!(
+            my("jdbc:mariadb://h/d?useSsl=true").unwrap().mode,
+            MyMode::VerifyIdentity
+        );
+        assert_eq!(
+            my("jdbc:mariadb://h/d?useSsl=true&trustServerCertificate=true")
+                .unwrap()
+                .mode,
+            MyMode::Required
+        );
+        assert!(
+            my("jdbc:mysql://h/d?useSSL=true&requireSSL=true&verifyServerCertificate=true")
+                .unwrap_err()
+                .contains("verify_ca")
+        );
+        match pg("jdbc:postgresql://h/d?ssl") {
+            Ok(t) => assert_eq!(t.mode, PgMode::VerifyFull),
+            Err(e) => assert!(e.contains("sslmode=verify-full"), "{e}"),
+        }
+        assert_eq!(
+            pg("jdbc:postgresql://h/d?ssl=false").unwrap().mode,
+            PgMode::Prefer
         );
         assert!(my(
             "jdbc:mysql://h/d?sslMode=VERIFY_IDENTITY&trustCertificateKeyStoreUrl=file:/nope.pem"

@@ -26,13 +26,27 @@ use crate::values::render;
 const MAX_PARAMS: usize = 65_535;
 
 fn my_err(context: &str, e: mysql_async::Error) -> ConnectError {
+    let msg = format!("{context}: {e}");
+    // The TLS the URL asks for cannot be had: retrying will not help.
+    if matches!(
+        e,
+        mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer)
+    ) {
+        return ConnectError::config(format!(
+            "{msg}; the server does not accept TLS connections, and the URL's sslMode asks for TLS"
+        ));
+    }
+    if msg.contains("invalid peer certificate") {
+        return ConnectError::config(format!(
+            "{msg}; the server's certificate failed the check the URL's sslMode asks for"
+        ));
+    }
     let retriable = match &e {
         mysql_async::Error::Io(_) | mysql_async::Error::Driver(_) => true,
         // Deadlock, lock wait timeout, server shutdown / gone.
         mysql_async::Error::Server(s) => matches!(s.code, 1213 | 1205 | 1053 | 2006 | 2013),
         _ => false,
     };
-    let msg = format!("{context}: {e}");
     if retriable {
         ConnectError::retriable(msg)
     } else {

@@ -51,7 +51,8 @@ fn pg_err(context: &str, e: tokio_postgres::Error) -> ConnectError {
         None => headwater_connector_postgres::sql_error_text(&e),
     };
     let msg = format!("{context}: {detail}");
-    if detail.contains("invalid peer certificate") {
+    if detail.contains("invalid peer certificate") || detail.contains("server does not support TLS")
+    {
         // The certificate check the URL's sslmode asks for failed: retrying will not help.
         ConnectError::config(msg)
     } else if retriable {

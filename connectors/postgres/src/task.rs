@@ -98,7 +98,9 @@ fn sql_err(context: &str, e: tokio_postgres::Error) -> ConnectError {
         None => crate::sql_error_text(&e),
     };
     let msg = format!("{context}: {detail}");
-    let err = if detail.contains("invalid peer certificate") {
+    let err = if detail.contains("invalid peer certificate")
+        || detail.contains("server does not support TLS")
+    {
         // The certificate check database.sslmode asks for failed: retrying will not help.
         ConnectError::config(msg)
     } else if transient {
