@@ -25,7 +25,7 @@ use tokio::sync::Mutex;
 
 use crate::lsn::Lsn;
 use crate::pgoutput::PG_EPOCH_OFFSET_MICROS;
-use crate::tls::{ReadPart, TlsSettings, Transport, WritePart};
+use crate::tls::{ReadPart, TlsSettings, Transport, WritePart, HANDSHAKE};
 
 /// The largest backend frame accepted (PostgreSQL's own limit for a field is 1 GB).
 pub const MAX_FRAME_LEN: usize = 1 << 30;
@@ -346,6 +346,17 @@ impl ReplicationClient {
                     Err(PgError::Tls(_) | PgError::Io(_)) => Err(PgError::Auth(e.to_string())),
                     other => other,
                 }
+            }
+            // `prefer`: libpq connects without TLS when the TLS handshake fails.
+            Err(PgError::Tls(m))
+                if opts.tls.mode == SslMode::Prefer && m.starts_with(HANDSHAKE) =>
+            {
+                tracing::warn!(error = %m, "the TLS handshake failed; connecting without TLS (database.sslmode=prefer)");
+                let plain = TlsSettings {
+                    mode: SslMode::Disable,
+                    ..opts.tls.clone()
+                };
+                Self::connect_with(opts, &plain).await
             }
             other => other,
         }

@@ -6,7 +6,7 @@
 //! - `allow`: plain TCP, retried with TLS (certificate not checked) when the server refuses the
 //!   plain connection (`pg_hba.conf` has only `hostssl` for the user), as libpq does;
 //! - `prefer`: TLS when the server offers it, plain TCP when it answers the SSLRequest with
-//!   "no" (`ssl = off`); the certificate is not checked;
+//!   "no" (`ssl = off`) or the handshake fails (as libpq); the certificate is not checked;
 //! - `require`: TLS or nothing; the certificate is not checked, unless `database.sslrootcert`
 //!   is given, which makes it `verify-ca` (as libpq does with a root certificate);
 //! - `verify-ca`: the server's certificate must chain to a CA of `database.sslrootcert`
@@ -251,6 +251,9 @@ impl ServerCertVerifier for PartialCheck {
     }
 }
 
+/// How the message of a failed TLS handshake starts (a [`PgError::Tls`]).
+pub const HANDSHAKE: &str = "TLS handshake";
+
 /// Why [`connect_sql`] failed.
 #[derive(Debug)]
 pub enum SqlConnectError {
@@ -286,6 +289,19 @@ pub async fn connect_sql(
                 }
                 other => other,
             }
+        }
+        // `prefer`: libpq connects without TLS when the TLS handshake fails.
+        Err(SqlConnectError::Sql(e))
+            if settings.mode == SslMode::Prefer
+                && e.as_db_error().is_none()
+                && e.to_string().contains("TLS handshake") =>
+        {
+            tracing::warn!(error = %crate::sql_error_text(&e), "the TLS handshake failed; connecting without TLS (database.sslmode=prefer)");
+            let plain = TlsSettings {
+                mode: SslMode::Disable,
+                ..settings.clone()
+            };
+            connect_sql_once(config.clone(), &plain).await
         }
         other => other,
     }
@@ -366,7 +382,7 @@ impl Transport {
                         // other kind is the connection failing, which a retry may cure.
                         if e.kind() == std::io::ErrorKind::InvalidData {
                             PgError::Tls(format!(
-                                "TLS handshake with {host} (database.sslmode={}): {e}",
+                                "{HANDSHAKE} with {host} (database.sslmode={}): {e}",
                                 settings.mode.name()
                             ))
                         } else {

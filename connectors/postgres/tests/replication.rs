@@ -179,6 +179,36 @@ async fn tls_modes_against_a_server_that_requires_tls() {
     let missing = refused(with("localhost", SslMode::VerifyFull, Some("missing.crt"))).await;
     assert!(missing.contains("database.sslrootcert"), "{missing}");
     assert!(missing.contains("missing.crt"), "{missing}");
+
+    // A server whose TLS no client here can speak (TLS 1.1 at most): prefer connects without
+    // TLS, as libpq does, for the roles the server lets in that way; require refuses.
+    for setting in [
+        "ALTER SYSTEM SET ssl_min_protocol_version = 'TLSv1'",
+        "ALTER SYSTEM SET ssl_max_protocol_version = 'TLSv1.1'",
+        "SELECT pg_reload_conf()",
+    ] {
+        admin.batch_execute(setting).await.unwrap();
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut o = opts(&pg, "postgres", "postgres", None);
+    o.tls.mode = SslMode::Prefer;
+    let c = ReplicationClient::connect(&o)
+        .await
+        .expect("prefer falls back to plain TCP");
+    assert!(!c.is_tls());
+    c.close().await;
+    let mut sql = tokio_postgres::Config::new();
+    sql.host("127.0.0.1")
+        .port(pg.port())
+        .user("postgres")
+        .dbname("postgres");
+    let (client, _conn) = headwater_connector_postgres::tls::connect_sql(&sql, &o.tls)
+        .await
+        .expect("prefer falls back to plain TCP for SQL too");
+    client.simple_query("SELECT 1").await.unwrap();
+    o.tls.mode = SslMode::Require;
+    let handshake = refused(o).await;
+    assert!(handshake.contains("TLS handshake"), "{handshake}");
 }
 
 /// The whole task (SQL connections for the snapshot, the replication stream) over
