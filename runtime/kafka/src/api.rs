@@ -141,6 +141,9 @@ pub struct Broker {
     sequences: Mutex<ProducerSequences>,
     /// Per group with committed offsets, when it was last seen with active members (ms).
     groups_last_active: Mutex<HashMap<String, i64>>,
+    /// When this broker started (ms): group activity before it is not known, so no group is
+    /// taken as inactive for longer than since then.
+    pub(crate) started_ms: i64,
 }
 
 /// An error code and message for one topic or partition.
@@ -202,6 +205,7 @@ impl Broker {
             owner,
             sequences: Mutex::new(ProducerSequences::new(Instant::now())),
             groups_last_active: Mutex::new(HashMap::new()),
+            started_ms: headwater_log::log::now_ms(),
         })
     }
 
@@ -224,7 +228,9 @@ impl Broker {
     /// `offsets.retention.minutes`, [`ServerConfig::offsets_retention`]): an offset expires
     /// that long after the later of its commit and the last time its group was seen with
     /// active members, so a group in use keeps its offsets however long ago it committed them.
-    /// Returns how many were removed.
+    /// Membership is not kept across restarts, so a group not seen since this broker started
+    /// counts as active at the start: no offset goes sooner than Kafka, which keeps the time a
+    /// group became empty, would remove it. Returns how many were removed.
     pub(crate) async fn expire_offsets(&self, now_ms: i64) -> usize {
         self.note_active_groups(now_ms);
         let retention_ms =
@@ -234,8 +240,9 @@ impl Broker {
                 .groups_last_active
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            self.offsets
-                .expired(now_ms, retention_ms, |g| last_active.get(g).copied())
+            self.offsets.expired(now_ms, retention_ms, |g| {
+                Some(last_active.get(g).copied().unwrap_or(self.started_ms))
+            })
         };
         let mut removed = 0;
         for (group, keys) in expiring {
@@ -1750,8 +1757,9 @@ mod tests {
             ..ServerConfig::default()
         };
         assert_eq!(config.offsets_retention.as_millis() as i64, 7 * day);
-        let broker = Broker::new(log.clone(), config.clone(), None).unwrap();
+        let mut broker = Broker::new(log.clone(), config.clone(), None).unwrap();
         let t0 = 1_000_000_000_000_i64;
+        broker.started_ms = t0;
         // A standalone consumer's offsets expire one by one from their commits.
         broker
             .offsets
@@ -1812,8 +1820,24 @@ mod tests {
 
         // The removals are in the log: a restarted broker has no offsets either.
         drop(broker);
-        let reopened = Broker::new(log, config, None).unwrap();
+        let reopened = Broker::new(log.clone(), config.clone(), None).unwrap();
         assert!(reopened.offsets.groups().is_empty());
+        drop(reopened);
+
+        // After a restart, a group not seen since counts as active at the start: its offsets
+        // outlive the retention from their commit until a retention after the start.
+        let mut restarted = Broker::new(log, config, None).unwrap();
+        restarted.started_ms = t0 + 20 * day;
+        restarted
+            .offsets
+            .commit(
+                "idle",
+                vec![(("t".into(), 0), committed_at(40, t0 + 10 * day))],
+            )
+            .await
+            .unwrap();
+        assert_eq!(restarted.expire_offsets(t0 + 27 * day - 1).await, 0);
+        assert_eq!(restarted.expire_offsets(t0 + 27 * day).await, 1);
     }
 
     #[tokio::test]

@@ -71,10 +71,6 @@ impl Default for ServerConfig {
 /// groups finer).
 const OFFSET_EXPIRY_INTERVAL: Duration = Duration::from_secs(60);
 
-/// How long after start no offset expires: group membership is not kept across restarts, so
-/// the groups that were active before get this long to rejoin and be noted active again.
-const OFFSET_EXPIRY_GRACE: Duration = Duration::from_secs(10 * 60);
-
 /// Tells which connector (if any) writes a topic; Produce and DeleteTopics refuse those.
 pub type TopicOwner =
     Arc<dyn Fn(String) -> futures_util::future::BoxFuture<'static, Option<String>> + Send + Sync>;
@@ -115,17 +111,11 @@ impl KafkaServer {
         });
         let broker = self.broker.clone();
         let offset_expiry = tokio::spawn(async move {
-            let started = tokio::time::Instant::now();
             let mut interval = tokio::time::interval(OFFSET_EXPIRY_INTERVAL);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 interval.tick().await;
-                let now_ms = headwater_log::log::now_ms();
-                if started.elapsed() < OFFSET_EXPIRY_GRACE {
-                    broker.note_active_groups(now_ms);
-                } else {
-                    broker.expire_offsets(now_ms).await;
-                }
+                broker.expire_offsets(headwater_log::log::now_ms()).await;
             }
         });
         let mut connections = JoinSet::new();
