@@ -1383,6 +1383,17 @@ mod tests {
         }
     }
 
+    /// The log offsets of every row in the listed files of topic `t`, sorted.
+    fn listed_offsets(dir: &Path) -> Vec<i64> {
+        let mut offsets: Vec<i64> = read_rows(dir, "lake", "t")
+            .unwrap()
+            .into_iter()
+            .map(|(o, _)| o)
+            .collect();
+        offsets.sort_unstable();
+        offsets
+    }
+
     fn next_offset(m: &Manifest) -> i64 {
         m.next_offsets
             .get("t")
@@ -1458,13 +1469,7 @@ mod tests {
             .unwrap();
         assert_eq!(stored, [(TopicPartition::new("t", 0), 23)]);
         restarted.stop().await;
-        let mut offsets: Vec<i64> = read_rows(dir.path(), "lake", "t")
-            .unwrap()
-            .into_iter()
-            .map(|(o, _)| o)
-            .collect();
-        offsets.sort_unstable();
-        assert_eq!(offsets, (0..23).collect::<Vec<_>>());
+        assert_eq!(listed_offsets(dir.path()), (0..23).collect::<Vec<_>>());
 
         // Without an archive the manifest names, the task refuses to start (its files would
         // look unlisted and be removed).
@@ -1577,14 +1582,8 @@ mod tests {
                 .collect();
             put_all(&mut task, &rest).await;
             task.stop().await;
-            let mut offsets: Vec<i64> = read_rows(dir.path(), "lake", "t")
-                .unwrap()
-                .into_iter()
-                .map(|(o, _)| o)
-                .collect();
-            offsets.sort_unstable();
             assert_eq!(
-                offsets,
+                listed_offsets(dir.path()),
                 (0..23).collect::<Vec<_>>(),
                 "after a crash with manifest {k} ({crashed_with:?}), resuming at {resume}"
             );
