@@ -364,15 +364,24 @@ pub fn now() -> (i64, i64, i64) {
 
 /// Values by database and collection name, looked up with borrowed names (a change event's
 /// namespace is read from its bytes; a lookup allocates nothing).
+///
+/// A cache of values rebuilt on use: it holds at most [`MAX_CACHED_NAMESPACES`] entries and
+/// starts over when full, so collections that come and go (one per tenant or per day, dropped
+/// later; the stream reports no drops) do not grow it for the life of the task.
 #[derive(Debug)]
 pub(crate) struct NamespaceMap<T> {
     by_db: HashMap<String, HashMap<String, T>>,
+    len: usize,
 }
+
+/// The most namespaces a [`NamespaceMap`] holds.
+pub(crate) const MAX_CACHED_NAMESPACES: usize = 10_000;
 
 impl<T> Default for NamespaceMap<T> {
     fn default() -> Self {
         NamespaceMap {
             by_db: HashMap::new(),
+            len: 0,
         }
     }
 }
@@ -383,16 +392,38 @@ impl<T> NamespaceMap<T> {
     }
 
     pub(crate) fn insert(&mut self, db: &str, collection: &str, value: T) {
-        self.by_db
+        if self.len >= MAX_CACHED_NAMESPACES && self.get(db, collection).is_none() {
+            self.by_db.clear();
+            self.len = 0;
+        }
+        let previous = self
+            .by_db
             .entry(db.to_owned())
             .or_default()
             .insert(collection.to_owned(), value);
+        if previous.is_none() {
+            self.len += 1;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn namespace_caches_stay_bounded() {
+        let mut map = NamespaceMap::default();
+        for i in 0..MAX_CACHED_NAMESPACES + 5 {
+            map.insert(&format!("db{}", i % 7), &format!("c{i}"), i);
+            // Replacing an entry does not count twice.
+            map.insert(&format!("db{}", i % 7), &format!("c{i}"), i);
+            assert!(map.len <= MAX_CACHED_NAMESPACES);
+            assert_eq!(map.get(&format!("db{}", i % 7), &format!("c{i}")), Some(&i));
+        }
+        assert_eq!(map.len, 5);
+        assert_eq!(map.get("db0", "c0"), None);
+    }
 
     #[test]
     fn stream_source_blocks_equal_built_ones() {
