@@ -125,14 +125,6 @@ impl SslMode {
             _ => return None,
         })
     }
-    /// Whether this mode insists on TLS.
-    pub fn requires_tls(self) -> bool {
-        matches!(
-            self,
-            SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull
-        )
-    }
-
     /// The mode as `database.sslmode` spells it.
     pub fn name(self) -> &'static str {
         match self {
