@@ -1,13 +1,14 @@
 //! Certificates for TLS tests and `pg-bench --tls`: a test CA, a server certificate it signed
-//! for `localhost` only (so connecting to `127.0.0.1` with host-name checks fails), and an
-//! unrelated CA (so chain checks against it fail). Written as PEM files into a temporary
-//! directory that lives as long as the value.
+//! for `localhost` only (so connecting to `127.0.0.1` with host-name checks fails), a client
+//! certificate it signed (for mutual TLS), and an unrelated CA (so chain checks against it
+//! fail). Written as PEM files into a temporary directory that lives as long as the value.
 
 use std::path::PathBuf;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
-/// The files: `ca.pem`, `other-ca.pem`, `server.pem`, `server-key.pem`.
+/// The files: `ca.pem`, `other-ca.pem`, `server.pem`, `server-key.pem`, `client.pem`,
+/// `client-key.pem`.
 pub struct TestPki {
     dir: tempfile::TempDir,
     server_cert_pem: String,
@@ -36,6 +37,16 @@ impl TestPki {
         let server_cert = server_params
             .signed_by(&server_key, &Issuer::from_params(&ca_params, &ca_key))
             .expect("a server certificate");
+        let client_key = KeyPair::generate().expect("a client key");
+        let mut client_params =
+            CertificateParams::new(Vec::<String>::new()).expect("client params");
+        client_params
+            .distinguished_name
+            .push(DnType::CommonName, "headwater-test-client");
+        client_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let client_cert = client_params
+            .signed_by(&client_key, &Issuer::from_params(&ca_params, &ca_key))
+            .expect("a client certificate");
         let dir = tempfile::tempdir().expect("a directory for the certificates");
         let pki = TestPki {
             dir,
@@ -47,6 +58,8 @@ impl TestPki {
             ("other-ca.pem", other_cert.pem()),
             ("server.pem", pki.server_cert_pem.clone()),
             ("server-key.pem", pki.server_key_pem.clone()),
+            ("client.pem", client_cert.pem()),
+            ("client-key.pem", client_key.serialize_pem()),
         ] {
             std::fs::write(pki.file(name), text).expect("writing a certificate file");
         }

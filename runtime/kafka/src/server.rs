@@ -10,7 +10,12 @@
 //!   `UNSUPPORTED_VERSION` where the protocol allows (ApiVersions); for other APIs, which a
 //!   client only sends after ignoring ApiVersions, the connection is closed with a warning
 //!   naming the API, as Kafka does;
-//! - a Produce with `acks=0` gets no response (Kafka's rule); everything else gets exactly one.
+//! - a Produce with `acks=0` gets no response (Kafka's rule); everything else gets exactly one;
+//! - with TLS set ([`KafkaServer::with_tls`]) every connection is TLS (Kafka's `SSL` listener),
+//!   its handshake done in the connection's own task within [`TLS_HANDSHAKE_TIMEOUT`], so a
+//!   slow or plain-text client holds up nobody else;
+//! - the broker address given out in Metadata and FindCoordinator is
+//!   [`ServerConfig::advertised`] when set, else the local address the client connected to.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,9 +24,10 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use headwater_log::{Log, LogError};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 
 use crate::api::{Broker, ConnInfo};
 use crate::codec::{decode_request, Body, MAX_REQUEST_BYTES};
@@ -46,6 +52,9 @@ pub struct ServerConfig {
     /// Kafka's `offsets.retention.minutes`: how long a committed offset outlives both its
     /// commit and its group's last active member (see `Broker::expire_offsets`).
     pub offsets_retention: Duration,
+    /// The broker address clients are told to use (Kafka's `advertised.listeners`):
+    /// `None` gives each client the local address it connected to.
+    pub advertised: Option<(String, u16)>,
 }
 
 impl Default for ServerConfig {
@@ -62,6 +71,7 @@ impl Default for ServerConfig {
                 "connect-status".into(),
             ],
             offsets_retention: Duration::from_secs(7 * 24 * 60 * 60),
+            advertised: None,
         }
     }
 }
@@ -75,10 +85,14 @@ const OFFSET_EXPIRY_INTERVAL: Duration = Duration::from_secs(60);
 pub type TopicOwner =
     Arc<dyn Fn(String) -> futures_util::future::BoxFuture<'static, Option<String>> + Send + Sync>;
 
+/// How long a client may take to finish its TLS handshake.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The Kafka protocol server over a [`Log`]. Cheap to clone.
 #[derive(Clone)]
 pub struct KafkaServer {
     broker: Arc<Broker>,
+    tls: Option<TlsAcceptor>,
 }
 
 impl KafkaServer {
@@ -91,7 +105,15 @@ impl KafkaServer {
     ) -> Result<KafkaServer, LogError> {
         Ok(KafkaServer {
             broker: Arc::new(Broker::new(log, config, owner)?),
+            tls: None,
         })
+    }
+
+    /// Serves every connection over TLS with `acceptor` (Kafka's `SSL` security protocol;
+    /// whether clients must present certificates is the acceptor's configuration).
+    pub fn with_tls(mut self, acceptor: TlsAcceptor) -> KafkaServer {
+        self.tls = Some(acceptor);
+        self
     }
 
     /// Accepts connections on `listener` until `shutdown` resolves, then closes every
@@ -126,7 +148,8 @@ impl KafkaServer {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
                         let broker = self.broker.clone();
-                        connections.spawn(async move { connection(broker, stream, peer).await });
+                        let tls = self.tls.clone();
+                        connections.spawn(async move { accepted_connection(broker, tls, stream, peer).await });
                     }
                     Err(err) => {
                         // Out of file descriptors and the like: keep serving the others.
@@ -144,18 +167,58 @@ impl KafkaServer {
     }
 }
 
-async fn connection(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr) {
+/// Serves one accepted connection: over TLS after its handshake when `tls` is set.
+async fn accepted_connection(
+    broker: Arc<Broker>,
+    tls: Option<TlsAcceptor>,
+    stream: TcpStream,
+    peer: SocketAddr,
+) {
     let _ = stream.set_nodelay(true);
     let local = match stream.local_addr() {
         Ok(a) => a,
         Err(_) => return,
     };
-    let info = ConnInfo {
-        host: local.ip().to_string(),
-        port: i32::from(local.port()),
-        peer,
+    let info = match &broker.config.advertised {
+        Some((host, port)) => ConnInfo {
+            host: host.clone(),
+            port: i32::from(*port),
+            peer,
+        },
+        None => ConnInfo {
+            host: local.ip().to_string(),
+            port: i32::from(local.port()),
+            peer,
+        },
     };
-    let (mut rd, mut wr) = stream.into_split();
+    match tls {
+        None => {
+            let (rd, wr) = stream.into_split();
+            connection(broker, rd, wr, info, false).await
+        }
+        Some(acceptor) => {
+            match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => {
+                    let (rd, wr) = tokio::io::split(stream);
+                    connection(broker, rd, wr, info, true).await
+                }
+                Ok(Err(err)) => tracing::warn!(
+                    peer = %peer,
+                    error = %err,
+                    "Kafka listener: TLS handshake failed (is the client set to security.protocol=SSL and does it trust the certificate?)"
+                ),
+                Err(_) => tracing::warn!(peer = %peer, "Kafka listener: TLS handshake timed out"),
+            }
+        }
+    }
+}
+
+async fn connection<R, W>(broker: Arc<Broker>, mut rd: R, mut wr: W, info: ConnInfo, tls: bool)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let peer = info.peer;
     loop {
         let mut size = [0u8; 4];
         match rd.read_exact(&mut size).await {
@@ -164,8 +227,8 @@ async fn connection(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr) {
         }
         let len = i32::from_be_bytes(size);
         if len < 8 || len as usize > MAX_REQUEST_BYTES {
-            let hint = if size[0] == 0x16 && size[1] == 0x03 {
-                " (this looks like a TLS handshake: TLS is not supported in this build; use a plaintext listener)"
+            let hint = if !tls && size[0] == 0x16 && size[1] == 0x03 {
+                " (this looks like a TLS handshake: this listener is plain text; set kafka_tls_cert and kafka_tls_key for TLS, or use security.protocol=PLAINTEXT)"
             } else {
                 ""
             };
@@ -217,7 +280,8 @@ async fn connection(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr) {
             },
         };
         if let Some(parts) = response {
-            if write_all_parts(&mut wr, parts).await.is_err() {
+            // TLS buffers what it encrypts: the flush sends it (a no-op on plain TCP).
+            if write_all_parts(&mut wr, parts).await.is_err() || wr.flush().await.is_err() {
                 return;
             }
         }
@@ -226,8 +290,8 @@ async fn connection(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr) {
 
 /// Writes the pieces of a response back to back with vectored writes (a Fetch response's
 /// record sets are pieces of their own, written from the bytes the log read).
-async fn write_all_parts(
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+async fn write_all_parts<W: AsyncWrite + Unpin>(
+    wr: &mut W,
     mut parts: Vec<Bytes>,
 ) -> std::io::Result<()> {
     use bytes::Buf;

@@ -31,10 +31,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use tokio::net::TcpListener;
 
 pub mod auth;
 pub mod connectors;
+pub mod tls;
 pub mod topics;
 
 pub use auth::RestAuth;
@@ -278,10 +278,12 @@ pub fn router(state: RestState) -> Router {
         .layer(axum::middleware::from_fn_with_state(state, auth::require))
 }
 
-/// Serve [`router`] on `listener` until `shutdown` completes, then stop
+/// Serve [`router`] on `listener` (a `TcpListener`, or a [`tls::TlsListener`] for HTTPS) until `shutdown` completes, then stop
 /// accepting connections and wait for in-flight requests to finish.
-pub async fn serve<F>(listener: TcpListener, state: RestState, shutdown: F) -> std::io::Result<()>
+pub async fn serve<L, F>(listener: L, state: RestState, shutdown: F) -> std::io::Result<()>
 where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
     F: Future<Output = ()> + Send + 'static,
 {
     axum::serve(listener, router(state))
@@ -463,7 +465,9 @@ mod tests {
 
     #[tokio::test]
     async fn serve_stops_on_shutdown() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(serve(listener, state(), async {
             let _ = rx.await;

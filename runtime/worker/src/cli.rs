@@ -55,7 +55,7 @@ pub enum Command {
     ///
     /// Each setting is taken from, in order: its flag, its environment
     /// variable, the config file (--config), the built-in default.
-    Worker(WorkerArgs),
+    Worker(Box<WorkerArgs>),
     /// Manage the connectors of a running worker over its REST API.
     Connectors {
         #[command(flatten)]
@@ -131,9 +131,14 @@ pub const DEFAULT_URL: &str = "http://127.0.0.1:8083";
 /// How a client subcommand reaches the worker.
 #[derive(Debug, Clone, Args)]
 pub struct ClientArgs {
-    /// Base URL of the worker's REST API (http only)
+    /// Base URL of the worker's REST API (http:// or https://)
     #[arg(long, global = true, value_name = "URL", env = "HEADWATER_URL", default_value = DEFAULT_URL)]
     pub url: String,
+
+    /// PEM file of the CA certificates to trust for an https:// URL
+    /// [default: the system's trusted certificates]
+    #[arg(long, global = true, value_name = "FILE", env = "HEADWATER_CACERT")]
+    pub cacert: Option<PathBuf>,
 
     /// Bearer token for a worker with rest_auth_token set
     #[arg(
@@ -310,15 +315,39 @@ pub struct WorkerArgs {
     )]
     pub rest_auth_users: Vec<String>,
 
-    /// PEM certificate for TLS on the REST listener (not supported by this
-    /// build yet: setting it is an error)
+    /// PEM certificate chain (server certificate first) for HTTPS on the REST
+    /// and schema registry listeners; set together with --rest-tls-key
+    /// [default: plain HTTP]
     #[arg(long, value_name = "FILE", env = "HEADWATER_REST_TLS_CERT")]
     pub rest_tls_cert: Option<PathBuf>,
 
-    /// PEM private key for TLS on the REST listener (not supported by this
-    /// build yet: setting it is an error)
+    /// PEM private key (unencrypted) of --rest-tls-cert
     #[arg(long, value_name = "FILE", env = "HEADWATER_REST_TLS_KEY")]
     pub rest_tls_key: Option<PathBuf>,
+
+    /// PEM certificate chain (server certificate first) for TLS on the Kafka
+    /// listener (clients use security.protocol=SSL); set together with
+    /// --kafka-tls-key [default: plain text]
+    #[arg(long, value_name = "FILE", env = "HEADWATER_KAFKA_TLS_CERT")]
+    pub kafka_tls_cert: Option<PathBuf>,
+
+    /// PEM private key (unencrypted) of --kafka-tls-cert
+    #[arg(long, value_name = "FILE", env = "HEADWATER_KAFKA_TLS_KEY")]
+    pub kafka_tls_key: Option<PathBuf>,
+
+    /// PEM CA certificates: Kafka clients must present a certificate one of
+    /// them signed (Kafka's ssl.client.auth=required) [default: not asked]
+    #[arg(long, value_name = "FILE", env = "HEADWATER_KAFKA_TLS_CLIENT_CA")]
+    pub kafka_tls_client_ca: Option<PathBuf>,
+
+    /// HOST:PORT Kafka clients are told to connect to (Kafka's
+    /// advertised.listeners) [default: the address each client connected to]
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        env = "HEADWATER_KAFKA_ADVERTISED_ADDRESS"
+    )]
+    pub kafka_advertised_address: Option<String>,
 }
 
 /// Outcome of parsing the command line.

@@ -47,7 +47,12 @@ pub fn run(command: Command) -> Result<(), Failure> {
 }
 
 fn endpoint(client: &ClientArgs) -> Result<Endpoint, Failure> {
-    Endpoint::parse(&client.url, client.token.as_deref(), client.user.as_deref())
+    Endpoint::parse_trusting(
+        &client.url,
+        client.token.as_deref(),
+        client.user.as_deref(),
+        client.cacert.as_deref(),
+    )
 }
 
 /// Stdout that remembers whether the reader went away.

@@ -1,20 +1,29 @@
-//! A minimal, blocking HTTP/1.1 client for the client subcommands (std `TcpStream` only).
+//! A minimal, blocking HTTP/1.1 client for the client subcommands (std `TcpStream`, and
+//! rustls over it for `https://`).
 //!
-//! Why not reqwest or hyper: the client talks to one worker over plain HTTP, one short request
-//! per connection; a hundred lines of std code need no async runtime, add no dependency and
-//! no Cargo.lock churn. HTTPS is refused with a clear error (the worker has no TLS either).
+//! Why not reqwest or hyper: the client talks to one worker, one short request per
+//! connection; a few hundred lines of std code need no async runtime and no HTTP stack.
 //!
 //! Invariants:
 //! - every request is `Connection: close` and the response is read to EOF, then framed by
 //!   `Transfer-Encoding: chunked` or `Content-Length` (whichever the server sent);
-//! - a bad URL or credential spec is a usage [`Failure`] (exit 2); failing to connect or a
-//!   malformed response is a runtime [`Failure`] (exit 1); HTTP error statuses are returned to
-//!   the caller, who turns them into the REST error message;
+//! - `https://` checks the worker's certificate and host name against `--cacert` when given,
+//!   else the system's trusted certificates; there is no way to skip the check;
+//! - a bad URL, credential spec or CA file is a usage [`Failure`] (exit 2); failing to
+//!   connect (a certificate the client does not trust among it) or a malformed response is a
+//!   runtime [`Failure`] (exit 1); HTTP error statuses are returned to the caller, who turns
+//!   them into the REST error message;
 //! - path segments from the user (connector and topic names) are percent-encoded.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -35,6 +44,8 @@ pub struct Endpoint {
     base_path: String,
     authorization: Option<String>,
     shown: String,
+    /// For `https://`: the TLS configuration (trust) and the name the certificate must carry.
+    tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
 }
 
 /// A response: status and body bytes.
@@ -93,16 +104,26 @@ impl Endpoint {
     /// Parses `http://[user:password@]host[:port][/prefix]`; `token` or `user`
     /// (`USER:PASSWORD`) add credentials (the token wins over Basic).
     pub fn parse(url: &str, token: Option<&str>, user: Option<&str>) -> Result<Self, Failure> {
+        Self::parse_trusting(url, token, user, None)
+    }
+
+    /// [`Endpoint::parse`], trusting the CA certificates of the PEM file `cacert` (instead of
+    /// the system's) for an `https://` URL.
+    pub fn parse_trusting(
+        url: &str,
+        token: Option<&str>,
+        user: Option<&str>,
+        cacert: Option<&Path>,
+    ) -> Result<Self, Failure> {
         let bad = |why: &str| Failure::usage(format!("invalid --url '{url}': {why}"));
-        let rest = if let Some(rest) = url.strip_prefix("http://") {
-            rest
-        } else if url.starts_with("https://") {
-            return Err(bad(
-                "https is not supported by this client yet (the worker serves plain HTTP)",
-            ));
+        let (rest, https) = if let Some(rest) = url.strip_prefix("http://") {
+            (rest, false)
+        } else if let Some(rest) = url.strip_prefix("https://") {
+            (rest, true)
         } else {
-            return Err(bad("it must start with http://"));
+            return Err(bad("it must start with http:// or https://"));
         };
+        let default_port = if https { 443 } else { 80 };
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
             None => (rest, ""),
@@ -115,7 +136,7 @@ impl Endpoint {
             let (h, after) = v6.split_once(']').ok_or_else(|| bad("unclosed '['"))?;
             let port = match after.strip_prefix(':') {
                 Some(p) => p.parse().map_err(|_| bad("the port is not a number"))?,
-                None if after.is_empty() => 80,
+                None if after.is_empty() => default_port,
                 None => return Err(bad("unexpected text after ']'")),
             };
             (h.to_owned(), port)
@@ -125,7 +146,7 @@ impl Endpoint {
                     h.to_owned(),
                     p.parse().map_err(|_| bad("the port is not a number"))?,
                 ),
-                None => (hostport.to_owned(), 80),
+                None => (hostport.to_owned(), default_port),
             }
         };
         if host.is_empty() {
@@ -145,13 +166,24 @@ impl Endpoint {
             (None, _, Some(u)) => Some(basic(u)?),
             _ => None,
         };
-        let shown = format!("http://{hostport}{path}");
+        let shown = format!(
+            "{}://{hostport}{path}",
+            if https { "https" } else { "http" }
+        );
+        let tls = if https {
+            let name = ServerName::try_from(host.clone())
+                .map_err(|_| bad("the host is not a valid name for TLS"))?;
+            Some((client_config(cacert)?, name))
+        } else {
+            None
+        };
         Ok(Endpoint {
             host,
             port,
             base_path: path.to_owned(),
             authorization,
             shown,
+            tls,
         })
     }
 
@@ -183,7 +215,7 @@ impl Endpoint {
                 Err(e) => last = Some(e),
             }
         }
-        let mut stream = match stream {
+        let stream = match stream {
             Some(s) => s,
             None => {
                 return Err(unreachable(last.unwrap_or_else(|| {
@@ -215,10 +247,42 @@ impl Endpoint {
         head.push_str("\r\n");
         let io =
             |e: std::io::Error| Failure::runtime(format!("request to {} failed: {e}", self.shown));
-        stream.write_all(head.as_bytes()).map_err(io)?;
-        stream.write_all(body).map_err(io)?;
         let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).map_err(io)?;
+        match &self.tls {
+            None => {
+                let mut stream = stream;
+                stream.write_all(head.as_bytes()).map_err(io)?;
+                stream.write_all(body).map_err(io)?;
+                stream.read_to_end(&mut raw).map_err(io)?;
+            }
+            Some((config, name)) => {
+                let connection = ClientConnection::new(config.clone(), name.clone())
+                    .map_err(|e| Failure::runtime(format!("TLS to {}: {e}", self.shown)))?;
+                let mut stream = StreamOwned::new(connection, stream);
+                let tls_io = |e: std::io::Error| {
+                    let hint = if e.get_ref().is_some_and(|inner| {
+                        inner
+                            .downcast_ref::<rustls::Error>()
+                            .is_some_and(|tls| matches!(tls, rustls::Error::InvalidCertificate(_)))
+                    }) {
+                        " (is the worker's CA trusted? pass it with --cacert or HEADWATER_CACERT)"
+                    } else {
+                        ""
+                    };
+                    Failure::runtime(format!("request to {} failed: {e}{hint}", self.shown))
+                };
+                stream.write_all(head.as_bytes()).map_err(tls_io)?;
+                stream.write_all(body).map_err(tls_io)?;
+                stream.flush().map_err(tls_io)?;
+                if let Err(e) = stream.read_to_end(&mut raw) {
+                    // A server that closes without TLS's close_notify: the response's own
+                    // framing (Content-Length or chunks) still tells a complete one.
+                    if e.kind() != std::io::ErrorKind::UnexpectedEof {
+                        return Err(tls_io(e));
+                    }
+                }
+            }
+        }
         parse_response(&raw).map_err(|why| {
             Failure::runtime(format!(
                 "malformed HTTP response from {}: {why}",
@@ -226,6 +290,43 @@ impl Endpoint {
             ))
         })
     }
+}
+
+/// The TLS client configuration: trust the certificates of `cacert`, else the system's.
+fn client_config(cacert: Option<&Path>) -> Result<Arc<ClientConfig>, Failure> {
+    let mut roots = RootCertStore::empty();
+    match cacert {
+        Some(path) => {
+            let bad = |e: &dyn std::fmt::Display| {
+                Failure::usage(format!("--cacert {}: {e}", path.display()))
+            };
+            let certs = CertificateDer::pem_file_iter(path)
+                .map_err(|e| bad(&e))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| bad(&e))?;
+            if certs.is_empty() {
+                return Err(bad(
+                    &"no PEM certificate (-----BEGIN CERTIFICATE-----) in it",
+                ));
+            }
+            for cert in certs {
+                roots.add(cert).map_err(|e| bad(&e))?;
+            }
+        }
+        None => {
+            // Unreadable entries of the system store are skipped; with none at all, the
+            // handshake's certificate error says to pass --cacert.
+            let _ = roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        }
+    }
+    let config = ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| Failure::runtime(format!("TLS set-up: {e}")))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(Arc::new(config))
 }
 
 fn parse_response(raw: &[u8]) -> Result<Response, String> {
@@ -309,7 +410,31 @@ mod tests {
         assert_eq!(e.authorization.as_deref(), Some("Bearer t"));
         let e = Endpoint::parse("http://h:1", None, Some("a:b")).unwrap();
         assert_eq!(e.authorization.as_deref(), Some("Basic YTpi"));
-        for bad in ["https://h", "h:1", "http://h:x", "http://", "http://[::1"] {
+        let e = Endpoint::parse("https://worker.example/x", None, None).unwrap();
+        assert_eq!(
+            (e.host.as_str(), e.port, e.base_path.as_str()),
+            ("worker.example", 443, "/x")
+        );
+        assert!(e.tls.is_some());
+        assert!(Endpoint::parse("http://h", None, None)
+            .unwrap()
+            .tls
+            .is_none());
+        let missing = Path::new("/nonexistent/ca.pem");
+        let err = Endpoint::parse_trusting("https://h", None, None, Some(missing)).unwrap_err();
+        assert_eq!(err.code(), 2);
+        assert!(
+            err.message().contains("--cacert /nonexistent/ca.pem"),
+            "{err}"
+        );
+        for bad in [
+            "ftp://h",
+            "h:1",
+            "http://h:x",
+            "http://",
+            "http://[::1",
+            "https://",
+        ] {
             let err = Endpoint::parse(bad, None, None).unwrap_err();
             assert_eq!(err.code(), 2, "{bad}");
         }

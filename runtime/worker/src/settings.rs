@@ -10,13 +10,18 @@
 //! Invariants:
 //! * The config file holds top-level keys only (`data_dir`, `rest_listen`,
 //!   `kafka_listen`, `schema_registry_listen`, `log_format`, `log_level`, `rest_auth_token`,
-//!   `rest_auth_users`, `rest_tls_cert`, `rest_tls_key`); any other key, or a
-//!   `[table]`, is rejected (`deny_unknown_fields`).
+//!   `rest_auth_users`, `rest_tls_cert`, `rest_tls_key`, `kafka_tls_cert`, `kafka_tls_key`,
+//!   `kafka_tls_client_ca`, `kafka_advertised_address`); any other key, or a `[table]`, is
+//!   rejected (`deny_unknown_fields`).
 //! * REST authentication is off unless a token or a user is set; an empty
 //!   token, user list or TLS path means "not set" (so the shipped file can list
 //!   every key with its default). Secrets never appear in `Debug` output.
-//! * TLS on the REST listener is not part of this build: setting a certificate
-//!   or key is a usage error that says so, never silently plain HTTP.
+//! * HTTPS on the REST listener needs both `rest_tls_cert` and `rest_tls_key`; one
+//!   without the other is a usage error, never silently plain HTTP. The files are
+//!   read when the worker starts ([`headwater_rest::tls::ServerTls::load`]), and a
+//!   file that does not load is a usage error too. The same holds for TLS on the
+//!   Kafka listener (`kafka_tls_cert`, `kafka_tls_key`; `kafka_tls_client_ca` only
+//!   with them).
 //! * Relative `data_dir` values are relative to the worker's current directory,
 //!   wherever they come from (not to the config file's directory).
 //! * A [`Settings`] value is fully validated; every error is a single-line
@@ -26,6 +31,7 @@ use std::fs;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use headwater_rest::tls::TlsFiles;
 use headwater_rest::RestAuth;
 use serde::Deserialize;
 
@@ -66,10 +72,18 @@ pub struct FileSettings {
     pub rest_auth_token: Option<String>,
     /// HTTP Basic users, `"user:password"` each.
     pub rest_auth_users: Option<Vec<String>>,
-    /// TLS certificate for the REST listener (not supported yet).
+    /// PEM certificate chain for HTTPS on the REST listener (empty: plain HTTP).
     pub rest_tls_cert: Option<PathBuf>,
-    /// TLS private key for the REST listener (not supported yet).
+    /// PEM private key of `rest_tls_cert`.
     pub rest_tls_key: Option<PathBuf>,
+    /// PEM certificate chain for TLS on the Kafka listener (empty: plain text).
+    pub kafka_tls_cert: Option<PathBuf>,
+    /// PEM private key of `kafka_tls_cert`.
+    pub kafka_tls_key: Option<PathBuf>,
+    /// PEM CA certificates Kafka clients' certificates must chain to (empty: none asked).
+    pub kafka_tls_client_ca: Option<PathBuf>,
+    /// `HOST:PORT` Kafka clients are told to connect to (empty: the address they used).
+    pub kafka_advertised_address: Option<String>,
 }
 
 impl FileSettings {
@@ -150,6 +164,12 @@ pub struct Settings {
     pub config_file: Option<PathBuf>,
     /// REST authentication (off when empty).
     pub rest_auth: RestAuth,
+    /// HTTPS on the REST (and schema registry) listener: `None` serves plain HTTP.
+    pub rest_tls: Option<TlsFiles>,
+    /// TLS on the Kafka listener: `None` serves plain text.
+    pub kafka_tls: Option<TlsFiles>,
+    /// The broker address given to Kafka clients: `None` is the one each connected to.
+    pub kafka_advertised: Option<(String, u16)>,
 }
 
 impl Settings {
@@ -196,12 +216,61 @@ impl Settings {
         let non_empty_path = |p: Option<PathBuf>| p.filter(|p| !p.as_os_str().is_empty());
         let tls_cert = non_empty_path(args.rest_tls_cert.clone().or(file.rest_tls_cert));
         let tls_key = non_empty_path(args.rest_tls_key.clone().or(file.rest_tls_key));
-        if tls_cert.is_some() || tls_key.is_some() {
-            return Err(Failure::usage(
-                "TLS for the REST listener (rest_tls_cert/rest_tls_key) is not supported by this build yet; \
-                 terminate TLS in a reverse proxy in front of the worker and remove these settings",
-            ));
-        }
+        let rest_tls = match (tls_cert, tls_key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert_setting: "rest_tls_cert",
+                cert,
+                key_setting: "rest_tls_key",
+                key,
+                client_ca: None,
+            }),
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(Failure::usage(
+                    "rest_tls_cert and rest_tls_key go together: set both for HTTPS on the REST listener, or neither",
+                ))
+            }
+        };
+        let kafka_cert = non_empty_path(args.kafka_tls_cert.clone().or(file.kafka_tls_cert));
+        let kafka_key = non_empty_path(args.kafka_tls_key.clone().or(file.kafka_tls_key));
+        let kafka_client_ca = non_empty_path(
+            args.kafka_tls_client_ca
+                .clone()
+                .or(file.kafka_tls_client_ca),
+        );
+        let kafka_tls = match (kafka_cert, kafka_key) {
+            (None, None) if kafka_client_ca.is_some() => {
+                return Err(Failure::usage(
+                    "kafka_tls_client_ca needs TLS on the Kafka listener: set kafka_tls_cert and kafka_tls_key too",
+                ))
+            }
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert_setting: "kafka_tls_cert",
+                cert,
+                key_setting: "kafka_tls_key",
+                key,
+                client_ca: kafka_client_ca.map(|ca| ("kafka_tls_client_ca", ca)),
+            }),
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(Failure::usage(
+                    "kafka_tls_cert and kafka_tls_key go together: set both for TLS on the Kafka listener, or neither",
+                ))
+            }
+        };
+        let kafka_advertised = match args
+            .kafka_advertised_address
+            .clone()
+            .or(file.kafka_advertised_address)
+            .filter(|a| !a.trim().is_empty())
+        {
+            None => None,
+            Some(text) => Some(parse_host_port(&text).ok_or_else(|| {
+                Failure::usage(format!(
+                    "kafka_advertised_address '{text}' is not HOST:PORT (a name or IP, then a port from 1 to 65535; an IPv6 address in brackets)"
+                ))
+            })?),
+        };
         let token = args
             .rest_auth_token
             .clone()
@@ -242,8 +311,34 @@ impl Settings {
             log_level,
             config_file: args.config.clone(),
             rest_auth: RestAuth { token, users },
+            rest_tls,
+            kafka_tls,
+            kafka_advertised,
         })
     }
+}
+
+/// `HOST:PORT` with a non-empty host (a name, an IPv4 address, or an IPv6 address in
+/// brackets, returned without them) and a port from 1 to 65535.
+fn parse_host_port(text: &str) -> Option<(String, u16)> {
+    let text = text.trim();
+    let (host, port) = if let Some(v6) = text.strip_prefix('[') {
+        let (host, rest) = v6.split_once(']')?;
+        host.parse::<std::net::Ipv6Addr>().ok()?;
+        (host, rest.strip_prefix(':')?)
+    } else {
+        let (host, port) = text.rsplit_once(':')?;
+        if host.contains(':') {
+            return None;
+        }
+        (host, port)
+    };
+    let valid_host = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':'));
+    let port: u16 = port.parse().ok().filter(|p| *p > 0)?;
+    valid_host.then(|| (host.to_owned(), port))
 }
 
 fn default_addr(text: &str) -> SocketAddr {
@@ -274,6 +369,9 @@ mod tests {
                 log_level: DEFAULT_LOG_LEVEL.to_owned(),
                 config_file: None,
                 rest_auth: RestAuth::default(),
+                rest_tls: None,
+                kafka_tls: None,
+                kafka_advertised: None,
             }
         );
     }
@@ -377,9 +475,80 @@ mod tests {
         let tls = FileSettings::parse(r#"rest_tls_cert = "/etc/cert.pem""#).expect("parses");
         let err = Settings::merge(&WorkerArgs::default(), None, tls).expect_err("tls");
         assert_eq!(err.code(), 2);
-        assert!(
-            err.message().contains("not supported by this build yet"),
-            "{err}"
+        assert!(err.message().contains("go together"), "{err}");
+
+        let tls =
+            FileSettings::parse("rest_tls_cert = \"/etc/c.pem\"\nrest_tls_key = \"/etc/k.pem\"")
+                .expect("parses");
+        let args = WorkerArgs {
+            rest_tls_key: Some("/run/k.pem".into()),
+            ..WorkerArgs::default()
+        };
+        let s = Settings::merge(&args, None, tls).expect("both set");
+        let files = s.rest_tls.expect("tls on");
+        assert_eq!(files.cert, Path::new("/etc/c.pem"));
+        assert_eq!(
+            files.key,
+            Path::new("/run/k.pem"),
+            "the flag wins over the file"
+        );
+        assert_eq!(files.client_ca, None);
+    }
+
+    #[test]
+    fn kafka_tls_and_advertised_address() {
+        let merge = |text: &str| {
+            Settings::merge(
+                &WorkerArgs::default(),
+                None,
+                FileSettings::parse(text).expect("parses"),
+            )
+        };
+        let s = merge("kafka_tls_cert = \"c.pem\"\nkafka_tls_key = \"k.pem\"\nkafka_tls_client_ca = \"ca.pem\"")
+            .expect("ok");
+        let files = s.kafka_tls.expect("kafka tls");
+        assert_eq!(
+            files.client_ca,
+            Some(("kafka_tls_client_ca", PathBuf::from("ca.pem")))
+        );
+        assert!(s.rest_tls.is_none());
+        for (text, message) in [
+            ("kafka_tls_key = \"k.pem\"", "go together"),
+            (
+                "kafka_tls_client_ca = \"ca.pem\"",
+                "needs TLS on the Kafka listener",
+            ),
+            ("kafka_advertised_address = \"broker\"", "is not HOST:PORT"),
+            (
+                "kafka_advertised_address = \"broker:0\"",
+                "is not HOST:PORT",
+            ),
+            (
+                "kafka_advertised_address = \"::1:9092\"",
+                "is not HOST:PORT",
+            ),
+            (
+                "kafka_advertised_address = \"a b:9092\"",
+                "is not HOST:PORT",
+            ),
+        ] {
+            let err = merge(text).expect_err(text);
+            assert_eq!(err.code(), 2);
+            assert!(err.message().contains(message), "{text}: {err}");
+        }
+        for (text, host, port) in [
+            ("broker.example.com:9093", "broker.example.com", 9093),
+            ("10.0.0.7:19092", "10.0.0.7", 19092),
+            ("[fd00::7]:9092", "fd00::7", 9092),
+        ] {
+            let s = merge(&format!("kafka_advertised_address = \"{text}\"")).expect(text);
+            assert_eq!(s.kafka_advertised, Some((host.to_owned(), port)));
+        }
+        assert_eq!(
+            merge("kafka_advertised_address = \"\"")
+                .unwrap()
+                .kafka_advertised,
+            None
         );
     }
 
@@ -455,6 +624,10 @@ mod tests {
                 rest_auth_users: Some(Vec::new()),
                 rest_tls_cert: Some(PathBuf::new()),
                 rest_tls_key: Some(PathBuf::new()),
+                kafka_tls_cert: Some(PathBuf::new()),
+                kafka_tls_key: Some(PathBuf::new()),
+                kafka_tls_client_ca: Some(PathBuf::new()),
+                kafka_advertised_address: Some(String::new()),
             },
             "every setting must appear in config/worker.toml with its default"
         );

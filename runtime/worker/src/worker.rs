@@ -2,11 +2,13 @@
 //!
 //! Order of start-up (each step only after the previous one succeeded):
 //! 1. open and lock the data dir, load or create the cluster id;
-//! 2. install SIGINT/SIGTERM handlers (before anything can be asked to stop);
+//! 2. install SIGINT/SIGTERM handlers (before anything can be asked to stop), and
+//!    load the REST listener's certificate when HTTPS is set (a file that does not
+//!    load is a usage error, exit 2);
 //! 3. bind the REST listener;
 //! 4. bind the Kafka protocol listener on `kafka_listen` (after the log and the
 //!    engine are up) and log `Kafka protocol listener started`;
-//! 5. log `Headwater worker started rest=http://<bound addr> ...`;
+//! 5. log `Headwater worker started rest=http(s)://<bound addr> ...`;
 //! 6. serve until the first SIGINT or SIGTERM.
 //!
 //! Nothing is logged at `info` before step 4, so a start-up failure prints only
@@ -23,6 +25,7 @@ use headwater_log::{Log, LogOptions};
 use headwater_rest::{RestState, ServerInfo};
 
 use crate::connector_files::ConnectorFile;
+use headwater_rest::tls::TlsListener;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracing::{debug, info, warn};
@@ -62,6 +65,20 @@ async fn serve(
     connectors: Vec<ConnectorFile>,
 ) -> Result<(), Failure> {
     let mut signals = Signals::install()?;
+    // Read before anything binds: a certificate that does not load is a configuration error.
+    let rest_tls = match &settings.rest_tls {
+        Some(files) => {
+            Some(headwater_rest::tls::ServerTls::load(files.clone()).map_err(Failure::usage)?)
+        }
+        None => None,
+    };
+    let rest_scheme = if rest_tls.is_some() { "https" } else { "http" };
+    let kafka_tls = match &settings.kafka_tls {
+        Some(files) => {
+            Some(headwater_rest::tls::ServerTls::load(files.clone()).map_err(Failure::usage)?)
+        }
+        None => None,
+    };
 
     let listener = TcpListener::bind(settings.rest_listen)
         .await
@@ -93,12 +110,12 @@ async fn serve(
         })?),
         None => None,
     };
-    let mut registry_urls = local_urls(rest_addr);
+    let mut registry_urls = local_urls(rest_scheme, rest_addr);
     if let Some(l) = &registry_listener {
         let addr = l.local_addr().map_err(|err| {
             Failure::runtime(format!("cannot read the schema registry's address: {err}"))
         })?;
-        registry_urls.extend(local_urls(addr));
+        registry_urls.extend(local_urls(rest_scheme, addr));
     }
     let registry_handle: std::sync::Arc<dyn headwater_format::avro::registry::SchemaRegistry> =
         std::sync::Arc::new(registry.clone());
@@ -176,11 +193,16 @@ async fn serve(
         log.clone(),
         headwater_kafka::ServerConfig {
             cluster_id: data_dir.cluster_id().to_owned(),
+            advertised: settings.kafka_advertised.clone(),
             ..headwater_kafka::ServerConfig::default()
         },
         Some(topic_owner),
     )
     .map_err(|err| Failure::runtime(format!("cannot start the Kafka listener: {err}")))?;
+    let kafka = match &kafka_tls {
+        Some(tls) => kafka.with_tls(tls.acceptor()),
+        None => kafka,
+    };
     let (kafka_stop_tx, kafka_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let kafka_task = tokio::spawn(async move {
         kafka
@@ -189,7 +211,16 @@ async fn serve(
             })
             .await
     });
-    info!(kafka = %kafka_addr, "Kafka protocol listener started");
+    info!(
+        kafka = %kafka_addr,
+        security_protocol = if kafka_tls.is_some() { "SSL" } else { "PLAINTEXT" },
+        client_certificates = kafka_tls.as_ref().is_some_and(|t| t.requires_client_certificates()),
+        advertised = %settings
+            .kafka_advertised
+            .as_ref()
+            .map_or_else(|| "the address each client connects to".to_owned(), |(h, p)| format!("{h}:{p}")),
+        "Kafka protocol listener started"
+    );
 
     let state = RestState::with_engine(
         ServerInfo {
@@ -204,23 +235,40 @@ async fn serve(
     let registry_task = registry_listener.map(|listener| {
         let routes = headwater_registry::http::router(registry.clone());
         let auth_state = state.clone();
+        let tls = rest_tls.clone();
         tokio::spawn(async move {
             let app = routes.layer(axum::middleware::from_fn_with_state(
                 auth_state,
                 headwater_rest::auth::require,
             ));
-            if let Err(err) = axum::serve(listener, app).await {
+            let served = match tls {
+                Some(tls) => match TlsListener::new(listener, &tls, "schema registry") {
+                    Ok(listener) => axum::serve(listener, app).await,
+                    Err(err) => Err(err),
+                },
+                None => axum::serve(listener, app).await,
+            };
+            if let Err(err) = served {
                 warn!(error = %err, "the schema registry listener failed");
             }
         })
     });
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let mut server = tokio::spawn(headwater_rest::serve(listener, state, async move {
+    let stopped = async move {
         let _ = stop_rx.await;
-    }));
+    };
+    let mut server = match &rest_tls {
+        Some(tls) => {
+            let listener = TlsListener::new(listener, tls, "REST").map_err(|err| {
+                Failure::runtime(format!("cannot start the REST listener: {err}"))
+            })?;
+            tokio::spawn(headwater_rest::serve(listener, state, stopped))
+        }
+        None => tokio::spawn(headwater_rest::serve(listener, state, stopped)),
+    };
 
     info!(
-        rest = %format_args!("http://{rest_addr}"),
+        rest = %format_args!("{rest_scheme}://{rest_addr}"),
         kafka = %kafka_addr,
         data_dir = %data_dir.path().display(),
         kafka_cluster_id = %data_dir.cluster_id(),
@@ -276,12 +324,12 @@ async fn serve(
 
 /// The URLs by which converters in this process may name a listener of the worker: its
 /// address, and for a loopback or wildcard address also `localhost` and `127.0.0.1`.
-fn local_urls(addr: std::net::SocketAddr) -> Vec<String> {
+fn local_urls(scheme: &str, addr: std::net::SocketAddr) -> Vec<String> {
     let port = addr.port();
-    let mut urls = vec![format!("http://{addr}")];
+    let mut urls = vec![format!("{scheme}://{addr}")];
     if addr.ip().is_loopback() || addr.ip().is_unspecified() {
-        urls.push(format!("http://localhost:{port}"));
-        urls.push(format!("http://127.0.0.1:{port}"));
+        urls.push(format!("{scheme}://localhost:{port}"));
+        urls.push(format!("{scheme}://127.0.0.1:{port}"));
     }
     urls
 }

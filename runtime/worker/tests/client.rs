@@ -295,9 +295,19 @@ fn usage_and_connection_errors() {
         "cannot reach the worker",
     );
     assert_error(
-        &headwater(&["connectors", "list", "--url", "https://127.0.0.1:1"], &[]),
+        &headwater(
+            &[
+                "connectors",
+                "list",
+                "--url",
+                "https://127.0.0.1:1",
+                "--cacert",
+                "/nonexistent/ca.pem",
+            ],
+            &[],
+        ),
         2,
-        "https is not supported",
+        "--cacert /nonexistent/ca.pem",
     );
     assert_error(
         &headwater(

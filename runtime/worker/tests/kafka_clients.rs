@@ -2,7 +2,9 @@
 //! connector wrote, and a group of two confluent-kafka consumers (the configuration from
 //! issue 7: read_committed, manual commits) processes every record of a 4-partition topic
 //! exactly once across a rebalance (one consumer leaves mid-way) and a worker restart (the
-//! consumer after the restart continues from the committed offsets).
+//! consumer after the restart continues from the committed offsets). Over TLS with client
+//! certificates, kcat reads through the advertised name the certificate carries, and clients
+//! without a certificate or without TLS get nothing.
 
 #[path = "../../kafka/tests/support/clients.rs"]
 mod clients;
@@ -26,16 +28,17 @@ struct Worker {
 
 impl Worker {
     fn start(data_dir: &Path) -> Worker {
+        Self::start_with(data_dir, &["--kafka-listen", "127.0.0.1:0"])
+    }
+
+    /// Starts a worker with extra flags (which include `--kafka-listen`).
+    fn start_with(data_dir: &Path, args: &[&str]) -> Worker {
         let mut child = Command::new(env!("CARGO_BIN_EXE_headwater"))
             .arg("worker")
             .arg("--data-dir")
             .arg(data_dir)
-            .args([
-                "--rest-listen",
-                "127.0.0.1:0",
-                "--kafka-listen",
-                "127.0.0.1:0",
-            ])
+            .args(["--rest-listen", "127.0.0.1:0"])
+            .args(args)
             .env_remove("RUST_LOG")
             .env_remove("HEADWATER_CONFIG")
             .env("HEADWATER_LOG_LEVEL", "info")
@@ -156,6 +159,110 @@ fn datagen(worker: &Worker, name: &str, topic: &str, n: usize, partitions: u32) 
         })
         .to_string(),
     );
+}
+
+#[test]
+fn kcat_reads_over_tls_with_a_client_certificate_and_others_get_nothing() {
+    let pki = headwater_tests::pki::TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    // The certificate names localhost, so clients are told to come back to that name.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let advertised = format!("localhost:{port}");
+    let (cert, key, ca) = (
+        pki.path("server.pem"),
+        pki.path("server-key.pem"),
+        pki.path("ca.pem"),
+    );
+    let worker = Worker::start_with(
+        dir.path(),
+        &[
+            "--kafka-listen",
+            &listen,
+            "--kafka-tls-cert",
+            &cert,
+            "--kafka-tls-key",
+            &key,
+            "--kafka-tls-client-ca",
+            &ca,
+            "--kafka-advertised-address",
+            &advertised,
+        ],
+    );
+    datagen(&worker, "tls-gen", "secure.orders", 300, 1);
+    let (client_cert, client_key) = (pki.path("client.pem"), pki.path("client-key.pem"));
+    let kcat_tls = |extra: &[&str], args: &[&str], limit: u64| {
+        run_with_timeout(
+            Command::new(kcat())
+                .args(["-b", &advertised, "-X", "security.protocol=ssl"])
+                .args(["-X", &format!("ssl.ca.location={ca}")])
+                .args(extra)
+                .args(args),
+            Duration::from_secs(limit),
+        )
+    };
+    let with_certificate = [
+        "-X",
+        &format!("ssl.certificate.location={client_cert}"),
+        "-X",
+        &format!("ssl.key.location={client_key}"),
+    ];
+    let mut values = Vec::new();
+    wait_until("300 records over TLS", Duration::from_secs(60), || {
+        let out = kcat_tls(
+            &with_certificate,
+            &["-C", "-t", "secure.orders", "-e", "-o", "beginning", "-q"],
+            60,
+        );
+        assert!(
+            out.status.success(),
+            "kcat over TLS: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        values = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        values.len() >= 300
+    });
+    let seqs: Vec<i64> = values.iter().map(|v| seq_of(v)).collect();
+    assert_eq!(seqs, (0..300).collect::<Vec<i64>>());
+
+    // Without a client certificate, and in plain text: no metadata, no records.
+    let metadata = ["-L", "-m", "5"];
+    let out = kcat_tls(&[], &metadata, 60);
+    assert!(
+        !out.status.success(),
+        "no client certificate: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = run_with_timeout(
+        Command::new(kcat())
+            .args(["-b", &advertised])
+            .args(metadata),
+        Duration::from_secs(60),
+    );
+    assert!(
+        !out.status.success(),
+        "plain text: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = kcat_tls(&with_certificate, &metadata, 60);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        listing.contains(&format!("localhost:{port}")),
+        "the advertised address: {listing}"
+    );
+    worker.stop();
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Over real HTTP against the `headwater` binary: `GET /health`, `GET /metrics` (Prometheus
 //! text), REST authentication (Bearer token and Basic users, `/health` open, the CLI's
-//! credentials), the refused TLS settings, config providers (`${env:..}`, `${file:..}`
+//! credentials), HTTPS on the REST listener (and the CLI's trust settings), config providers (`${env:..}`, `${file:..}`
 //! resolved at task start, raw in `GET .../config` and `.../tasks`, unresolvable ones
 //! reported), passwords kept out of the logs, and `errors.log.include.messages`.
 
@@ -254,30 +254,106 @@ fn rest_authentication_with_token_and_basic_users() {
 }
 
 #[test]
-fn rest_tls_settings_are_refused_clearly() {
+fn rest_over_https_with_the_clis_trust_settings() {
+    let pki = headwater_tests::pki::TestPki::new();
     let tmp = tempfile::tempdir().unwrap();
-    let output = common::client_command(
-        &[
+    let data = tmp.path().join("data");
+    let file = |name: &str| pki.file(name).display().to_string();
+    let (cert, key, ca, other_ca) = (
+        file("server.pem"),
+        file("server-key.pem"),
+        file("ca.pem"),
+        file("other-ca.pem"),
+    );
+    let start_failure = |args: &[&str]| {
+        let mut all = vec![
             "worker",
             "--data-dir",
-            tmp.path().join("data").to_str().unwrap(),
+            data.to_str().unwrap(),
             "--rest-listen",
             "127.0.0.1:0",
-            "--rest-tls-cert",
-            "/etc/ssl/cert.pem",
-        ],
-        &[],
-    )
-    .env_remove("HEADWATER_CONFIG")
-    .output()
-    .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+            "--kafka-listen",
+            "127.0.0.1:0",
+        ];
+        all.extend_from_slice(args);
+        let output = common::client_command(&all, &[])
+            .env_remove("HEADWATER_CONFIG")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        stderr
+    };
+    // Half a pair, a key that is not the certificate's, a file that is no certificate.
+    let stderr = start_failure(&["--rest-tls-cert", &cert]);
+    assert!(stderr.contains("go together"), "{stderr}");
+    let stderr = start_failure(&["--rest-tls-cert", &ca, "--rest-tls-key", &key]);
     assert!(
-        stderr.contains("not supported by this build yet"),
+        stderr.contains("rest_tls_cert") && stderr.contains("ca.pem"),
         "{stderr}"
     );
+    let stderr = start_failure(&["--rest-tls-cert", &key, "--rest-tls-key", &key]);
+    assert!(stderr.contains("no PEM certificate"), "{stderr}");
+
+    let w = Worker::start_with(
+        &data,
+        &[],
+        &["--rest-tls-cert", &cert, "--rest-tls-key", &key],
+        &[],
+    );
+    assert!(w.https && w.url().starts_with("https://"), "{}", w.url());
+    // The certificate names localhost.
+    let url = format!("https://localhost:{}", w.addr.port());
+    let run = headwater(&["connectors", "list", "--url", &url, "--cacert", &ca], &[]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.json_lines(), [json!([])]);
+    let connector = tmp.path().join("c.json");
+    std::fs::write(&connector, datagen("tls", "tls.events", 5)).unwrap();
+    let run = headwater(
+        &[
+            "connectors",
+            "create",
+            connector.to_str().unwrap(),
+            "--url",
+            &url,
+        ],
+        &[("HEADWATER_CACERT", ca.as_str())],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let run = headwater(&["connectors", "list", "--url", &url, "--cacert", &ca], &[]);
+    assert_eq!(run.json_lines(), [json!(["tls"])]);
+
+    // A CA that did not sign the certificate, and a name the certificate does not carry.
+    let run = headwater(
+        &["connectors", "list", "--url", &url, "--cacert", &other_ca],
+        &[],
+    );
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(run.stderr.contains("--cacert"), "{}", run.stderr);
+    let by_ip = format!("https://{}", w.addr);
+    let run = headwater(
+        &["connectors", "list", "--url", &by_ip, "--cacert", &ca],
+        &[],
+    );
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(run.stderr.contains("certificate"), "{}", run.stderr);
+
+    // Plain HTTP on the HTTPS port gets no HTTP answer, and the listener keeps serving.
+    let mut plain = std::net::TcpStream::connect(w.addr).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    use std::io::{Read as _, Write as _};
+    plain
+        .write_all(b"GET /connectors HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer);
+    assert!(!answer.starts_with(b"HTTP/"), "{answer:?}");
+    let run = headwater(&["connectors", "list", "--url", &url, "--cacert", &ca], &[]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    w.sigterm();
 }
 
 #[test]

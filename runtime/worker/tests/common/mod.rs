@@ -18,6 +18,8 @@ pub struct Worker {
     pub addr: SocketAddr,
     /// The Kafka protocol listener.
     pub kafka: SocketAddr,
+    /// Whether the REST listener serves HTTPS.
+    pub https: bool,
     child: Child,
     logs: Arc<Mutex<Vec<String>>>,
 }
@@ -48,6 +50,8 @@ impl Worker {
             .env_remove("HEADWATER_CONFIG")
             .env_remove("HEADWATER_REST_AUTH_TOKEN")
             .env_remove("HEADWATER_REST_AUTH_USERS")
+            .env_remove("HEADWATER_REST_TLS_CERT")
+            .env_remove("HEADWATER_REST_TLS_KEY")
             .env("HEADWATER_LOG_LEVEL", "info")
             .envs(envs.iter().copied())
             .stdin(Stdio::null())
@@ -74,10 +78,11 @@ impl Worker {
                 let _ = child.wait();
                 panic!("worker did not start: {seen:#?}");
             };
-            if let Some(rest) = line
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix("rest=http://"))
-            {
+            if let Some((https, rest)) = line.split_whitespace().find_map(|w| {
+                w.strip_prefix("rest=http://")
+                    .map(|a| (false, a))
+                    .or_else(|| w.strip_prefix("rest=https://").map(|a| (true, a)))
+            }) {
                 let addr = rest.parse().expect("address");
                 let kafka = line
                     .split_whitespace()
@@ -89,6 +94,7 @@ impl Worker {
                     child,
                     addr,
                     kafka,
+                    https,
                     logs,
                 };
             }
@@ -110,7 +116,8 @@ impl Worker {
 
     /// The base URL for client subcommands.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     pub fn sigkill(mut self) {
@@ -256,6 +263,7 @@ pub fn client_command(args: &[&str], envs: &[(&str, &str)]) -> Command {
         .env_remove("HEADWATER_URL")
         .env_remove("HEADWATER_TOKEN")
         .env_remove("HEADWATER_USER")
+        .env_remove("HEADWATER_CACERT")
         .envs(envs.iter().copied())
         .stdin(Stdio::null());
     cmd
