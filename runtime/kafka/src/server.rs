@@ -202,12 +202,13 @@ async fn accepted_connection(
                     let (rd, wr) = tokio::io::split(stream);
                     connection(broker, rd, wr, info, true).await
                 }
-                Ok(Err(err)) => tracing::warn!(
+                // At debug, as the REST listener's: probes and scanners fail handshakes all day.
+                Ok(Err(err)) => tracing::debug!(
                     peer = %peer,
                     error = %err,
                     "Kafka listener: TLS handshake failed (is the client set to security.protocol=SSL and does it trust the certificate?)"
                 ),
-                Err(_) => tracing::warn!(peer = %peer, "Kafka listener: TLS handshake timed out"),
+                Err(_) => tracing::debug!(peer = %peer, "Kafka listener: TLS handshake timed out"),
             }
         }
     }

@@ -10,20 +10,23 @@
 //!   first certificate, an encrypted key is refused with the command that decrypts it, and a
 //!   client CA file (mutual TLS) holds at least one certificate. Errors name the setting and
 //!   the path, so start-up can report them as configuration errors.
-//! * Certificates are re-read when their files change (checked at most every
-//!   [`RELOAD_CHECK_INTERVAL`], on the next handshake), so a renewed certificate is served
-//!   without a restart; a renewed pair that does not load keeps the previous one serving and
-//!   logs why, once per change.
+//! * The certificate and key are re-read when their files change (a `tls-reload` thread looks
+//!   every [`RELOAD_CHECK_INTERVAL`]), so a renewed certificate is served without a restart.
+//!   A pair that does not load, or whose files change while being read, keeps the previous
+//!   one serving and is tried again at every check (logged once per state of the files).
+//!   Handshakes never wait on file I/O: they read the current pair from memory. The client CA
+//!   is read once, at start.
 //! * [`TlsListener`] never lets one client's handshake hold up another's: handshakes run in
-//!   their own tasks, at most [`HANDSHAKE_TIMEOUT`] each, and only finished ones are handed to
-//!   the HTTP server. Dropping the listener stops accepting.
+//!   their own tasks, at most [`HANDSHAKE_TIMEOUT`] each and at most [`MAX_HANDSHAKES`] at a
+//!   time, and only finished ones are handed to the HTTP server. Dropping the listener stops
+//!   accepting.
 
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, SystemTime};
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -32,15 +35,18 @@ use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{RootCertStore, ServerConfig};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 /// How long a client may take to finish its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How often, at most, the certificate files are checked for changes.
+/// How often the certificate files are checked for changes.
 pub const RELOAD_CHECK_INTERVAL: Duration = Duration::from_secs(30);
+/// How many TLS handshakes an HTTPS listener runs at once (more connections wait in the
+/// kernel's accept queue).
+pub const MAX_HANDSHAKES: usize = 256;
 
 /// Where a listener's certificate, key and (for mutual TLS) client CA come from, with the
 /// names of the settings that gave them (for error messages).
@@ -79,6 +85,8 @@ impl ServerTls {
     /// Loads and checks the files; the error is one line naming the setting and path.
     pub fn load(files: TlsFiles) -> Result<ServerTls, String> {
         let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        // Taken before reading: a renewal landing meanwhile then shows as a change.
+        let loaded_stamps = stamps(&files);
         let certified = load_pair(&files, &provider)?;
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
@@ -102,12 +110,13 @@ impl ServerTls {
         let resolver = Arc::new(ReloadingCert {
             files: files.clone(),
             provider,
+            current: RwLock::new(Arc::new(certified)),
             state: Mutex::new(ReloadState {
-                key: Arc::new(certified),
-                stamps: stamps(&files),
-                checked: Instant::now(),
+                loaded: loaded_stamps,
+                reported: None,
             }),
         });
+        ReloadingCert::watch(&resolver);
         Ok(ServerTls {
             config: Arc::new(builder.with_cert_resolver(resolver.clone())),
             resolver,
@@ -182,24 +191,34 @@ fn load_pair(files: &TlsFiles, provider: &CryptoProvider) -> Result<CertifiedKey
     })
 }
 
-/// The modification times of the certificate and key files (`None` where unreadable).
-fn stamps(files: &TlsFiles) -> [Option<SystemTime>; 2] {
-    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    [modified(&files.cert), modified(&files.key)]
+/// What identifies a state of the certificate and key files: modification time, size and
+/// inode of each (`None` where unreadable).
+type Stamps = [Option<(SystemTime, u64, u64)>; 2];
+
+fn stamps(files: &TlsFiles) -> Stamps {
+    use std::os::unix::fs::MetadataExt;
+    let stamp = |p: &Path| {
+        std::fs::metadata(p)
+            .ok()
+            .and_then(|m| Some((m.modified().ok()?, m.len(), m.ino())))
+    };
+    [stamp(&files.cert), stamp(&files.key)]
 }
 
 /// The server certificate, re-read when its files change.
 struct ReloadingCert {
     files: TlsFiles,
     provider: Arc<CryptoProvider>,
+    /// What handshakes are served with.
+    current: RwLock<Arc<CertifiedKey>>,
     state: Mutex<ReloadState>,
 }
 
 struct ReloadState {
-    key: Arc<CertifiedKey>,
-    /// The files' modification times when last loaded (or last failed to load).
-    stamps: [Option<SystemTime>; 2],
-    checked: Instant,
+    /// The files' state when `current` was read from them.
+    loaded: Stamps,
+    /// The files' state last reported as not loading (so it is logged once).
+    reported: Option<Stamps>,
 }
 
 impl fmt::Debug for ReloadingCert {
@@ -211,38 +230,70 @@ impl fmt::Debug for ReloadingCert {
 }
 
 impl ReloadingCert {
-    /// The current key, after reloading it if the files changed since the last check.
-    fn current(&self, now: Instant) -> Arc<CertifiedKey> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if now.duration_since(state.checked) >= RELOAD_CHECK_INTERVAL {
-            state.checked = now;
-            let stamps = stamps(&self.files);
-            if stamps != state.stamps {
-                // Recorded either way: a pair that does not load is reported once, not at
-                // every handshake, and tried again when the files change again.
-                state.stamps = stamps;
-                match load_pair(&self.files, &self.provider) {
-                    Ok(key) => {
-                        tracing::info!(
-                            cert = %self.files.cert.display(),
-                            "TLS certificate reloaded: its files changed"
-                        );
-                        state.key = Arc::new(key);
-                    }
-                    Err(err) => tracing::warn!(
-                        error = %err,
-                        "TLS certificate files changed but do not load; still serving the previous certificate"
-                    ),
+    /// Starts the thread that calls [`ReloadingCert::check`] every [`RELOAD_CHECK_INTERVAL`]
+    /// while `this` is in use anywhere.
+    fn watch(this: &Arc<ReloadingCert>) {
+        let weak: Weak<ReloadingCert> = Arc::downgrade(this);
+        let spawned = std::thread::Builder::new()
+            .name("tls-reload".into())
+            .spawn(move || loop {
+                std::thread::sleep(RELOAD_CHECK_INTERVAL);
+                match weak.upgrade() {
+                    Some(cert) => cert.check(),
+                    None => return,
                 }
-            }
+            });
+        if let Err(err) = spawned {
+            tracing::warn!(error = %err, "cannot start the TLS certificate reload thread; renewed certificates need a restart");
         }
-        state.key.clone()
+    }
+
+    /// Reloads the pair if its files changed since it was read, and they stay unchanged while
+    /// being read (a renewal caught half-written is tried again at the next check).
+    fn check(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let before = stamps(&self.files);
+        if before == state.loaded {
+            return;
+        }
+        let loaded = load_pair(&self.files, &self.provider);
+        let settled = stamps(&self.files) == before;
+        match loaded {
+            Ok(key) if settled => {
+                tracing::info!(
+                    cert = %self.files.cert.display(),
+                    "TLS certificate reloaded: its files changed"
+                );
+                *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(key);
+                state.loaded = before;
+                state.reported = None;
+            }
+            // Changing under our feet: the next check sees how they end up.
+            Ok(_) => {}
+            Err(err) if settled && state.reported != Some(before) => {
+                tracing::warn!(
+                    error = %err,
+                    "TLS certificate files changed but do not load; still serving the previous certificate (tried again every {}s)",
+                    RELOAD_CHECK_INTERVAL.as_secs()
+                );
+                state.reported = Some(before);
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// The pair handshakes are served with now.
+    fn current(&self) -> Arc<CertifiedKey> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 
 impl ResolvesServerCert for ReloadingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current(Instant::now()))
+        Some(self.current())
     }
 }
 
@@ -260,8 +311,12 @@ impl TlsListener {
         let local = listener.local_addr()?;
         let acceptor = tls.acceptor();
         let (sender, ready) = mpsc::channel(64);
+        let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
         let accepting = tokio::spawn(async move {
             loop {
+                let Ok(permit) = handshakes.clone().acquire_owned().await else {
+                    return;
+                };
                 let (tcp, peer) = match listener.accept().await {
                     Ok(accepted) => accepted,
                     Err(err) => {
@@ -274,7 +329,10 @@ impl TlsListener {
                 let acceptor = acceptor.clone();
                 let sender = sender.clone();
                 tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    let handshake =
+                        tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
+                    drop(permit);
+                    match handshake {
                         Ok(Ok(stream)) => {
                             let _ = sender.send((stream, peer)).await;
                         }
@@ -347,9 +405,14 @@ mod tests {
         }
     }
 
+    /// Replaces both files as renewals do (a new file renamed over the old one), so the
+    /// change shows in the inode even when size and time stay.
     fn write(files: &TlsFiles, (cert, key): &(String, String)) {
-        std::fs::write(&files.cert, cert).unwrap();
-        std::fs::write(&files.key, key).unwrap();
+        for (path, text) in [(&files.cert, cert), (&files.key, key)] {
+            let fresh = path.with_extension("new");
+            std::fs::write(&fresh, text).unwrap();
+            std::fs::rename(&fresh, path).unwrap();
+        }
     }
 
     #[test]
@@ -396,41 +459,36 @@ mod tests {
     fn renewed_files_are_served_and_a_broken_renewal_keeps_the_old_pair() {
         let dir = tempfile::tempdir().unwrap();
         let files = files(dir.path());
-        let first = pair("localhost");
-        write(&files, &first);
+        write(&files, &pair("localhost"));
         let tls = ServerTls::load(files.clone()).unwrap();
         let resolver = &tls.resolver;
-        let start = Instant::now();
-        let served = |at: Instant| resolver.current(at).cert[0].clone();
-        let first_der = served(start);
+        let served = || resolver.current().cert[0].clone();
+        let first = served();
+        resolver.check();
+        assert_eq!(served(), first, "unchanged files: nothing reloaded");
 
-        // Renewed: served from the first check after RELOAD_CHECK_INTERVAL, not before.
-        let second = pair("localhost");
-        write(&files, &second);
-        // The files' times must differ from the first pair's even on coarse clocks.
-        let later = SystemTime::now() + Duration::from_secs(5);
-        for path in [&files.cert, &files.key] {
-            std::fs::File::options()
-                .write(true)
-                .open(path)
-                .unwrap()
-                .set_modified(later)
-                .unwrap();
-        }
-        assert_eq!(served(start + Duration::from_secs(1)), first_der);
-        let at = start + RELOAD_CHECK_INTERVAL + Duration::from_secs(1);
-        let second_der = served(at);
-        assert_ne!(second_der, first_der);
+        // Renewed: served from the next check on.
+        write(&files, &pair("localhost"));
+        assert_eq!(served(), first);
+        resolver.check();
+        let second = served();
+        assert_ne!(second, first);
 
-        // A renewal whose key is not the certificate's: the second pair stays.
+        // A renewal whose key is not the certificate's: the second pair stays, at every check.
         std::fs::write(&files.key, pair("localhost").1).unwrap();
-        std::fs::File::options()
-            .write(true)
-            .open(&files.key)
-            .unwrap()
-            .set_modified(later + Duration::from_secs(5))
-            .unwrap();
-        let at = at + RELOAD_CHECK_INTERVAL + Duration::from_secs(1);
-        assert_eq!(served(at), second_der);
+        resolver.check();
+        resolver.check();
+        assert_eq!(served(), second);
+        // Fixed: taken up.
+        let third = pair("localhost");
+        write(&files, &third);
+        resolver.check();
+        assert_ne!(served(), second);
+        assert_eq!(
+            served().as_ref(),
+            CertificateDer::from_pem_slice(third.0.as_bytes())
+                .unwrap()
+                .as_ref()
+        );
     }
 }

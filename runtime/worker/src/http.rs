@@ -248,6 +248,7 @@ impl Endpoint {
         let io =
             |e: std::io::Error| Failure::runtime(format!("request to {} failed: {e}", self.shown));
         let mut raw = Vec::new();
+        let mut unframed_end_is_error = false;
         match &self.tls {
             None => {
                 let mut stream = stream;
@@ -275,15 +276,16 @@ impl Endpoint {
                 stream.write_all(body).map_err(tls_io)?;
                 stream.flush().map_err(tls_io)?;
                 if let Err(e) = stream.read_to_end(&mut raw) {
-                    // A server that closes without TLS's close_notify: the response's own
-                    // framing (Content-Length or chunks) still tells a complete one.
+                    // A server that closes without TLS's close_notify: only a response whose
+                    // own framing (Content-Length or chunks) shows it complete is taken.
                     if e.kind() != std::io::ErrorKind::UnexpectedEof {
                         return Err(tls_io(e));
                     }
+                    unframed_end_is_error = true;
                 }
             }
         }
-        parse_response(&raw).map_err(|why| {
+        parse_response(&raw, unframed_end_is_error).map_err(|why| {
             Failure::runtime(format!(
                 "malformed HTTP response from {}: {why}",
                 self.shown
@@ -329,7 +331,10 @@ fn client_config(cacert: Option<&Path>) -> Result<Arc<ClientConfig>, Failure> {
     Ok(Arc::new(config))
 }
 
-fn parse_response(raw: &[u8]) -> Result<Response, String> {
+/// The status and body of a whole response read to its end. `needs_framing`: the end may be
+/// a cut (the connection closed without TLS's close_notify), so a body that says neither its
+/// length nor its chunks is an error.
+fn parse_response(raw: &[u8], needs_framing: bool) -> Result<Response, String> {
     let end = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -353,7 +358,10 @@ fn parse_response(raw: &[u8]) -> Result<Response, String> {
         if k == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked") {
             chunked = true;
         } else if k == "content-length" {
-            length = v.parse::<usize>().ok();
+            length = Some(
+                v.parse::<usize>()
+                    .map_err(|_| format!("bad Content-Length {v:?}"))?,
+            );
         }
     }
     let body = if chunked {
@@ -362,6 +370,8 @@ fn parse_response(raw: &[u8]) -> Result<Response, String> {
         rest.get(..n)
             .ok_or("body shorter than Content-Length")?
             .to_vec()
+    } else if needs_framing && !matches!(status, 204 | 304) {
+        return Err("the connection ended without TLS's close_notify and the response has no Content-Length: it may be cut short".into());
     } else {
         rest.to_vec()
     };
@@ -448,17 +458,29 @@ mod tests {
 
     #[test]
     fn responses_parse() {
-        let r = parse_response(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n[]").unwrap();
+        let r = parse_response(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n[]", true).unwrap();
         assert_eq!((r.status, r.body.as_slice()), (200, &b"[]"[..]));
         let r = parse_response(
             b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n{\"me\r\n14\r\nssage\":\"gone\",\"x\":1}\r\n0\r\n\r\n",
+            true,
         )
         .unwrap();
         assert_eq!(r.status, 404);
         assert_eq!(r.error().message(), "gone (HTTP 404)");
-        let r = parse_response(b"HTTP/1.1 204 No Content\r\n\r\n").unwrap();
+        let r = parse_response(b"HTTP/1.1 204 No Content\r\n\r\n", true).unwrap();
         assert_eq!(r.json().unwrap(), Value::Null);
-        assert!(parse_response(b"garbage").is_err());
+        assert!(parse_response(b"garbage", false).is_err());
+        // Cut short: an unframed body counts only when the end was a real one.
+        let unframed = b"HTTP/1.1 200 OK\r\n\r\n[1,2";
+        assert_eq!(parse_response(unframed, false).unwrap().body, b"[1,2");
+        assert!(parse_response(unframed, true).is_err());
+        assert!(parse_response(b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n[1,2", true).is_err());
+        assert!(parse_response(b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n[]", false).is_err());
+        assert!(parse_response(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4\r\n[1,2",
+            true
+        )
+        .is_err());
     }
 
     #[test]

@@ -421,6 +421,21 @@ fn start_worker(
         .stdout(log)
         .stderr(err)
         .process_group(0);
+    // The throwaway worker is reached over plain HTTP on localhost without credentials: the
+    // user's worker settings (a config file, TLS, REST credentials) are not for it.
+    for variable in [
+        "HEADWATER_CONFIG",
+        "HEADWATER_REST_AUTH_TOKEN",
+        "HEADWATER_REST_AUTH_USERS",
+        "HEADWATER_REST_TLS_CERT",
+        "HEADWATER_REST_TLS_KEY",
+        "HEADWATER_KAFKA_TLS_CERT",
+        "HEADWATER_KAFKA_TLS_KEY",
+        "HEADWATER_KAFKA_TLS_CLIENT_CA",
+        "HEADWATER_KAFKA_ADVERTISED_ADDRESS",
+    ] {
+        cmd.env_remove(variable);
+    }
     if !keep {
         // SAFETY: the closure only calls prctl, which is async-signal-safe.
         unsafe {

@@ -337,6 +337,9 @@ fn parse_host_port(text: &str) -> Option<(String, u16)> {
         && host
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':'));
+    if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
     let port: u16 = port.parse().ok().filter(|p| *p > 0)?;
     valid_host.then(|| (host.to_owned(), port))
 }
@@ -529,6 +532,10 @@ mod tests {
             ),
             (
                 "kafka_advertised_address = \"a b:9092\"",
+                "is not HOST:PORT",
+            ),
+            (
+                "kafka_advertised_address = \"broker:+9092\"",
                 "is not HOST:PORT",
             ),
         ] {
