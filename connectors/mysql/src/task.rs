@@ -277,7 +277,10 @@ struct Inner {
     pos: Position,
     maria_gtids: MariaGtidPos,
     mysql_gtids: MySqlGtidSet,
-    /// Current schema per captured table.
+    /// Current schema per captured table: a cache, rebuilt from the next TABLE_MAP when an
+    /// entry is missing. Entries go with the DDL that drops, renames or changes their table,
+    /// and the whole cache starts over at [`MAX_CACHED_SCHEMAS`] (except tables the open
+    /// transaction mapped), so tables created and dropped over months do not pile up.
     schemas: HashMap<TableId, Arc<TableSchema>>,
     /// TABLE_MAP id -> table (None: not captured).
     table_ids: HashMap<u64, Option<TableId>>,
@@ -1507,6 +1510,7 @@ impl Inner {
                     schema::apply_defaults(&mut specs, self.catalog.get(&id));
                     let ts = self.build_schema(&id, specs, &pk)?;
                     tracing::debug!(table = %id, "new table schema version from TABLE_MAP");
+                    self.make_room_for_a_schema();
                     self.schemas.insert(id.clone(), Arc::new(ts));
                 }
                 self.table_ids.insert(table_id, Some(id));
@@ -1815,6 +1819,7 @@ impl Inner {
                             .map_err(ConnectError::data)?;
                             let ts =
                                 Arc::new(self.build_schema(&id, cat.columns, &cat.primary_key)?);
+                            self.make_room_for_a_schema();
                             self.schemas.insert(id.clone(), ts.clone());
                             ts
                         }
@@ -1851,6 +1856,20 @@ impl Inner {
                     .map(|n| table_of(n.split('(').next().unwrap_or(n)));
             }
         }
+        // The tables this statement drops, renames or changes lose their cached schemas (the
+        // next TABLE_MAP rebuilds them, with the defaults the catalog has then).
+        let mapped: Vec<TableId> = self.table_ids.values().flatten().cloned().collect();
+        match ddl_forgets(db, sql) {
+            Forget::Nothing => {}
+            Forget::Tables(ids) => {
+                for id in ids.iter().filter(|id| !mapped.contains(id)) {
+                    self.schemas.remove(id);
+                }
+            }
+            Forget::Database(name) => self
+                .schemas
+                .retain(|id, _| id.db != name || mapped.contains(id)),
+        }
         if self.cfg.include_schema_changes && !self.is_internal_ddl(&first) {
             let captured = table
                 .as_ref()
@@ -1866,6 +1885,20 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// Starts the schema cache over when it holds [`MAX_CACHED_SCHEMAS`], keeping the tables
+    /// the open transaction has mapped (its rows events still need them).
+    fn make_room_for_a_schema(&mut self) {
+        if self.schemas.len() < MAX_CACHED_SCHEMAS {
+            return;
+        }
+        let mapped: Vec<TableId> = self.table_ids.values().flatten().cloned().collect();
+        self.schemas.retain(|id, _| mapped.contains(id));
+        tracing::debug!(
+            kept = self.schemas.len(),
+            "table schema cache full: starting over"
+        );
     }
 
     fn is_internal_ddl(&self, first: &str) -> bool {
@@ -2393,6 +2426,92 @@ struct ReadState {
     seen_fde: bool,
 }
 
+/// How many table schemas the stream keeps before starting over.
+const MAX_CACHED_SCHEMAS: usize = 10_000;
+
+/// Which cached table schemas a DDL statement makes stale.
+#[derive(Debug, PartialEq, Eq)]
+enum Forget {
+    Nothing,
+    Tables(Vec<TableId>),
+    /// Every table of this database.
+    Database(String),
+}
+
+/// The tables `sql` (run with default database `db`) drops, renames, alters or (re)creates:
+/// `DROP TABLE a, b`, `RENAME TABLE a TO b, c TO d` (both sides), `ALTER TABLE a ...`,
+/// `CREATE TABLE a ...`, and every table of `DROP DATABASE|SCHEMA x`; not `TRUNCATE` (the
+/// table stays as it was). Names may be quoted with backticks and qualified with a database.
+fn ddl_forgets(db: &str, sql: &str) -> Forget {
+    let words: Vec<&str> = sql
+        .split(|c: char| c.is_whitespace() || c == ',' || c == ';' || c == '(')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let upper = |i: usize| words.get(i).map(|w| w.to_ascii_uppercase());
+    let id_of = |name: &str| -> TableId {
+        let parts: Vec<String> = name
+            .split('.')
+            .map(|p| p.trim_matches('`').to_owned())
+            .collect();
+        match parts.as_slice() {
+            [d, t] => TableId {
+                db: d.clone(),
+                table: t.clone(),
+            },
+            _ => TableId {
+                db: db.to_owned(),
+                table: parts.last().cloned().unwrap_or_default(),
+            },
+        }
+    };
+    let skip_if_exists = |mut i: usize| {
+        while matches!(upper(i).as_deref(), Some("IF" | "NOT" | "EXISTS")) {
+            i += 1;
+        }
+        i
+    };
+    let first = upper(0).unwrap_or_default();
+    // `CREATE OR REPLACE TABLE`, `DROP TEMPORARY TABLE`, `ALTER ONLINE IGNORE TABLE` ...
+    let mut at = 1;
+    while matches!(
+        upper(at).as_deref(),
+        Some("OR" | "REPLACE" | "TEMPORARY" | "ONLINE" | "IGNORE")
+    ) {
+        at += 1;
+    }
+    let names_from = |i: usize| words.get(i..).unwrap_or_default();
+    match (first.as_str(), upper(at).as_deref()) {
+        ("DROP", Some("DATABASE" | "SCHEMA")) => match words.get(skip_if_exists(at + 1)) {
+            Some(name) => Forget::Database(name.trim_matches('`').to_owned()),
+            None => Forget::Nothing,
+        },
+        ("DROP", Some("TABLE" | "TABLES")) => Forget::Tables(
+            names_from(skip_if_exists(at + 1))
+                .iter()
+                .take_while(|w| {
+                    !matches!(
+                        w.to_ascii_uppercase().as_str(),
+                        "RESTRICT" | "CASCADE" | "WAIT" | "NOWAIT"
+                    )
+                })
+                .map(|w| id_of(w))
+                .collect(),
+        ),
+        ("RENAME", Some("TABLE" | "TABLES")) => Forget::Tables(
+            names_from(at + 1)
+                .iter()
+                .filter(|w| !w.eq_ignore_ascii_case("TO"))
+                .map(|w| id_of(w))
+                .collect(),
+        ),
+        ("ALTER" | "CREATE", Some("TABLE")) => match words.get(skip_if_exists(at + 1)) {
+            Some(name) => Forget::Tables(vec![id_of(name)]),
+            None => Forget::Nothing,
+        },
+        _ => Forget::Nothing,
+    }
+}
+
 /// What one binlog event means to the task (`None`: nothing). `tme` looks up the TABLE_MAP
 /// event a rows event refers to. Pure, so captured event bytes can be fed through it.
 fn event_message<'t>(
@@ -2562,6 +2681,65 @@ fn source_collection(rec: &SourceRecord) -> Option<String> {
 /// decoding the binlog reader uses ([`event_message`]): no MySQL 8 server can be installed on
 /// the build machines (MariaDB writes v1 rows events and its own GTID events, which the
 /// integration tests cover).
+#[cfg(test)]
+mod ddl_tests {
+    use super::*;
+
+    #[test]
+    fn ddl_forgets_the_tables_it_changes() {
+        let t = |db: &str, table: &str| TableId {
+            db: db.into(),
+            table: table.into(),
+        };
+        assert_eq!(
+            ddl_forgets(
+                "shop",
+                "DROP TABLE IF EXISTS `orders`, other.items, `x`.`y`"
+            ),
+            Forget::Tables(vec![t("shop", "orders"), t("other", "items"), t("x", "y")])
+        );
+        assert_eq!(
+            ddl_forgets("shop", "drop temporary table t1 restrict"),
+            Forget::Tables(vec![t("shop", "t1")])
+        );
+        assert_eq!(
+            ddl_forgets("shop", "RENAME TABLE a TO b, shop2.c TO d"),
+            Forget::Tables(vec![
+                t("shop", "a"),
+                t("shop", "b"),
+                t("shop2", "c"),
+                t("shop", "d")
+            ])
+        );
+        assert_eq!(
+            ddl_forgets("shop", "ALTER TABLE `orders` ADD COLUMN note text"),
+            Forget::Tables(vec![t("shop", "orders")])
+        );
+        assert_eq!(
+            ddl_forgets("shop", "CREATE OR REPLACE TABLE t(id int primary key)"),
+            Forget::Tables(vec![t("shop", "t")])
+        );
+        assert_eq!(
+            ddl_forgets("", "CREATE TABLE IF NOT EXISTS shop.t (id int)"),
+            Forget::Tables(vec![t("shop", "t")])
+        );
+        assert_eq!(
+            ddl_forgets("x", "DROP DATABASE IF EXISTS `shop`"),
+            Forget::Database("shop".into())
+        );
+        assert_eq!(ddl_forgets("shop", "TRUNCATE TABLE t"), Forget::Nothing);
+        assert_eq!(
+            ddl_forgets("shop", "CREATE INDEX i ON t (a)"),
+            Forget::Nothing
+        );
+        assert_eq!(
+            ddl_forgets("shop", "GRANT ALL ON *.* TO u"),
+            Forget::Nothing
+        );
+        assert_eq!(ddl_forgets("shop", "DROP TABLE"), Forget::Tables(vec![]));
+    }
+}
+
 #[cfg(test)]
 mod mysql8_event_bytes {
     use super::*;

@@ -254,7 +254,11 @@ struct Inner {
     events: EventBuilder,
     message_schemas: (SchemaRef, SchemaRef, SchemaRef),
     schemas: HashMap<TableId, Arc<TableSchema>>,
+    /// What each relation OID of this replication session decodes to. Entries of relations
+    /// dropped from the catalog are removed (see [`DroppedRelations`]), so tables created and
+    /// dropped over months do not pile up.
     relations: HashMap<u32, RelState>,
+    dropped: DroppedRelations,
     phase: Phase,
     shared: Arc<Shared>,
     stream: Option<Stream>,
@@ -278,6 +282,60 @@ struct Inner {
     /// The source block of the last event: ((its transaction's begin LSN, xid, commit time),
     /// table, block). Events of one transaction and table differ only in `sequence` and `lsn`.
     source_cache: Option<((Lsn, u32, i64), TableId, Struct)>,
+}
+
+/// How often the stream looks for relations dropped from the catalog, and after how many new
+/// relations it looks sooner.
+const DROPPED_RELATIONS_INTERVAL: Duration = Duration::from_secs(600);
+const DROPPED_RELATIONS_GROWTH: usize = 1_000;
+
+/// When to look for dropped relations, and the ones found, waiting for the stream to pass the
+/// WAL position read with them: changes of a dropped relation all committed before its DROP,
+/// which committed before that position, so once a commit at or after it is decoded none can
+/// follow in this session. (A relation re-created with the same OID gets a new Relation
+/// message first, as pgoutput announces a relation again after its invalidation.)
+struct DroppedRelations {
+    last_check: Instant,
+    /// The number of relations known at the last check.
+    known_then: usize,
+    pending: Option<(Vec<u32>, Lsn)>,
+}
+
+impl DroppedRelations {
+    fn new() -> DroppedRelations {
+        DroppedRelations {
+            last_check: Instant::now(),
+            known_then: 0,
+            pending: None,
+        }
+    }
+
+    /// Whether to look now, with `known` relations: none pending, and the interval passed or
+    /// [`DROPPED_RELATIONS_GROWTH`] relations came since the last look.
+    fn due(&self, known: usize) -> bool {
+        self.pending.is_none()
+            && known > 0
+            && (self.last_check.elapsed() >= DROPPED_RELATIONS_INTERVAL
+                || known >= self.known_then + DROPPED_RELATIONS_GROWTH)
+    }
+
+    /// Records a look: `gone` relations were missing from the catalog at WAL position `at`
+    /// (invalid: unknown, and nothing is forgotten).
+    fn checked(&mut self, gone: Vec<u32>, at: Lsn, known: usize) {
+        self.last_check = Instant::now();
+        self.known_then = known;
+        if !gone.is_empty() && at.is_valid() {
+            self.pending = Some((gone, at));
+        }
+    }
+
+    /// The relations to forget at a commit ending at `end_lsn`, when it is past their mark.
+    fn ready(&mut self, end_lsn: Lsn) -> Option<Vec<u32>> {
+        match &self.pending {
+            Some((_, at)) if end_lsn >= *at => self.pending.take().map(|(ids, _)| ids),
+            _ => None,
+        }
+    }
 }
 
 /// The PostgreSQL source task.
@@ -483,6 +541,7 @@ impl Inner {
             message_schemas: msg_schemas,
             schemas: HashMap::new(),
             relations: HashMap::new(),
+            dropped: DroppedRelations::new(),
             phase: Phase::Streaming,
             shared,
             stream: None,
@@ -1822,6 +1881,7 @@ impl Inner {
                 self.txn = None;
                 self.last_end = end_lsn;
                 self.processed_pos = end_lsn;
+                self.forget_dropped_relations(end_lsn).await;
                 if !self.skips.is_empty() {
                     self.skips.retain(|s| s.lsn > end_lsn);
                 }
@@ -2104,6 +2164,60 @@ impl Inner {
         )
     }
 
+    /// At a commit ending at `end_lsn`: removes the relations found dropped once the stream
+    /// is past the point that proves it, and looks for dropped ones when due.
+    async fn forget_dropped_relations(&mut self, end_lsn: Lsn) {
+        if let Some(ids) = self.dropped.ready(end_lsn) {
+            for id in &ids {
+                self.relations.remove(id);
+            }
+            // A schema is kept while a relation still decodes to it (a table re-created under
+            // the same name has a new OID and may share its schema).
+            let in_use: std::collections::HashSet<&TableId> = self
+                .relations
+                .values()
+                .filter_map(|r| r.table.as_ref().map(|t| &t.id))
+                .collect();
+            let before = self.schemas.len();
+            self.schemas.retain(|id, _| in_use.contains(id));
+            tracing::info!(
+                relations = ids.len(),
+                schemas = before - self.schemas.len(),
+                "forgot relations dropped from the catalog"
+            );
+        }
+        if !self.dropped.due(self.relations.len()) {
+            return;
+        }
+        let ids: Vec<u32> = self.relations.keys().copied().collect();
+        // Every change of a relation the catalog no longer has committed before its DROP
+        // (which waited for the relation's lock), so before the WAL position read here.
+        let checked = self
+            .sql
+            .query_one(
+                "SELECT coalesce(array_agg(r.id), '{}'::oid[]),                         (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()                               ELSE pg_current_wal_lsn() END - '0/0'::pg_lsn)::bigint                  FROM unnest($1::oid[]) AS r(id)                  WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = r.id)",
+                &[&ids],
+            )
+            .await;
+        match checked {
+            Ok(row) => {
+                let gone: Vec<u32> = row.get(0);
+                let position: Option<i64> = row.get(1);
+                self.dropped.checked(
+                    gone,
+                    position.map_or(Lsn::INVALID, Lsn::from_i64),
+                    self.relations.len(),
+                );
+            }
+            Err(e) => {
+                // Not worth failing the stream over: the next check tries again.
+                tracing::debug!(error = %e, "looking for dropped relations failed");
+                self.dropped
+                    .checked(Vec::new(), Lsn::INVALID, self.relations.len());
+            }
+        }
+    }
+
     fn rel(&self, relation_id: u32) -> Result<Option<CapturedRelation>, ConnectError> {
         match self.relations.get(&relation_id) {
             None => Err(ConnectError::fatal(format!(
@@ -2369,4 +2483,31 @@ pub(crate) fn source_collection(rec: &SourceRecord, namespace_field: &str) -> Op
     let ns = source.get(namespace_field)?.as_str()?;
     let table = source.get("table")?.as_str()?;
     Some(format!("{ns}.{table}"))
+}
+
+#[cfg(test)]
+mod dropped_relations_tests {
+    use super::*;
+
+    #[test]
+    fn dropped_relations_wait_for_the_stream_to_pass_their_mark() {
+        let mut d = DroppedRelations::new();
+        assert!(!d.due(0), "nothing known, nothing to look for");
+        assert!(!d.due(999), "neither the interval nor the growth reached");
+        assert!(d.due(1_000));
+        d.checked(vec![7, 9], Lsn(500), 1_000);
+        assert!(!d.due(5_000), "one look at a time");
+        assert_eq!(d.ready(Lsn(499)), None);
+        assert_eq!(d.ready(Lsn(500)), Some(vec![7, 9]));
+        assert_eq!(d.ready(Lsn(900)), None, "handed out once");
+        assert!(!d.due(1_999));
+        assert!(d.due(2_000));
+        // A look that found nothing, or could not read the position, forgets nothing.
+        d.checked(Vec::new(), Lsn(800), 2_000);
+        assert_eq!(d.ready(Lsn(u64::MAX)), None);
+        d.checked(vec![3], Lsn::INVALID, 2_000);
+        assert_eq!(d.ready(Lsn(u64::MAX)), None);
+        d.last_check = Instant::now() - DROPPED_RELATIONS_INTERVAL;
+        assert!(d.due(1), "the interval passed");
+    }
 }

@@ -188,3 +188,93 @@ fn transform_chain_routes_unwraps_and_masks() {
     assert_eq!(updated["payload"]["email"], "");
     w.sigterm();
 }
+
+/// Tables created and dropped while the stream runs (here 1,000 per batch, outside
+/// `table.include.list` but in the `FOR ALL TABLES` publication) leave nothing behind: once the
+/// catalog has lost them and the stream is past the drop, their relations are forgotten, and
+/// the captured table's events keep flowing.
+#[test]
+fn relations_dropped_from_the_catalog_are_forgotten() {
+    let (runtime, server, config) = seeded_server("");
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("postgres-cdc-source.json");
+    std::fs::write(&file, config.to_string()).unwrap();
+    let w = Worker::start(&tmp.path().join("data"), &[&file]);
+    let (_, _, _) = http(
+        w.addr,
+        "GET",
+        "/connectors/postgres-cdc-source/status",
+        None,
+    );
+    wait_until("the stream runs", Duration::from_secs(60), || {
+        let (_, _, status) = http(
+            w.addr,
+            "GET",
+            "/connectors/postgres-cdc-source/status",
+            None,
+        );
+        status["tasks"][0]["state"] == "RUNNING"
+            && status["tasks"][0]["snapshot"]["running"] == false
+    });
+    let churn = |batch: &str, verb: &str| {
+        format!(
+            "DO $$ BEGIN FOR i IN 1..1000 LOOP EXECUTE format('{verb}', '{batch}' || i); END LOOP; END $$;"
+        )
+    };
+    let order = |id: i32| {
+        format!("INSERT INTO public.orders VALUES ({id}, 1, 1.00, 'new', '2024-03-01 10:00:00+00', 'o');")
+    };
+    sql(
+        &runtime,
+        &server,
+        &churn("churn_a_", "CREATE TABLE %I (id int PRIMARY KEY)"),
+    );
+    sql(
+        &runtime,
+        &server,
+        &churn("churn_a_", "INSERT INTO %I VALUES (1)"),
+    );
+    sql(&runtime, &server, &order(1));
+    wait_until("the first order", Duration::from_secs(60), || {
+        ops(&w, "warehouse.orders") == ["c"]
+    });
+    sql(&runtime, &server, &churn("churn_a_", "DROP TABLE %I"));
+    // A thousand new relations make the stream look for dropped ones; the next commit after
+    // that look forgets them.
+    sql(
+        &runtime,
+        &server,
+        &churn("churn_b_", "CREATE TABLE %I (id int PRIMARY KEY)"),
+    );
+    sql(
+        &runtime,
+        &server,
+        &churn("churn_b_", "INSERT INTO %I VALUES (1)"),
+    );
+    sql(&runtime, &server, &order(2));
+    wait_until("the second order", Duration::from_secs(60), || {
+        ops(&w, "warehouse.orders") == ["c", "c"]
+    });
+    wait_until(
+        "the dropped relations forgotten",
+        Duration::from_secs(30),
+        || {
+            w.logs().iter().any(|l| {
+                l.contains("forgot relations dropped from the catalog")
+                    && l.contains("relations=1000")
+            })
+        },
+    );
+    sql(&runtime, &server, &order(3));
+    wait_until("the third order", Duration::from_secs(60), || {
+        ops(&w, "warehouse.orders") == ["c", "c", "c"]
+    });
+    let (_, _, status) = http(
+        w.addr,
+        "GET",
+        "/connectors/postgres-cdc-source/status",
+        None,
+    );
+    assert_eq!(status["tasks"][0]["state"], "RUNNING", "{status}");
+    w.sigterm();
+}
