@@ -382,11 +382,18 @@ impl Broker {
             Request::DeleteGroups(r) => {
                 enc(ApiKey::DeleteGroups, v, c, &self.delete_groups(r).await)
             }
+            // With SASL users configured the connection loop answers these (see `sasl`);
+            // here the listener has none.
             Request::SaslHandshake(_) => {
                 let mut resp = SaslHandshakeResponse::default();
                 resp.error_code = ResponseError::UnsupportedSaslMechanism.code();
-                tracing::warn!(peer = %conn.peer, "Kafka listener: a client asked for SASL, which is not supported in this build");
+                tracing::warn!(peer = %conn.peer, "Kafka listener: a client asked for SASL, but the listener has no SASL users (kafka_sasl_plain_users)");
                 enc(ApiKey::SaslHandshake, v, c, &resp)
+            }
+            Request::SaslAuthenticate(_) => {
+                let mut resp = kafka_protocol::messages::SaslAuthenticateResponse::default();
+                resp.error_code = ResponseError::IllegalSaslState.code();
+                enc(ApiKey::SaslAuthenticate, v, c, &resp)
             }
             Request::CreateTopics(r) => enc(ApiKey::CreateTopics, v, c, &self.create_topics(r)),
             Request::DeleteTopics(r) => {

@@ -20,7 +20,7 @@ use kafka_protocol::messages::{
     FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest, JoinGroupRequest,
     LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
     OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
-    SaslHandshakeRequest, SyncGroupRequest,
+    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -43,6 +43,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
@@ -77,6 +78,7 @@ pub enum Request {
     DescribeGroups(DescribeGroupsRequest),
     ListGroups(ListGroupsRequest),
     SaslHandshake(SaslHandshakeRequest),
+    SaslAuthenticate(SaslAuthenticateRequest),
     ApiVersions(ApiVersionsRequest),
     CreateTopics(CreateTopicsRequest),
     DeleteTopics(DeleteTopicsRequest),
@@ -193,6 +195,9 @@ fn decode_body(key: ApiKey, v: i16, buf: &mut Bytes) -> anyhow::Result<Request> 
         ApiKey::DescribeGroups => Request::DescribeGroups(DescribeGroupsRequest::decode(buf, v)?),
         ApiKey::ListGroups => Request::ListGroups(ListGroupsRequest::decode(buf, v)?),
         ApiKey::SaslHandshake => Request::SaslHandshake(SaslHandshakeRequest::decode(buf, v)?),
+        ApiKey::SaslAuthenticate => {
+            Request::SaslAuthenticate(SaslAuthenticateRequest::decode(buf, v)?)
+        }
         ApiKey::ApiVersions => Request::ApiVersions(ApiVersionsRequest::decode(buf, v)?),
         ApiKey::CreateTopics => Request::CreateTopics(CreateTopicsRequest::decode(buf, v)?),
         ApiKey::DeleteTopics => Request::DeleteTopics(DeleteTopicsRequest::decode(buf, v)?),

@@ -14,6 +14,7 @@ pub mod api;
 pub mod codec;
 pub mod groups;
 pub mod offsets;
+pub mod sasl;
 pub mod server;
 
 pub use api::topic_id;

@@ -14,6 +14,8 @@
 //! - with TLS set ([`KafkaServer::with_tls`]) every connection is TLS (Kafka's `SSL` listener),
 //!   its handshake done in the connection's own task within [`TLS_HANDSHAKE_TIMEOUT`], so a
 //!   slow or plain-text client holds up nobody else;
+//! - with SASL/PLAIN users set ([`KafkaServer::with_sasl_plain`]) a connection is served
+//!   nothing but ApiVersions and the SASL exchange until it authenticates (see [`crate::sasl`]);
 //! - the broker address given out in Metadata and FindCoordinator is
 //!   [`ServerConfig::advertised`] when set, else the local address the client connected to.
 
@@ -30,7 +32,11 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
 use crate::api::{Broker, ConnInfo};
-use crate::codec::{decode_request, Body, MAX_REQUEST_BYTES};
+use crate::codec::{decode_request, encode_response, Body, Decoded, Request, MAX_REQUEST_BYTES};
+use crate::sasl::PlainUsers;
+use kafka_protocol::messages::{ApiKey, SaslAuthenticateResponse, SaslHandshakeResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 
 /// Settings of the Kafka listener.
 #[derive(Clone, Debug)]
@@ -93,6 +99,7 @@ pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct KafkaServer {
     broker: Arc<Broker>,
     tls: Option<TlsAcceptor>,
+    sasl: Option<Arc<PlainUsers>>,
 }
 
 impl KafkaServer {
@@ -106,7 +113,15 @@ impl KafkaServer {
         Ok(KafkaServer {
             broker: Arc::new(Broker::new(log, config, owner)?),
             tls: None,
+            sasl: None,
         })
+    }
+
+    /// Requires SASL/PLAIN authentication as one of `users` on every connection (Kafka's
+    /// `SASL_PLAINTEXT`, or `SASL_SSL` with [`KafkaServer::with_tls`]). No users: no SASL.
+    pub fn with_sasl_plain(mut self, users: PlainUsers) -> KafkaServer {
+        self.sasl = (!users.is_empty()).then(|| Arc::new(users));
+        self
     }
 
     /// Serves every connection over TLS with `acceptor` (Kafka's `SSL` security protocol;
@@ -149,7 +164,8 @@ impl KafkaServer {
                     Ok((stream, peer)) => {
                         let broker = self.broker.clone();
                         let tls = self.tls.clone();
-                        connections.spawn(async move { accepted_connection(broker, tls, stream, peer).await });
+                        let sasl = self.sasl.clone();
+                        connections.spawn(async move { accepted_connection(broker, tls, sasl, stream, peer).await });
                     }
                     Err(err) => {
                         // Out of file descriptors and the like: keep serving the others.
@@ -171,6 +187,7 @@ impl KafkaServer {
 async fn accepted_connection(
     broker: Arc<Broker>,
     tls: Option<TlsAcceptor>,
+    sasl: Option<Arc<PlainUsers>>,
     stream: TcpStream,
     peer: SocketAddr,
 ) {
@@ -194,13 +211,13 @@ async fn accepted_connection(
     match tls {
         None => {
             let (rd, wr) = stream.into_split();
-            connection(broker, rd, wr, info, false).await
+            connection(broker, rd, wr, info, false, sasl).await
         }
         Some(acceptor) => {
             match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(stream)) => {
                     let (rd, wr) = tokio::io::split(stream);
-                    connection(broker, rd, wr, info, true).await
+                    connection(broker, rd, wr, info, true, sasl).await
                 }
                 // At debug, as the REST listener's: probes and scanners fail handshakes all day.
                 Ok(Err(err)) => tracing::debug!(
@@ -214,12 +231,22 @@ async fn accepted_connection(
     }
 }
 
-async fn connection<R, W>(broker: Arc<Broker>, mut rd: R, mut wr: W, info: ConnInfo, tls: bool)
-where
+async fn connection<R, W>(
+    broker: Arc<Broker>,
+    mut rd: R,
+    mut wr: W,
+    info: ConnInfo,
+    tls: bool,
+    sasl: Option<Arc<PlainUsers>>,
+) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
     let peer = info.peer;
+    let mut sasl_state = match sasl {
+        Some(_) => SaslState::Start,
+        None => SaslState::Authenticated,
+    };
     loop {
         let mut size = [0u8; 4];
         match rd.read_exact(&mut size).await {
@@ -251,6 +278,28 @@ where
                 return;
             }
         };
+        if let Some(users) = &sasl {
+            match sasl_step(&decoded, users, &mut sasl_state, peer) {
+                SaslStep::Serve => {}
+                SaslStep::Close => return,
+                SaslStep::Answer { response, close } => {
+                    let sent = match response {
+                        Ok(bytes) => {
+                            write_all_parts(&mut wr, vec![bytes]).await.is_ok()
+                                && wr.flush().await.is_ok()
+                        }
+                        Err(err) => {
+                            tracing::warn!(peer = %peer, error = %err, "Kafka listener: cannot encode a SASL response, closing the connection");
+                            false
+                        }
+                    };
+                    if close || !sent {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        }
         let response: Option<Vec<Bytes>> = match &decoded.body {
             Body::UnknownApi => {
                 tracing::warn!(
@@ -285,6 +334,137 @@ where
             if write_all_parts(&mut wr, parts).await.is_err() || wr.flush().await.is_err() {
                 return;
             }
+        }
+    }
+}
+
+/// Where a connection is in the SASL exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SaslState {
+    Start,
+    /// `SaslHandshake` named PLAIN; the next request must be `SaslAuthenticate`.
+    Handshaken,
+    Authenticated,
+}
+
+/// What to do with a request on a connection that needs SASL.
+enum SaslStep {
+    /// Serve it as usual.
+    Serve,
+    /// Send this answer, then close the connection when `close`.
+    Answer {
+        response: anyhow::Result<Bytes>,
+        close: bool,
+    },
+    /// Close the connection without an answer.
+    Close,
+}
+
+/// The SASL/PLAIN state machine of one connection (Kafka's `SaslServerAuthenticator`):
+/// ApiVersions is served before authentication, then SaslHandshake v1 and SaslAuthenticate;
+/// anything else before authentication closes the connection.
+fn sasl_step(
+    decoded: &Decoded,
+    users: &PlainUsers,
+    state: &mut SaslState,
+    peer: SocketAddr,
+) -> SaslStep {
+    let (v, c) = (decoded.api_version, decoded.correlation_id);
+    let request = match &decoded.body {
+        Body::Request(r) => r.as_ref(),
+        // Unknown APIs and versions close the connection in the usual path.
+        _ => return SaslStep::Serve,
+    };
+    let close_with = |why: &str| {
+        tracing::warn!(peer = %peer, api_key = decoded.api_key, "Kafka listener: {why}, closing the connection");
+    };
+    match (request, *state) {
+        (Request::SaslHandshake(_) | Request::SaslAuthenticate(_), SaslState::Authenticated) => {
+            close_with("a SASL request after authentication");
+            let mut resp = SaslAuthenticateResponse::default();
+            resp.error_code = ResponseError::IllegalSaslState.code();
+            let response = match request {
+                Request::SaslHandshake(_) => {
+                    let mut hs = SaslHandshakeResponse::default();
+                    hs.error_code = ResponseError::IllegalSaslState.code();
+                    encode_response(ApiKey::SaslHandshake, v, c, &hs)
+                }
+                _ => encode_response(ApiKey::SaslAuthenticate, v, c, &resp),
+            };
+            SaslStep::Answer {
+                response,
+                close: true,
+            }
+        }
+        (_, SaslState::Authenticated) | (Request::ApiVersions(_), _) => SaslStep::Serve,
+        (Request::SaslHandshake(hs), SaslState::Start) => {
+            let mut resp = SaslHandshakeResponse::default();
+            resp.mechanisms = vec![StrBytes::from_static_str("PLAIN")];
+            let close = if v < 1 {
+                // Version 0 sends the SASL tokens outside Kafka's framing (clients before
+                // Kafka 1.0); current clients use version 1 when ApiVersions offers it.
+                close_with("SaslHandshake v0 (raw SASL tokens) is not supported; use a client from Kafka 1.0 or later");
+                resp.error_code = ResponseError::UnsupportedVersion.code();
+                true
+            } else if hs.mechanism.as_str() != "PLAIN" {
+                close_with(&format!(
+                    "the client asked for SASL mechanism {:?}; this listener offers PLAIN only",
+                    hs.mechanism.as_str()
+                ));
+                resp.error_code = ResponseError::UnsupportedSaslMechanism.code();
+                true
+            } else {
+                *state = SaslState::Handshaken;
+                false
+            };
+            SaslStep::Answer {
+                response: encode_response(ApiKey::SaslHandshake, v, c, &resp),
+                close,
+            }
+        }
+        (Request::SaslAuthenticate(auth), SaslState::Handshaken) => {
+            let mut resp = SaslAuthenticateResponse::default();
+            let close = match users.authenticate(&auth.auth_bytes) {
+                Ok(user) => {
+                    tracing::debug!(peer = %peer, user = %user, "Kafka listener: SASL/PLAIN authenticated");
+                    *state = SaslState::Authenticated;
+                    false
+                }
+                Err(failure) => {
+                    close_with(&format!("SASL/PLAIN authentication failed ({failure})"));
+                    resp.error_code = ResponseError::SaslAuthenticationFailed.code();
+                    resp.error_message = Some(StrBytes::from_static_str(
+                        "Authentication failed: Invalid username or password",
+                    ));
+                    true
+                }
+            };
+            SaslStep::Answer {
+                response: encode_response(ApiKey::SaslAuthenticate, v, c, &resp),
+                close,
+            }
+        }
+        (Request::SaslAuthenticate(_), _) => {
+            close_with("SaslAuthenticate before SaslHandshake");
+            let mut resp = SaslAuthenticateResponse::default();
+            resp.error_code = ResponseError::IllegalSaslState.code();
+            SaslStep::Answer {
+                response: encode_response(ApiKey::SaslAuthenticate, v, c, &resp),
+                close: true,
+            }
+        }
+        (Request::SaslHandshake(_), _) => {
+            close_with("a second SaslHandshake");
+            let mut resp = SaslHandshakeResponse::default();
+            resp.error_code = ResponseError::IllegalSaslState.code();
+            SaslStep::Answer {
+                response: encode_response(ApiKey::SaslHandshake, v, c, &resp),
+                close: true,
+            }
+        }
+        _ => {
+            close_with("a request before SASL authentication (is the client set to security.protocol=SASL_SSL or SASL_PLAINTEXT with sasl.mechanism=PLAIN?)");
+            SaslStep::Close
         }
     }
 }

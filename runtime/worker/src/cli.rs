@@ -340,6 +340,19 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "FILE", env = "HEADWATER_KAFKA_TLS_CLIENT_CA")]
     pub kafka_tls_client_ca: Option<PathBuf>,
 
+    /// Require SASL/PLAIN authentication on the Kafka listener with these
+    /// users USER:PASSWORD (repeat the flag, or separate users with commas in
+    /// the variable); clients use security.protocol=SASL_SSL (with TLS) or
+    /// SASL_PLAINTEXT and sasl.mechanism=PLAIN [default: no SASL]
+    #[arg(
+        long = "kafka-sasl-plain-user",
+        value_name = "USER:PASSWORD",
+        env = "HEADWATER_KAFKA_SASL_PLAIN_USERS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub kafka_sasl_plain_users: Vec<String>,
+
     /// HOST:PORT Kafka clients are told to connect to (Kafka's
     /// advertised.listeners) [default: the address each client connected to]
     #[arg(

@@ -433,6 +433,7 @@ fn start_worker(
         "HEADWATER_KAFKA_TLS_KEY",
         "HEADWATER_KAFKA_TLS_CLIENT_CA",
         "HEADWATER_KAFKA_ADVERTISED_ADDRESS",
+        "HEADWATER_KAFKA_SASL_PLAIN_USERS",
     ] {
         cmd.env_remove(variable);
     }

@@ -11,8 +11,8 @@
 //! * The config file holds top-level keys only (`data_dir`, `rest_listen`,
 //!   `kafka_listen`, `schema_registry_listen`, `log_format`, `log_level`, `rest_auth_token`,
 //!   `rest_auth_users`, `rest_tls_cert`, `rest_tls_key`, `kafka_tls_cert`, `kafka_tls_key`,
-//!   `kafka_tls_client_ca`, `kafka_advertised_address`); any other key, or a `[table]`, is
-//!   rejected (`deny_unknown_fields`).
+//!   `kafka_tls_client_ca`, `kafka_advertised_address`, `kafka_sasl_plain_users`); any other
+//!   key, or a `[table]`, is rejected (`deny_unknown_fields`).
 //! * REST authentication is off unless a token or a user is set; an empty
 //!   token, user list or TLS path means "not set" (so the shipped file can list
 //!   every key with its default). Secrets never appear in `Debug` output.
@@ -31,6 +31,7 @@ use std::fs;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use headwater_kafka::sasl::PlainUsers;
 use headwater_rest::tls::TlsFiles;
 use headwater_rest::RestAuth;
 use serde::Deserialize;
@@ -84,6 +85,8 @@ pub struct FileSettings {
     pub kafka_tls_client_ca: Option<PathBuf>,
     /// `HOST:PORT` Kafka clients are told to connect to (empty: the address they used).
     pub kafka_advertised_address: Option<String>,
+    /// SASL/PLAIN users of the Kafka listener, `"user:password"` each (empty: no SASL).
+    pub kafka_sasl_plain_users: Option<Vec<String>>,
 }
 
 impl FileSettings {
@@ -145,7 +148,7 @@ where
     })
 }
 
-/// Fully resolved worker settings (`Debug` hides the REST credentials).
+/// Fully resolved worker settings (`Debug` hides the REST and Kafka credentials).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// Directory holding the lock file and the cluster id.
@@ -170,6 +173,8 @@ pub struct Settings {
     pub kafka_tls: Option<TlsFiles>,
     /// The broker address given to Kafka clients: `None` is the one each connected to.
     pub kafka_advertised: Option<(String, u16)>,
+    /// SASL/PLAIN users the Kafka listener requires (empty: no SASL).
+    pub kafka_sasl_plain_users: PlainUsers,
 }
 
 impl Settings {
@@ -281,20 +286,14 @@ impl Settings {
         } else {
             args.rest_auth_users.clone()
         };
-        let mut users = Vec::new();
-        for spec in user_specs.iter().filter(|s| !s.is_empty()) {
-            match spec.split_once(':') {
-                Some((user, password)) if !user.is_empty() && !password.is_empty() => {
-                    users.push((user.to_owned(), password.to_owned()))
-                }
-                _ => {
-                    let user = spec.split(':').next().unwrap_or_default();
-                    return Err(Failure::usage(format!(
-                        "rest_auth_users: entry for user '{user}' must be USER:PASSWORD with both parts non-empty"
-                    )));
-                }
-            }
-        }
+        let users = user_passwords("rest_auth_users", &user_specs)?;
+        let sasl_specs = if args.kafka_sasl_plain_users.is_empty() {
+            file.kafka_sasl_plain_users.unwrap_or_default()
+        } else {
+            args.kafka_sasl_plain_users.clone()
+        };
+        let kafka_sasl_plain_users =
+            PlainUsers::new(user_passwords("kafka_sasl_plain_users", &sasl_specs)?);
 
         Ok(Self {
             data_dir,
@@ -314,8 +313,29 @@ impl Settings {
             rest_tls,
             kafka_tls,
             kafka_advertised,
+            kafka_sasl_plain_users,
         })
     }
+}
+
+/// `USER:PASSWORD` entries of the setting `setting` (empty entries skipped), each with both
+/// parts non-empty; an error names the user, never the password.
+fn user_passwords(setting: &str, specs: &[String]) -> Result<Vec<(String, String)>, Failure> {
+    let mut users = Vec::new();
+    for spec in specs.iter().filter(|s| !s.is_empty()) {
+        match spec.split_once(':') {
+            Some((user, password)) if !user.is_empty() && !password.is_empty() => {
+                users.push((user.to_owned(), password.to_owned()))
+            }
+            _ => {
+                let user = spec.split(':').next().unwrap_or_default();
+                return Err(Failure::usage(format!(
+                    "{setting}: entry for user '{user}' must be USER:PASSWORD with both parts non-empty"
+                )));
+            }
+        }
+    }
+    Ok(users)
 }
 
 /// `HOST:PORT` with a non-empty host (a name, an IPv4 address, or an IPv6 address in
@@ -375,6 +395,7 @@ mod tests {
                 rest_tls: None,
                 kafka_tls: None,
                 kafka_advertised: None,
+                kafka_sasl_plain_users: PlainUsers::default(),
             }
         );
     }
@@ -557,6 +578,17 @@ mod tests {
                 .kafka_advertised,
             None
         );
+        let s = merge("kafka_sasl_plain_users = [\"alice:a:b\", \"\"]").unwrap();
+        assert_eq!(
+            s.kafka_sasl_plain_users,
+            PlainUsers::new(vec![("alice".to_owned(), "a:b".to_owned())])
+        );
+        assert!(!format!("{s:?}").contains("a:b"), "no password in Debug");
+        let err = merge("kafka_sasl_plain_users = [\"bob\"]").unwrap_err();
+        assert!(
+            err.message().contains("kafka_sasl_plain_users") && err.message().contains("'bob'"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -635,6 +667,7 @@ mod tests {
                 kafka_tls_key: Some(PathBuf::new()),
                 kafka_tls_client_ca: Some(PathBuf::new()),
                 kafka_advertised_address: Some(String::new()),
+                kafka_sasl_plain_users: Some(Vec::new()),
             },
             "every setting must appear in config/worker.toml with its default"
         );

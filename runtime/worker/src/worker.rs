@@ -202,7 +202,12 @@ async fn serve(
     let kafka = match &kafka_tls {
         Some(tls) => kafka.with_tls(tls.acceptor()),
         None => kafka,
-    };
+    }
+    .with_sasl_plain(settings.kafka_sasl_plain_users.clone());
+    let sasl = !settings.kafka_sasl_plain_users.is_empty();
+    if sasl && kafka_tls.is_none() {
+        warn!("the Kafka listener takes SASL/PLAIN passwords without TLS (SASL_PLAINTEXT): they cross the network in clear text; set kafka_tls_cert and kafka_tls_key");
+    }
     let (kafka_stop_tx, kafka_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let kafka_task = tokio::spawn(async move {
         kafka
@@ -213,7 +218,12 @@ async fn serve(
     });
     info!(
         kafka = %kafka_addr,
-        security_protocol = if kafka_tls.is_some() { "SSL" } else { "PLAINTEXT" },
+        security_protocol = match (kafka_tls.is_some(), sasl) {
+            (true, true) => "SASL_SSL",
+            (true, false) => "SSL",
+            (false, true) => "SASL_PLAINTEXT",
+            (false, false) => "PLAINTEXT",
+        },
         client_certificates = kafka_tls.as_ref().is_some_and(|t| t.requires_client_certificates()),
         advertised = %settings
             .kafka_advertised

@@ -4,7 +4,8 @@
 //! exactly once across a rebalance (one consumer leaves mid-way) and a worker restart (the
 //! consumer after the restart continues from the committed offsets). Over TLS with client
 //! certificates, kcat reads through the advertised name the certificate carries, and clients
-//! without a certificate or without TLS get nothing.
+//! without a certificate or without TLS get nothing; with SASL/PLAIN over TLS, only the right
+//! user and password read.
 
 #[path = "../../kafka/tests/support/clients.rs"]
 mod clients;
@@ -262,6 +263,101 @@ fn kcat_reads_over_tls_with_a_client_certificate_and_others_get_nothing() {
         listing.contains(&format!("localhost:{port}")),
         "the advertised address: {listing}"
     );
+    worker.stop();
+}
+
+#[test]
+fn kcat_reads_with_sasl_plain_over_tls_and_wrong_passwords_get_nothing() {
+    let pki = headwater_tests::pki::TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let advertised = format!("localhost:{port}");
+    let (cert, key, ca) = (
+        pki.path("server.pem"),
+        pki.path("server-key.pem"),
+        pki.path("ca.pem"),
+    );
+    let worker = Worker::start_with(
+        dir.path(),
+        &[
+            "--kafka-listen",
+            &listen,
+            "--kafka-tls-cert",
+            &cert,
+            "--kafka-tls-key",
+            &key,
+            "--kafka-advertised-address",
+            &advertised,
+            "--kafka-sasl-plain-user",
+            "alice:wonder:land",
+            "--kafka-sasl-plain-user",
+            "bob:builder",
+        ],
+    );
+    datagen(&worker, "sasl-gen", "sasl.orders", 200, 1);
+    let kcat_as = |protocol: &str, user: &str, password: &str, args: &[&str]| {
+        run_with_timeout(
+            Command::new(kcat())
+                .args([
+                    "-b",
+                    &advertised,
+                    "-X",
+                    &format!("security.protocol={protocol}"),
+                ])
+                .args(["-X", &format!("ssl.ca.location={ca}")])
+                .args(["-X", "sasl.mechanisms=PLAIN"])
+                .args(["-X", &format!("sasl.username={user}")])
+                .args(["-X", &format!("sasl.password={password}")])
+                .args(args),
+            Duration::from_secs(60),
+        )
+    };
+    let mut values = Vec::new();
+    wait_until("200 records over SASL_SSL", Duration::from_secs(60), || {
+        let out = kcat_as(
+            "sasl_ssl",
+            "alice",
+            "wonder:land",
+            &["-C", "-t", "sasl.orders", "-e", "-o", "beginning", "-q"],
+        );
+        assert!(
+            out.status.success(),
+            "kcat over SASL_SSL: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        values = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        values.len() >= 200
+    });
+    let seqs: Vec<i64> = values.iter().map(|v| seq_of(v)).collect();
+    assert_eq!(seqs, (0..200).collect::<Vec<i64>>());
+
+    let metadata = ["-L", "-m", "5"];
+    let out = kcat_as("sasl_ssl", "bob", "builder", &metadata);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (protocol, user, password) in [
+        ("sasl_ssl", "bob", "wonder:land"),
+        ("sasl_ssl", "carol", "builder"),
+        ("ssl", "alice", "wonder:land"),
+    ] {
+        let out = kcat_as(protocol, user, password, &metadata);
+        assert!(
+            !out.status.success(),
+            "{protocol} as {user}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
     worker.stop();
 }
 
