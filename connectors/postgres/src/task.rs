@@ -329,10 +329,21 @@ impl DroppedRelations {
         }
     }
 
+    /// A Relation message for `id`: it is not to be forgotten (its OID was reused).
+    fn announced(&mut self, id: u32) {
+        if let Some((ids, _)) = self.pending.as_mut() {
+            ids.retain(|pending| *pending != id);
+        }
+    }
+
     /// The relations to forget at a commit ending at `end_lsn`, when it is past their mark.
     fn ready(&mut self, end_lsn: Lsn) -> Option<Vec<u32>> {
         match &self.pending {
-            Some((_, at)) if end_lsn >= *at => self.pending.take().map(|(ids, _)| ids),
+            Some((_, at)) if end_lsn >= *at => self
+                .pending
+                .take()
+                .map(|(ids, _)| ids)
+                .filter(|ids| !ids.is_empty()),
             _ => None,
         }
     }
@@ -2192,13 +2203,22 @@ impl Inner {
         let ids: Vec<u32> = self.relations.keys().copied().collect();
         // Every change of a relation the catalog no longer has committed before its DROP
         // (which waited for the relation's lock), so before the WAL position read here.
-        let checked = self
-            .sql
-            .query_one(
-                "SELECT coalesce(array_agg(r.id), '{}'::oid[]),                         (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()                               ELSE pg_current_wal_lsn() END - '0/0'::pg_lsn)::bigint                  FROM unnest($1::oid[]) AS r(id)                  WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = r.id)",
-                &[&ids],
-            )
-            .await;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&ids];
+        let look = self.sql.query_one(
+            concat!(
+                "SELECT coalesce(array_agg(r.id), '{}'::oid[]), ",
+                "(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ",
+                "ELSE pg_current_wal_insert_lsn() END - '0/0'::pg_lsn)::bigint ",
+                "FROM unnest($1::oid[]) AS r(id) ",
+                "WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = r.id)"
+            ),
+            &params,
+        );
+        // A connection that went quiet must not hold up the stream for TCP's time-outs.
+        let checked = match tokio::time::timeout(Duration::from_secs(30), look).await {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => Err("no answer within 30 s".to_owned()),
+        };
         match checked {
             Ok(row) => {
                 let gone: Vec<u32> = row.get(0);
@@ -2228,6 +2248,8 @@ impl Inner {
     }
 
     async fn on_relation(&mut self, rel: Relation) -> Result<(), ConnectError> {
+        // An OID announced again is in use again, whatever the catalog said before.
+        self.dropped.announced(rel.id);
         let id = TableId {
             schema: rel.namespace.clone(),
             table: rel.name.clone(),
@@ -2498,7 +2520,8 @@ mod dropped_relations_tests {
         d.checked(vec![7, 9], Lsn(500), 1_000);
         assert!(!d.due(5_000), "one look at a time");
         assert_eq!(d.ready(Lsn(499)), None);
-        assert_eq!(d.ready(Lsn(500)), Some(vec![7, 9]));
+        d.announced(9);
+        assert_eq!(d.ready(Lsn(500)), Some(vec![7]), "9 was announced again");
         assert_eq!(d.ready(Lsn(900)), None, "handed out once");
         assert!(!d.due(1_999));
         assert!(d.due(2_000));

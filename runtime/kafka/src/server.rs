@@ -247,14 +247,28 @@ async fn connection<R, W>(
         Some(_) => SaslState::Start,
         None => SaslState::Authenticated,
     };
+    let auth_deadline = tokio::time::Instant::now() + SASL_AUTHENTICATION_TIMEOUT;
     loop {
+        // Before SASL authentication a client gets small frames and a deadline (Kafka's
+        // `sasl.server.max.receive.size`; CVE-2022-34917 was large unauthenticated frames).
+        let authenticated = sasl_state == SaslState::Authenticated;
+        let deadline = (!authenticated).then_some(auth_deadline);
         let mut size = [0u8; 4];
-        match rd.read_exact(&mut size).await {
-            Ok(_) => {}
-            Err(_) => return, // closed by the client
+        match read_until(deadline, rd.read_exact(&mut size)).await {
+            Some(Ok(_)) => {}
+            Some(Err(_)) => return, // closed by the client
+            None => {
+                tracing::warn!(peer = %peer, "Kafka listener: no SASL authentication within {} s, closing the connection", SASL_AUTHENTICATION_TIMEOUT.as_secs());
+                return;
+            }
         }
         let len = i32::from_be_bytes(size);
-        if len < 8 || len as usize > MAX_REQUEST_BYTES {
+        let limit = if authenticated {
+            MAX_REQUEST_BYTES
+        } else {
+            UNAUTHENTICATED_MAX_REQUEST_BYTES
+        };
+        if len < 8 || len as usize > limit {
             let hint = if !tls && size[0] == 0x16 && size[1] == 0x03 {
                 " (this looks like a TLS handshake: this listener is plain text; set kafka_tls_cert and kafka_tls_key for TLS, or use security.protocol=PLAINTEXT)"
             } else {
@@ -268,7 +282,10 @@ async fn connection<R, W>(
             return;
         }
         let mut frame = BytesMut::zeroed(len as usize);
-        if rd.read_exact(&mut frame).await.is_err() {
+        if !matches!(
+            read_until(deadline, rd.read_exact(&mut frame)).await,
+            Some(Ok(_))
+        ) {
             return;
         }
         let decoded = match decode_request(frame.freeze()) {
@@ -335,6 +352,22 @@ async fn connection<R, W>(
                 return;
             }
         }
+    }
+}
+
+/// The largest frame read before SASL authentication (Kafka's `sasl.server.max.receive.size`).
+const UNAUTHENTICATED_MAX_REQUEST_BYTES: usize = 512 * 1024;
+/// How long a connection may take to authenticate.
+const SASL_AUTHENTICATION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `read`, given up at `deadline` when there is one (`None`: the deadline passed).
+async fn read_until<T>(
+    deadline: Option<tokio::time::Instant>,
+    read: impl Future<Output = T>,
+) -> Option<T> {
+    match deadline {
+        Some(at) => tokio::time::timeout_at(at, read).await.ok(),
+        None => Some(read.await),
     }
 }
 

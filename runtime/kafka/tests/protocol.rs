@@ -679,6 +679,81 @@ fn sasl_is_refused_as_unsupported() {
 }
 
 #[test]
+fn sasl_plain_gates_every_request_until_authenticated() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = headwater_kafka::sasl::PlainUsers::new(vec![("alice".into(), "secret".into())]);
+    let server = TestServer::start_with_sasl(dir.path(), users);
+    let handshake = |c: &mut RawClient, mechanism: &'static str| -> SaslHandshakeResponse {
+        let mut req = SaslHandshakeRequest::default();
+        req.mechanism = StrBytes::from_static_str(mechanism);
+        c.call(ApiKey::SaslHandshake, 1, &req)
+    };
+    let authenticate = |c: &mut RawClient, token: &'static [u8]| -> SaslAuthenticateResponse {
+        let mut req = SaslAuthenticateRequest::default();
+        req.auth_bytes = Bytes::from_static(token);
+        c.call(ApiKey::SaslAuthenticate, 2, &req)
+    };
+
+    // ApiVersions is served before authentication; Metadata closes the connection.
+    let mut c = RawClient::connect(server.addr);
+    let versions: ApiVersionsResponse =
+        c.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
+    assert!(versions
+        .api_keys
+        .iter()
+        .any(|k| k.api_key == ApiKey::SaslAuthenticate as i16));
+    c.send(ApiKey::Metadata, 9, &MetadataRequest::default());
+    assert!(c.closed_by_server(), "Metadata before authentication");
+
+    // A mechanism not offered, a wrong password: answered, then closed.
+    let mut c = RawClient::connect(server.addr);
+    let resp = handshake(&mut c, "SCRAM-SHA-256");
+    assert_eq!(
+        resp.error_code,
+        ResponseError::UnsupportedSaslMechanism.code()
+    );
+    assert_eq!(resp.mechanisms, [StrBytes::from_static_str("PLAIN")]);
+    assert!(c.closed_by_server());
+    let mut c = RawClient::connect(server.addr);
+    assert_eq!(handshake(&mut c, "PLAIN").error_code, 0);
+    let resp = authenticate(&mut c, b"\0alice\0wrong");
+    assert_eq!(
+        resp.error_code,
+        ResponseError::SaslAuthenticationFailed.code()
+    );
+    assert!(c.closed_by_server());
+
+    // The right password: everything is served.
+    let mut c = RawClient::connect(server.addr);
+    assert_eq!(handshake(&mut c, "PLAIN").error_code, 0);
+    let resp = authenticate(&mut c, b"\0alice\0secret");
+    assert_eq!(resp.error_code, 0);
+    assert_eq!(resp.session_lifetime_ms, 0);
+    let meta: MetadataResponse = c.call(ApiKey::Metadata, 9, &MetadataRequest::default());
+    assert_eq!(meta.brokers.len(), 1);
+
+    // Before authentication, frames are small and time is short.
+    let mut big = RawClient::connect(server.addr);
+    big.send_raw(&(1024 * 1024i32).to_be_bytes());
+    assert!(
+        big.closed_by_server(),
+        "a 1 MiB frame before authentication"
+    );
+    let started = Instant::now();
+    let mut idle = RawClient::connect(server.addr);
+    assert!(
+        idle.closed_by_server(),
+        "an idle unauthenticated connection"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(9),
+        "{:?}",
+        started.elapsed()
+    );
+    server.stop();
+}
+
+#[test]
 fn create_describe_and_delete_topics() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start(dir.path(), None);

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
-use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::failure::Failure;
 use crate::logging::{self, LogFormat};
@@ -310,7 +310,6 @@ pub struct WorkerArgs {
         long = "rest-auth-user",
         value_name = "USER:PASSWORD",
         env = "HEADWATER_REST_AUTH_USERS",
-        value_delimiter = ',',
         hide_env_values = true
     )]
     pub rest_auth_users: Vec<String>,
@@ -348,7 +347,6 @@ pub struct WorkerArgs {
         long = "kafka-sasl-plain-user",
         value_name = "USER:PASSWORD",
         env = "HEADWATER_KAFKA_SASL_PLAIN_USERS",
-        value_delimiter = ',',
         hide_env_values = true
     )]
     pub kafka_sasl_plain_users: Vec<String>,
@@ -379,7 +377,14 @@ where
     T: Into<OsString> + Clone,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    match Cli::try_parse_from(&args) {
+    let parsed = Cli::command()
+        .try_get_matches_from(&args)
+        .and_then(|matches| {
+            let mut cli = Cli::from_arg_matches(&matches)?;
+            split_user_variables(&mut cli, &matches);
+            Ok(cli)
+        });
+    match parsed {
         Ok(cli) => Ok(Parsed::Run(Box::new(cli))),
         Err(err) => match err.kind() {
             ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
@@ -387,6 +392,28 @@ where
             }
             _ => Err(Failure::usage(summarize(&err, &args))),
         },
+    }
+}
+
+/// `HEADWATER_REST_AUTH_USERS` and `HEADWATER_KAFKA_SASL_PLAIN_USERS` list users separated by
+/// commas; the repeatable flags take one `USER:PASSWORD` each, whole (a password may hold a
+/// comma there).
+fn split_user_variables(cli: &mut Cli, matches: &clap::ArgMatches) {
+    let (Command::Worker(worker), Some(("worker", sub))) = (&mut cli.command, matches.subcommand())
+    else {
+        return;
+    };
+    for (id, values) in [
+        ("rest_auth_users", &mut worker.rest_auth_users),
+        ("kafka_sasl_plain_users", &mut worker.kafka_sasl_plain_users),
+    ] {
+        if sub.value_source(id) == Some(clap::parser::ValueSource::EnvVariable) {
+            *values = values
+                .iter()
+                .flat_map(|v| v.split(','))
+                .map(str::to_owned)
+                .collect();
+        }
     }
 }
 
@@ -473,6 +500,34 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn user_flags_are_whole_and_user_variables_split_at_commas() {
+        let worker = |argv: &[&str]| {
+            let Parsed::Run(cli) = parse(argv.iter().copied()).expect("parses") else {
+                panic!("expected a command");
+            };
+            let Command::Worker(args) = cli.command else {
+                panic!("expected worker");
+            };
+            args
+        };
+        let args = worker(&[
+            "headwater",
+            "worker",
+            "--kafka-sasl-plain-user",
+            "alice:pa,ss",
+            "--rest-auth-user",
+            "bob:x,y",
+        ]);
+        assert_eq!(args.kafka_sasl_plain_users, ["alice:pa,ss"]);
+        assert_eq!(args.rest_auth_users, ["bob:x,y"]);
+        // The variable: only this test process sets it (nextest runs each test alone).
+        std::env::set_var("HEADWATER_KAFKA_SASL_PLAIN_USERS", "alice:a,bob:b");
+        let args = worker(&["headwater", "worker"]);
+        std::env::remove_var("HEADWATER_KAFKA_SASL_PLAIN_USERS");
+        assert_eq!(args.kafka_sasl_plain_users, ["alice:a", "bob:b"]);
     }
 
     #[test]

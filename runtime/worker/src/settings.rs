@@ -281,16 +281,19 @@ impl Settings {
             .clone()
             .or(file.rest_auth_token)
             .filter(|t| !t.is_empty());
-        let user_specs = if args.rest_auth_users.is_empty() {
-            file.rest_auth_users.unwrap_or_default()
-        } else {
+        // Flag or variable values that are all empty count as not given (an unset `${VAR}` in a
+        // compose file must not switch off the users the config file sets).
+        let given = |values: &[String]| values.iter().any(|v| !v.is_empty());
+        let user_specs = if given(&args.rest_auth_users) {
             args.rest_auth_users.clone()
+        } else {
+            file.rest_auth_users.unwrap_or_default()
         };
         let users = user_passwords("rest_auth_users", &user_specs)?;
-        let sasl_specs = if args.kafka_sasl_plain_users.is_empty() {
-            file.kafka_sasl_plain_users.unwrap_or_default()
-        } else {
+        let sasl_specs = if given(&args.kafka_sasl_plain_users) {
             args.kafka_sasl_plain_users.clone()
+        } else {
+            file.kafka_sasl_plain_users.unwrap_or_default()
         };
         let kafka_sasl_plain_users =
             PlainUsers::new(user_passwords("kafka_sasl_plain_users", &sasl_specs)?);
@@ -319,18 +322,28 @@ impl Settings {
 }
 
 /// `USER:PASSWORD` entries of the setting `setting` (empty entries skipped), each with both
-/// parts non-empty; an error names the user, never the password.
+/// parts non-empty and each user once; an error names the user when there is one, and never
+/// echoes text that may be a password.
 fn user_passwords(setting: &str, specs: &[String]) -> Result<Vec<(String, String)>, Failure> {
-    let mut users = Vec::new();
+    let mut users: Vec<(String, String)> = Vec::new();
     for spec in specs.iter().filter(|s| !s.is_empty()) {
         match spec.split_once(':') {
             Some((user, password)) if !user.is_empty() && !password.is_empty() => {
+                if users.iter().any(|(u, _)| u == user) {
+                    return Err(Failure::usage(format!(
+                        "{setting}: user '{user}' is listed twice"
+                    )));
+                }
                 users.push((user.to_owned(), password.to_owned()))
             }
-            _ => {
-                let user = spec.split(':').next().unwrap_or_default();
+            Some((user, _)) if !user.is_empty() => {
                 return Err(Failure::usage(format!(
                     "{setting}: entry for user '{user}' must be USER:PASSWORD with both parts non-empty"
+                )));
+            }
+            _ => {
+                return Err(Failure::usage(format!(
+                    "{setting}: an entry is not USER:PASSWORD (both parts non-empty; in the environment variable, entries are separated by commas, so a password there cannot hold one)"
                 )));
             }
         }
@@ -586,9 +599,21 @@ mod tests {
         assert!(!format!("{s:?}").contains("a:b"), "no password in Debug");
         let err = merge("kafka_sasl_plain_users = [\"bob\"]").unwrap_err();
         assert!(
-            err.message().contains("kafka_sasl_plain_users") && err.message().contains("'bob'"),
-            "{err}"
+            err.message().contains("kafka_sasl_plain_users") && !err.message().contains("bob"),
+            "no echo of what may be a password: {err}"
         );
+        let err = merge("kafka_sasl_plain_users = [\"bob:\"]").unwrap_err();
+        assert!(err.message().contains("'bob'"), "{err}");
+        let err = merge("kafka_sasl_plain_users = [\"bob:1\", \"bob:2\"]").unwrap_err();
+        assert!(err.message().contains("listed twice"), "{err}");
+        // An empty flag or variable does not switch off the file's users.
+        let args = WorkerArgs {
+            kafka_sasl_plain_users: vec![String::new()],
+            ..WorkerArgs::default()
+        };
+        let file = FileSettings::parse("kafka_sasl_plain_users = [\"alice:x\"]").unwrap();
+        let s = Settings::merge(&args, None, file).unwrap();
+        assert!(!s.kafka_sasl_plain_users.is_empty());
     }
 
     #[test]

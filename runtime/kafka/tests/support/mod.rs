@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use headwater_kafka::codec::{decode_response, encode_request};
+use headwater_kafka::sasl::PlainUsers;
 use headwater_kafka::{KafkaServer, ServerConfig, TopicOwner};
 use headwater_log::{Log, LogOptions};
 use kafka_protocol::messages::ApiKey;
@@ -32,6 +33,16 @@ impl TestServer {
     }
 
     pub fn start_on(log: Log, owner: Option<TopicOwner>) -> TestServer {
+        Self::start_with(log, owner, PlainUsers::default())
+    }
+
+    /// A server that requires SASL/PLAIN as one of `users`.
+    pub fn start_with_sasl(dir: &Path, users: PlainUsers) -> TestServer {
+        let log = Log::open(dir, LogOptions::default()).expect("open log");
+        Self::start_with(log, None, users)
+    }
+
+    fn start_with(log: Log, owner: Option<TopicOwner>, users: PlainUsers) -> TestServer {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -46,7 +57,8 @@ impl TestServer {
             },
             owner,
         )
-        .expect("server");
+        .expect("server")
+        .with_sasl_plain(users);
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .expect("bind");
@@ -123,6 +135,14 @@ impl RawClient {
             decode_response::<Resp>(key, version, body).expect("decode response");
         assert_eq!(correlation, self.correlation, "correlation id");
         resp
+    }
+
+    /// Sends a request without waiting for an answer.
+    pub fn send<Req: Encodable>(&mut self, key: ApiKey, version: i16, request: &Req) {
+        self.correlation += 1;
+        let frame = encode_request(key, version, self.correlation, "raw-test", request)
+            .expect("encode request");
+        self.stream.write_all(&frame).expect("send");
     }
 
     /// Sends raw bytes.
