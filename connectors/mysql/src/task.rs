@@ -1778,23 +1778,7 @@ impl Inner {
             .first()
             .map(|w| w.to_ascii_uppercase())
             .unwrap_or_default();
-        let table_of = |name: &str| -> TableId {
-            let name = name.trim_end_matches(';');
-            let parts: Vec<String> = name
-                .split('.')
-                .map(|p| p.trim_matches('`').to_owned())
-                .collect();
-            match parts.as_slice() {
-                [d, t] => TableId {
-                    db: d.clone(),
-                    table: t.clone(),
-                },
-                _ => TableId {
-                    db: db.to_owned(),
-                    table: parts.last().cloned().unwrap_or_default(),
-                },
-            }
-        };
+        let table_of = |name: &str| table_id_in(db, name.trim_end_matches(';'));
         let mut table: Option<TableId> = None;
         if first == "TRUNCATE" {
             let name = match words.get(1) {
@@ -2429,6 +2413,25 @@ struct ReadState {
 /// How many table schemas the stream keeps before starting over.
 const MAX_CACHED_SCHEMAS: usize = 10_000;
 
+/// The table a DDL statement names as `name`, `db.name` or with backticks, `db` being the
+/// statement's default database.
+fn table_id_in(db: &str, name: &str) -> TableId {
+    let parts: Vec<String> = name
+        .split('.')
+        .map(|p| p.trim_matches('`').to_owned())
+        .collect();
+    match parts.as_slice() {
+        [d, t] => TableId {
+            db: d.clone(),
+            table: t.clone(),
+        },
+        _ => TableId {
+            db: db.to_owned(),
+            table: parts.last().cloned().unwrap_or_default(),
+        },
+    }
+}
+
 /// Which cached table schemas a DDL statement makes stale.
 #[derive(Debug, PartialEq, Eq)]
 enum Forget {
@@ -2448,22 +2451,7 @@ fn ddl_forgets(db: &str, sql: &str) -> Forget {
         .filter(|w| !w.is_empty())
         .collect();
     let upper = |i: usize| words.get(i).map(|w| w.to_ascii_uppercase());
-    let id_of = |name: &str| -> TableId {
-        let parts: Vec<String> = name
-            .split('.')
-            .map(|p| p.trim_matches('`').to_owned())
-            .collect();
-        match parts.as_slice() {
-            [d, t] => TableId {
-                db: d.clone(),
-                table: t.clone(),
-            },
-            _ => TableId {
-                db: db.to_owned(),
-                table: parts.last().cloned().unwrap_or_default(),
-            },
-        }
-    };
+    let id_of = |name: &str| table_id_in(db, name);
     let skip_if_exists = |mut i: usize| {
         while matches!(upper(i).as_deref(), Some("IF" | "NOT" | "EXISTS")) {
             i += 1;

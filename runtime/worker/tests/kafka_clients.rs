@@ -162,11 +162,14 @@ fn datagen(worker: &Worker, name: &str, topic: &str, n: usize, partitions: u32) 
     );
 }
 
-#[test]
-fn kcat_reads_over_tls_with_a_client_certificate_and_others_get_nothing() {
-    let pki = headwater_tests::pki::TestPki::new();
-    let dir = tempfile::tempdir().unwrap();
-    // The certificate names localhost, so clients are told to come back to that name.
+/// A worker whose Kafka listener serves TLS with the test certificate (which names
+/// localhost, so clients are told to come back to `localhost:PORT`), with `extra` flags: the
+/// worker, the port and the advertised address.
+fn tls_worker(
+    dir: &Path,
+    pki: &headwater_tests::pki::TestPki,
+    extra: &[&str],
+) -> (Worker, u16, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -174,26 +177,28 @@ fn kcat_reads_over_tls_with_a_client_certificate_and_others_get_nothing() {
         .port();
     let listen = format!("127.0.0.1:{port}");
     let advertised = format!("localhost:{port}");
-    let (cert, key, ca) = (
-        pki.path("server.pem"),
-        pki.path("server-key.pem"),
-        pki.path("ca.pem"),
-    );
-    let worker = Worker::start_with(
-        dir.path(),
-        &[
-            "--kafka-listen",
-            &listen,
-            "--kafka-tls-cert",
-            &cert,
-            "--kafka-tls-key",
-            &key,
-            "--kafka-tls-client-ca",
-            &ca,
-            "--kafka-advertised-address",
-            &advertised,
-        ],
-    );
+    let (cert, key) = (pki.path("server.pem"), pki.path("server-key.pem"));
+    let mut args = vec![
+        "--kafka-listen",
+        &listen,
+        "--kafka-tls-cert",
+        &cert,
+        "--kafka-tls-key",
+        &key,
+        "--kafka-advertised-address",
+        &advertised,
+    ];
+    args.extend_from_slice(extra);
+    let worker = Worker::start_with(dir, &args);
+    (worker, port, advertised)
+}
+
+#[test]
+fn kcat_reads_over_tls_with_a_client_certificate_and_others_get_nothing() {
+    let pki = headwater_tests::pki::TestPki::new();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = pki.path("ca.pem");
+    let (worker, port, advertised) = tls_worker(dir.path(), &pki, &["--kafka-tls-client-ca", &ca]);
     datagen(&worker, "tls-gen", "secure.orders", 300, 1);
     let (client_cert, client_key) = (pki.path("client.pem"), pki.path("client-key.pem"));
     let kcat_tls = |extra: &[&str], args: &[&str], limit: u64| {
@@ -270,29 +275,11 @@ fn kcat_reads_over_tls_with_a_client_certificate_and_others_get_nothing() {
 fn kcat_reads_with_sasl_plain_over_tls_and_wrong_passwords_get_nothing() {
     let pki = headwater_tests::pki::TestPki::new();
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
-    let advertised = format!("localhost:{port}");
-    let (cert, key, ca) = (
-        pki.path("server.pem"),
-        pki.path("server-key.pem"),
-        pki.path("ca.pem"),
-    );
-    let worker = Worker::start_with(
+    let ca = pki.path("ca.pem");
+    let (worker, _, advertised) = tls_worker(
         dir.path(),
+        &pki,
         &[
-            "--kafka-listen",
-            &listen,
-            "--kafka-tls-cert",
-            &cert,
-            "--kafka-tls-key",
-            &key,
-            "--kafka-advertised-address",
-            &advertised,
             "--kafka-sasl-plain-user",
             "alice:wonder:land",
             "--kafka-sasl-plain-user",

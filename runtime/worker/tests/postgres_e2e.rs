@@ -224,34 +224,28 @@ fn relations_dropped_from_the_catalog_are_forgotten() {
     let order = |id: i32| {
         format!("INSERT INTO public.orders VALUES ({id}, 1, 1.00, 'new', '2024-03-01 10:00:00+00', 'o');")
     };
-    sql(
-        &runtime,
-        &server,
-        &churn("churn_a_", "CREATE TABLE %I (id int PRIMARY KEY)"),
-    );
-    sql(
-        &runtime,
-        &server,
-        &churn("churn_a_", "INSERT INTO %I VALUES (1)"),
-    );
-    sql(&runtime, &server, &order(1));
+    // A thousand tables, each with a row in one transaction, and an order after them.
+    let create_and_fill = |batch: &str, id: i32| {
+        sql(
+            &runtime,
+            &server,
+            &churn(batch, "CREATE TABLE %I (id int PRIMARY KEY)"),
+        );
+        sql(
+            &runtime,
+            &server,
+            &churn(batch, "INSERT INTO %I VALUES (1)"),
+        );
+        sql(&runtime, &server, &order(id));
+    };
+    create_and_fill("churn_a_", 1);
     wait_until("the first order", Duration::from_secs(60), || {
         ops(&w, "warehouse.orders") == ["c"]
     });
     sql(&runtime, &server, &churn("churn_a_", "DROP TABLE %I"));
     // A thousand new relations make the stream look for dropped ones; the next commit after
     // that look forgets them.
-    sql(
-        &runtime,
-        &server,
-        &churn("churn_b_", "CREATE TABLE %I (id int PRIMARY KEY)"),
-    );
-    sql(
-        &runtime,
-        &server,
-        &churn("churn_b_", "INSERT INTO %I VALUES (1)"),
-    );
-    sql(&runtime, &server, &order(2));
+    create_and_fill("churn_b_", 2);
     wait_until("the second order", Duration::from_secs(60), || {
         ops(&w, "warehouse.orders") == ["c", "c"]
     });
