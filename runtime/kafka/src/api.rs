@@ -387,7 +387,7 @@ impl Broker {
             Request::SaslHandshake(_) => {
                 let mut resp = SaslHandshakeResponse::default();
                 resp.error_code = ResponseError::UnsupportedSaslMechanism.code();
-                tracing::warn!(peer = %conn.peer, "Kafka listener: a client asked for SASL, but the listener has no SASL users (kafka_sasl_plain_users)");
+                tracing::warn!(peer = %conn.peer, "Kafka listener: a client asked for SASL, but the listener has no SASL users (kafka_sasl_users)");
                 enc(ApiKey::SaslHandshake, v, c, &resp)
             }
             Request::SaslAuthenticate(_) => {

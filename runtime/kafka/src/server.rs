@@ -14,7 +14,7 @@
 //! - with TLS set ([`KafkaServer::with_tls`]) every connection is TLS (Kafka's `SSL` listener),
 //!   its handshake done in the connection's own task within [`TLS_HANDSHAKE_TIMEOUT`], so a
 //!   slow or plain-text client holds up nobody else;
-//! - with SASL/PLAIN users set ([`KafkaServer::with_sasl_plain`]) a connection is served
+//! - with SASL users set ([`KafkaServer::with_sasl`]) a connection is served
 //!   nothing but ApiVersions and the SASL exchange until it authenticates (see [`crate::sasl`]);
 //! - the broker address given out in Metadata and FindCoordinator is
 //!   [`ServerConfig::advertised`] when set, else the local address the client connected to.
@@ -33,7 +33,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::api::{Broker, ConnInfo};
 use crate::codec::{decode_request, encode_response, Body, Decoded, Request, MAX_REQUEST_BYTES};
-use crate::sasl::PlainUsers;
+use crate::sasl::{Exchange, Mechanism, SaslUsers, Step};
 use kafka_protocol::messages::{ApiKey, SaslAuthenticateResponse, SaslHandshakeResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -99,7 +99,7 @@ pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct KafkaServer {
     broker: Arc<Broker>,
     tls: Option<TlsAcceptor>,
-    sasl: Option<Arc<PlainUsers>>,
+    sasl: Option<Arc<SaslUsers>>,
 }
 
 impl KafkaServer {
@@ -117,9 +117,9 @@ impl KafkaServer {
         })
     }
 
-    /// Requires SASL/PLAIN authentication as one of `users` on every connection (Kafka's
+    /// Requires SASL authentication as one of `users` on every connection (Kafka's
     /// `SASL_PLAINTEXT`, or `SASL_SSL` with [`KafkaServer::with_tls`]). No users: no SASL.
-    pub fn with_sasl_plain(mut self, users: PlainUsers) -> KafkaServer {
+    pub fn with_sasl(mut self, users: SaslUsers) -> KafkaServer {
         self.sasl = (!users.is_empty()).then(|| Arc::new(users));
         self
     }
@@ -187,7 +187,7 @@ impl KafkaServer {
 async fn accepted_connection(
     broker: Arc<Broker>,
     tls: Option<TlsAcceptor>,
-    sasl: Option<Arc<PlainUsers>>,
+    sasl: Option<Arc<SaslUsers>>,
     stream: TcpStream,
     peer: SocketAddr,
 ) {
@@ -237,7 +237,7 @@ async fn connection<R, W>(
     mut wr: W,
     info: ConnInfo,
     tls: bool,
-    sasl: Option<Arc<PlainUsers>>,
+    sasl: Option<Arc<SaslUsers>>,
 ) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -251,7 +251,7 @@ async fn connection<R, W>(
     loop {
         // Before SASL authentication a client gets small frames and a deadline (Kafka's
         // `sasl.server.max.receive.size`; CVE-2022-34917 was large unauthenticated frames).
-        let authenticated = sasl_state == SaslState::Authenticated;
+        let authenticated = matches!(sasl_state, SaslState::Authenticated);
         let deadline = (!authenticated).then_some(auth_deadline);
         let mut size = [0u8; 4];
         match read_until(deadline, rd.read_exact(&mut size)).await {
@@ -372,11 +372,11 @@ async fn read_until<T>(
 }
 
 /// Where a connection is in the SASL exchange.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 enum SaslState {
     Start,
-    /// `SaslHandshake` named PLAIN; the next request must be `SaslAuthenticate`.
-    Handshaken,
+    /// `SaslHandshake` chose a mechanism; `SaslAuthenticate` requests carry its messages.
+    Exchanging(Exchange),
     Authenticated,
 }
 
@@ -393,12 +393,12 @@ enum SaslStep {
     Close,
 }
 
-/// The SASL/PLAIN state machine of one connection (Kafka's `SaslServerAuthenticator`):
-/// ApiVersions is served before authentication, then SaslHandshake v1 and SaslAuthenticate;
+/// The SASL state machine of one connection (Kafka's `SaslServerAuthenticator`): ApiVersions
+/// is served before authentication, then SaslHandshake v1 and SaslAuthenticate requests;
 /// anything else before authentication closes the connection.
 fn sasl_step(
     decoded: &Decoded,
-    users: &PlainUsers,
+    users: &SaslUsers,
     state: &mut SaslState,
     peer: SocketAddr,
 ) -> SaslStep {
@@ -411,64 +411,88 @@ fn sasl_step(
     let close_with = |why: &str| {
         tracing::warn!(peer = %peer, api_key = decoded.api_key, "Kafka listener: {why}, closing the connection");
     };
-    match (request, *state) {
-        (Request::SaslHandshake(_) | Request::SaslAuthenticate(_), SaslState::Authenticated) => {
-            close_with("a SASL request after authentication");
+    let illegal_state = |why: &str| {
+        close_with(why);
+        let response = if matches!(request, Request::SaslHandshake(_)) {
+            let mut resp = SaslHandshakeResponse::default();
+            resp.error_code = ResponseError::IllegalSaslState.code();
+            encode_response(ApiKey::SaslHandshake, v, c, &resp)
+        } else {
             let mut resp = SaslAuthenticateResponse::default();
             resp.error_code = ResponseError::IllegalSaslState.code();
-            let response = match request {
-                Request::SaslHandshake(_) => {
-                    let mut hs = SaslHandshakeResponse::default();
-                    hs.error_code = ResponseError::IllegalSaslState.code();
-                    encode_response(ApiKey::SaslHandshake, v, c, &hs)
-                }
-                _ => encode_response(ApiKey::SaslAuthenticate, v, c, &resp),
-            };
-            SaslStep::Answer {
-                response,
-                close: true,
-            }
+            encode_response(ApiKey::SaslAuthenticate, v, c, &resp)
+        };
+        SaslStep::Answer {
+            response,
+            close: true,
+        }
+    };
+    match (request, &mut *state) {
+        (Request::SaslHandshake(_) | Request::SaslAuthenticate(_), SaslState::Authenticated) => {
+            illegal_state("a SASL request after authentication")
         }
         (_, SaslState::Authenticated) | (Request::ApiVersions(_), _) => SaslStep::Serve,
         (Request::SaslHandshake(hs), SaslState::Start) => {
             let mut resp = SaslHandshakeResponse::default();
-            resp.mechanisms = vec![StrBytes::from_static_str("PLAIN")];
+            resp.mechanisms = users
+                .mechanisms()
+                .iter()
+                .map(|m| StrBytes::from_static_str(m.name()))
+                .collect();
+            let asked = hs.mechanism.as_str();
+            let exchange = Mechanism::parse(asked).and_then(|m| users.start(m));
             let close = if v < 1 {
-                // Version 0 sends the SASL tokens outside Kafka's framing (clients before
+                // Version 0 sends the SASL messages outside Kafka's framing (clients before
                 // Kafka 1.0); current clients use version 1 when ApiVersions offers it.
                 close_with("SaslHandshake v0 (raw SASL tokens) is not supported; use a client from Kafka 1.0 or later");
                 resp.error_code = ResponseError::UnsupportedVersion.code();
                 true
-            } else if hs.mechanism.as_str() != "PLAIN" {
+            } else if let Some(exchange) = exchange {
+                *state = SaslState::Exchanging(exchange);
+                false
+            } else {
+                let offered: Vec<&str> = users.mechanisms().iter().map(|m| m.name()).collect();
                 close_with(&format!(
-                    "the client asked for SASL mechanism {:?}; this listener offers PLAIN only",
-                    hs.mechanism.as_str()
+                    "the client asked for SASL mechanism {asked:?}; this listener offers {}",
+                    offered.join(", ")
                 ));
                 resp.error_code = ResponseError::UnsupportedSaslMechanism.code();
                 true
-            } else {
-                *state = SaslState::Handshaken;
-                false
             };
             SaslStep::Answer {
                 response: encode_response(ApiKey::SaslHandshake, v, c, &resp),
                 close,
             }
         }
-        (Request::SaslAuthenticate(auth), SaslState::Handshaken) => {
+        (Request::SaslAuthenticate(auth), SaslState::Exchanging(exchange)) => {
+            let mechanism = exchange.mechanism();
             let mut resp = SaslAuthenticateResponse::default();
-            let close = match users.authenticate(&auth.auth_bytes) {
-                Ok(user) => {
-                    tracing::debug!(peer = %peer, user = %user, "Kafka listener: SASL/PLAIN authenticated");
+            let close = match exchange.step(users, &auth.auth_bytes) {
+                Step::Continue(message) => {
+                    resp.auth_bytes = Bytes::from(message);
+                    false
+                }
+                Step::Done { user, last } => {
+                    tracing::debug!(peer = %peer, user = %user, mechanism = mechanism.name(), "Kafka listener: SASL authenticated");
+                    resp.auth_bytes = Bytes::from(last);
                     *state = SaslState::Authenticated;
                     false
                 }
-                Err(failure) => {
-                    close_with(&format!("SASL/PLAIN authentication failed ({failure})"));
-                    resp.error_code = ResponseError::SaslAuthenticationFailed.code();
-                    resp.error_message = Some(StrBytes::from_static_str(
-                        "Authentication failed: Invalid username or password",
+                Step::Failed(failure) => {
+                    close_with(&format!(
+                        "SASL {} authentication failed ({failure})",
+                        mechanism.name()
                     ));
+                    resp.error_code = ResponseError::SaslAuthenticationFailed.code();
+                    resp.error_message = Some(StrBytes::from_string(match mechanism {
+                        Mechanism::Plain => {
+                            "Authentication failed: Invalid username or password".to_owned()
+                        }
+                        m => format!(
+                            "Authentication failed during authentication due to invalid credentials with SASL mechanism {}",
+                            m.name()
+                        ),
+                    }));
                     true
                 }
             };
@@ -477,26 +501,10 @@ fn sasl_step(
                 close,
             }
         }
-        (Request::SaslAuthenticate(_), _) => {
-            close_with("SaslAuthenticate before SaslHandshake");
-            let mut resp = SaslAuthenticateResponse::default();
-            resp.error_code = ResponseError::IllegalSaslState.code();
-            SaslStep::Answer {
-                response: encode_response(ApiKey::SaslAuthenticate, v, c, &resp),
-                close: true,
-            }
-        }
-        (Request::SaslHandshake(_), _) => {
-            close_with("a second SaslHandshake");
-            let mut resp = SaslHandshakeResponse::default();
-            resp.error_code = ResponseError::IllegalSaslState.code();
-            SaslStep::Answer {
-                response: encode_response(ApiKey::SaslHandshake, v, c, &resp),
-                close: true,
-            }
-        }
+        (Request::SaslAuthenticate(_), _) => illegal_state("SaslAuthenticate before SaslHandshake"),
+        (Request::SaslHandshake(_), _) => illegal_state("a second SaslHandshake"),
         _ => {
-            close_with("a request before SASL authentication (is the client set to security.protocol=SASL_SSL or SASL_PLAINTEXT with sasl.mechanism=PLAIN?)");
+            close_with("a request before SASL authentication (is the client set to security.protocol=SASL_SSL or SASL_PLAINTEXT with a sasl.mechanism this listener offers?)");
             SaslStep::Close
         }
     }

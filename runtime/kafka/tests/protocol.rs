@@ -681,7 +681,10 @@ fn sasl_is_refused_as_unsupported() {
 #[test]
 fn sasl_plain_gates_every_request_until_authenticated() {
     let dir = tempfile::tempdir().unwrap();
-    let users = headwater_kafka::sasl::PlainUsers::new(vec![("alice".into(), "secret".into())]);
+    let users = headwater_kafka::sasl::SaslUsers::new(
+        vec![("alice".into(), "secret".into())],
+        headwater_kafka::sasl::Mechanism::ALL.to_vec(),
+    );
     let server = TestServer::start_with_sasl(dir.path(), users);
     let handshake = |c: &mut RawClient, mechanism: &'static str| -> SaslHandshakeResponse {
         let mut req = SaslHandshakeRequest::default();
@@ -707,12 +710,15 @@ fn sasl_plain_gates_every_request_until_authenticated() {
 
     // A mechanism not offered, a wrong password: answered, then closed.
     let mut c = RawClient::connect(server.addr);
-    let resp = handshake(&mut c, "SCRAM-SHA-256");
+    let resp = handshake(&mut c, "GSSAPI");
     assert_eq!(
         resp.error_code,
         ResponseError::UnsupportedSaslMechanism.code()
     );
-    assert_eq!(resp.mechanisms, [StrBytes::from_static_str("PLAIN")]);
+    assert_eq!(
+        resp.mechanisms,
+        ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].map(StrBytes::from_static_str)
+    );
     assert!(c.closed_by_server());
     let mut c = RawClient::connect(server.addr);
     assert_eq!(handshake(&mut c, "PLAIN").error_code, 0);

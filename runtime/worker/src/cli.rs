@@ -339,17 +339,27 @@ pub struct WorkerArgs {
     #[arg(long, value_name = "FILE", env = "HEADWATER_KAFKA_TLS_CLIENT_CA")]
     pub kafka_tls_client_ca: Option<PathBuf>,
 
-    /// Require SASL/PLAIN authentication on the Kafka listener with these
-    /// users USER:PASSWORD (repeat the flag, or separate users with commas in
-    /// the variable); clients use security.protocol=SASL_SSL (with TLS) or
-    /// SASL_PLAINTEXT and sasl.mechanism=PLAIN [default: no SASL]
+    /// Require SASL authentication on the Kafka listener as one of these users
+    /// USER:PASSWORD (repeat the flag, or separate users with commas in the
+    /// variable); clients use security.protocol=SASL_SSL (with TLS) or
+    /// SASL_PLAINTEXT [default: no SASL]
     #[arg(
-        long = "kafka-sasl-plain-user",
+        long = "kafka-sasl-user",
         value_name = "USER:PASSWORD",
-        env = "HEADWATER_KAFKA_SASL_PLAIN_USERS",
+        env = "HEADWATER_KAFKA_SASL_USERS",
         hide_env_values = true
     )]
-    pub kafka_sasl_plain_users: Vec<String>,
+    pub kafka_sasl_users: Vec<String>,
+
+    /// SASL mechanisms offered to Kafka clients, comma-separated (Kafka's
+    /// sasl.enabled.mechanisms) [default: PLAIN,SCRAM-SHA-256,SCRAM-SHA-512]
+    #[arg(
+        long,
+        value_name = "LIST",
+        env = "HEADWATER_KAFKA_SASL_MECHANISMS",
+        value_delimiter = ','
+    )]
+    pub kafka_sasl_mechanisms: Vec<String>,
 
     /// HOST:PORT Kafka clients are told to connect to (Kafka's
     /// advertised.listeners) [default: the address each client connected to]
@@ -395,7 +405,7 @@ where
     }
 }
 
-/// `HEADWATER_REST_AUTH_USERS` and `HEADWATER_KAFKA_SASL_PLAIN_USERS` list users separated by
+/// `HEADWATER_REST_AUTH_USERS` and `HEADWATER_KAFKA_SASL_USERS` list users separated by
 /// commas; the repeatable flags take one `USER:PASSWORD` each, whole (a password may hold a
 /// comma there).
 fn split_user_variables(cli: &mut Cli, matches: &clap::ArgMatches) {
@@ -405,7 +415,7 @@ fn split_user_variables(cli: &mut Cli, matches: &clap::ArgMatches) {
     };
     for (id, values) in [
         ("rest_auth_users", &mut worker.rest_auth_users),
-        ("kafka_sasl_plain_users", &mut worker.kafka_sasl_plain_users),
+        ("kafka_sasl_users", &mut worker.kafka_sasl_users),
     ] {
         if sub.value_source(id) == Some(clap::parser::ValueSource::EnvVariable) {
             *values = values
@@ -516,18 +526,18 @@ mod tests {
         let args = worker(&[
             "headwater",
             "worker",
-            "--kafka-sasl-plain-user",
+            "--kafka-sasl-user",
             "alice:pa,ss",
             "--rest-auth-user",
             "bob:x,y",
         ]);
-        assert_eq!(args.kafka_sasl_plain_users, ["alice:pa,ss"]);
+        assert_eq!(args.kafka_sasl_users, ["alice:pa,ss"]);
         assert_eq!(args.rest_auth_users, ["bob:x,y"]);
         // The variable: only this test process sets it (nextest runs each test alone).
-        std::env::set_var("HEADWATER_KAFKA_SASL_PLAIN_USERS", "alice:a,bob:b");
+        std::env::set_var("HEADWATER_KAFKA_SASL_USERS", "alice:a,bob:b");
         let args = worker(&["headwater", "worker"]);
-        std::env::remove_var("HEADWATER_KAFKA_SASL_PLAIN_USERS");
-        assert_eq!(args.kafka_sasl_plain_users, ["alice:a", "bob:b"]);
+        std::env::remove_var("HEADWATER_KAFKA_SASL_USERS");
+        assert_eq!(args.kafka_sasl_users, ["alice:a", "bob:b"]);
     }
 
     #[test]

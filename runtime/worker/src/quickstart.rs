@@ -433,7 +433,8 @@ fn start_worker(
         "HEADWATER_KAFKA_TLS_KEY",
         "HEADWATER_KAFKA_TLS_CLIENT_CA",
         "HEADWATER_KAFKA_ADVERTISED_ADDRESS",
-        "HEADWATER_KAFKA_SASL_PLAIN_USERS",
+        "HEADWATER_KAFKA_SASL_USERS",
+        "HEADWATER_KAFKA_SASL_MECHANISMS",
     ] {
         cmd.env_remove(variable);
     }

@@ -62,7 +62,7 @@ fn worker_section(out: &mut String) {
             "config" => "–".to_owned(),
             // Repeatable flag, list in the file.
             "rest-auth-user" => code("rest_auth_users"),
-            "kafka-sasl-plain-user" => code("kafka_sasl_plain_users"),
+            "kafka-sasl-user" => code("kafka_sasl_users"),
             _ => code(&long.replace('-', "_")),
         };
         let env = arg

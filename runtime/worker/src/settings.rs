@@ -11,8 +11,9 @@
 //! * The config file holds top-level keys only (`data_dir`, `rest_listen`,
 //!   `kafka_listen`, `schema_registry_listen`, `log_format`, `log_level`, `rest_auth_token`,
 //!   `rest_auth_users`, `rest_tls_cert`, `rest_tls_key`, `kafka_tls_cert`, `kafka_tls_key`,
-//!   `kafka_tls_client_ca`, `kafka_advertised_address`, `kafka_sasl_plain_users`); any other
-//!   key, or a `[table]`, is rejected (`deny_unknown_fields`).
+//!   `kafka_tls_client_ca`, `kafka_advertised_address`, `kafka_sasl_users`,
+//!   `kafka_sasl_mechanisms`); any other key, or a `[table]`, is rejected
+//!   (`deny_unknown_fields`).
 //! * REST authentication is off unless a token or a user is set; an empty
 //!   token, user list or TLS path means "not set" (so the shipped file can list
 //!   every key with its default). Secrets never appear in `Debug` output.
@@ -31,7 +32,7 @@ use std::fs;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use headwater_kafka::sasl::PlainUsers;
+use headwater_kafka::sasl::{Mechanism, SaslUsers};
 use headwater_rest::tls::TlsFiles;
 use headwater_rest::RestAuth;
 use serde::Deserialize;
@@ -85,8 +86,10 @@ pub struct FileSettings {
     pub kafka_tls_client_ca: Option<PathBuf>,
     /// `HOST:PORT` Kafka clients are told to connect to (empty: the address they used).
     pub kafka_advertised_address: Option<String>,
-    /// SASL/PLAIN users of the Kafka listener, `"user:password"` each (empty: no SASL).
-    pub kafka_sasl_plain_users: Option<Vec<String>>,
+    /// SASL users of the Kafka listener, `"user:password"` each (empty: no SASL).
+    pub kafka_sasl_users: Option<Vec<String>>,
+    /// SASL mechanisms offered (empty: all of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512).
+    pub kafka_sasl_mechanisms: Option<Vec<String>>,
 }
 
 impl FileSettings {
@@ -173,8 +176,8 @@ pub struct Settings {
     pub kafka_tls: Option<TlsFiles>,
     /// The broker address given to Kafka clients: `None` is the one each connected to.
     pub kafka_advertised: Option<(String, u16)>,
-    /// SASL/PLAIN users the Kafka listener requires (empty: no SASL).
-    pub kafka_sasl_plain_users: PlainUsers,
+    /// SASL on the Kafka listener (no users: no SASL).
+    pub kafka_sasl: KafkaSasl,
 }
 
 impl Settings {
@@ -290,13 +293,38 @@ impl Settings {
             file.rest_auth_users.unwrap_or_default()
         };
         let users = user_passwords("rest_auth_users", &user_specs)?;
-        let sasl_specs = if given(&args.kafka_sasl_plain_users) {
-            args.kafka_sasl_plain_users.clone()
+        let sasl_specs = if given(&args.kafka_sasl_users) {
+            args.kafka_sasl_users.clone()
         } else {
-            file.kafka_sasl_plain_users.unwrap_or_default()
+            file.kafka_sasl_users.unwrap_or_default()
         };
-        let kafka_sasl_plain_users =
-            PlainUsers::new(user_passwords("kafka_sasl_plain_users", &sasl_specs)?);
+        let mechanism_names = if given(&args.kafka_sasl_mechanisms) {
+            args.kafka_sasl_mechanisms.clone()
+        } else {
+            file.kafka_sasl_mechanisms.unwrap_or_default()
+        };
+        let mut mechanisms = Vec::new();
+        for name in mechanism_names
+            .iter()
+            .map(|n| n.trim())
+            .filter(|n| !n.is_empty())
+        {
+            let mechanism = Mechanism::parse(name).ok_or_else(|| {
+                Failure::usage(format!(
+                    "kafka_sasl_mechanisms: unknown mechanism '{name}' (offered: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
+                ))
+            })?;
+            if !mechanisms.contains(&mechanism) {
+                mechanisms.push(mechanism);
+            }
+        }
+        if mechanisms.is_empty() {
+            mechanisms = Mechanism::ALL.to_vec();
+        }
+        let kafka_sasl = KafkaSasl {
+            users: user_passwords("kafka_sasl_users", &sasl_specs)?,
+            mechanisms,
+        };
 
         Ok(Self {
             data_dir,
@@ -316,8 +344,39 @@ impl Settings {
             rest_tls,
             kafka_tls,
             kafka_advertised,
-            kafka_sasl_plain_users,
+            kafka_sasl,
         })
+    }
+}
+
+/// SASL on the Kafka listener: users (`(name, password)`; none: no SASL) and mechanisms.
+/// `Debug` shows the user names only.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct KafkaSasl {
+    pub users: Vec<(String, String)>,
+    pub mechanisms: Vec<Mechanism>,
+}
+
+impl std::fmt::Debug for KafkaSasl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let users: Vec<&str> = self.users.iter().map(|(u, _)| u.as_str()).collect();
+        let mechanisms: Vec<&str> = self.mechanisms.iter().map(|m| m.name()).collect();
+        f.debug_struct("KafkaSasl")
+            .field("users", &users)
+            .field("mechanisms", &mechanisms)
+            .finish()
+    }
+}
+
+impl KafkaSasl {
+    /// Whether the listener requires SASL.
+    pub fn enabled(&self) -> bool {
+        !self.users.is_empty()
+    }
+
+    /// The listener's user store (SCRAM credentials derived here, with fresh salts).
+    pub fn users(&self) -> SaslUsers {
+        SaslUsers::new(self.users.clone(), self.mechanisms.clone())
     }
 }
 
@@ -408,7 +467,10 @@ mod tests {
                 rest_tls: None,
                 kafka_tls: None,
                 kafka_advertised: None,
-                kafka_sasl_plain_users: PlainUsers::default(),
+                kafka_sasl: KafkaSasl {
+                    users: Vec::new(),
+                    mechanisms: Mechanism::ALL.to_vec(),
+                },
             }
         );
     }
@@ -591,29 +653,39 @@ mod tests {
                 .kafka_advertised,
             None
         );
-        let s = merge("kafka_sasl_plain_users = [\"alice:a:b\", \"\"]").unwrap();
+        let s = merge("kafka_sasl_users = [\"alice:a:b\", \"\"]").unwrap();
         assert_eq!(
-            s.kafka_sasl_plain_users,
-            PlainUsers::new(vec![("alice".to_owned(), "a:b".to_owned())])
+            s.kafka_sasl,
+            KafkaSasl {
+                users: vec![("alice".to_owned(), "a:b".to_owned())],
+                mechanisms: Mechanism::ALL.to_vec(),
+            }
         );
+        let s = merge("kafka_sasl_mechanisms = [\"SCRAM-SHA-512\", \" PLAIN\"]").unwrap();
+        assert_eq!(
+            s.kafka_sasl.mechanisms,
+            [Mechanism::ScramSha512, Mechanism::Plain]
+        );
+        let err = merge("kafka_sasl_mechanisms = [\"GSSAPI\"]").unwrap_err();
+        assert!(err.message().contains("'GSSAPI'"), "{err}");
         assert!(!format!("{s:?}").contains("a:b"), "no password in Debug");
-        let err = merge("kafka_sasl_plain_users = [\"bob\"]").unwrap_err();
+        let err = merge("kafka_sasl_users = [\"bob\"]").unwrap_err();
         assert!(
-            err.message().contains("kafka_sasl_plain_users") && !err.message().contains("bob"),
+            err.message().contains("kafka_sasl_users") && !err.message().contains("bob"),
             "no echo of what may be a password: {err}"
         );
-        let err = merge("kafka_sasl_plain_users = [\"bob:\"]").unwrap_err();
+        let err = merge("kafka_sasl_users = [\"bob:\"]").unwrap_err();
         assert!(err.message().contains("'bob'"), "{err}");
-        let err = merge("kafka_sasl_plain_users = [\"bob:1\", \"bob:2\"]").unwrap_err();
+        let err = merge("kafka_sasl_users = [\"bob:1\", \"bob:2\"]").unwrap_err();
         assert!(err.message().contains("listed twice"), "{err}");
         // An empty flag or variable does not switch off the file's users.
         let args = WorkerArgs {
-            kafka_sasl_plain_users: vec![String::new()],
+            kafka_sasl_users: vec![String::new()],
             ..WorkerArgs::default()
         };
-        let file = FileSettings::parse("kafka_sasl_plain_users = [\"alice:x\"]").unwrap();
+        let file = FileSettings::parse("kafka_sasl_users = [\"alice:x\"]").unwrap();
         let s = Settings::merge(&args, None, file).unwrap();
-        assert!(!s.kafka_sasl_plain_users.is_empty());
+        assert!(s.kafka_sasl.enabled());
     }
 
     #[test]
@@ -692,7 +764,12 @@ mod tests {
                 kafka_tls_key: Some(PathBuf::new()),
                 kafka_tls_client_ca: Some(PathBuf::new()),
                 kafka_advertised_address: Some(String::new()),
-                kafka_sasl_plain_users: Some(Vec::new()),
+                kafka_sasl_users: Some(Vec::new()),
+                kafka_sasl_mechanisms: Some(
+                    ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+                        .map(String::from)
+                        .to_vec()
+                ),
             },
             "every setting must appear in config/worker.toml with its default"
         );

@@ -203,10 +203,16 @@ async fn serve(
         Some(tls) => kafka.with_tls(tls.acceptor()),
         None => kafka,
     }
-    .with_sasl_plain(settings.kafka_sasl_plain_users.clone());
-    let sasl = !settings.kafka_sasl_plain_users.is_empty();
-    if sasl && kafka_tls.is_none() {
-        warn!("the Kafka listener takes SASL/PLAIN passwords without TLS (SASL_PLAINTEXT): they cross the network in clear text; set kafka_tls_cert and kafka_tls_key");
+    .with_sasl(settings.kafka_sasl.users());
+    let sasl = settings.kafka_sasl.enabled();
+    if sasl
+        && kafka_tls.is_none()
+        && settings
+            .kafka_sasl
+            .mechanisms
+            .contains(&headwater_kafka::sasl::Mechanism::Plain)
+    {
+        warn!("the Kafka listener takes SASL/PLAIN passwords without TLS (SASL_PLAINTEXT): they cross the network in clear text; set kafka_tls_cert and kafka_tls_key, or offer SCRAM only (kafka_sasl_mechanisms)");
     }
     let (kafka_stop_tx, kafka_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let kafka_task = tokio::spawn(async move {
@@ -225,6 +231,17 @@ async fn serve(
             (false, false) => "PLAINTEXT",
         },
         client_certificates = kafka_tls.as_ref().is_some_and(|t| t.requires_client_certificates()),
+        sasl_mechanisms = %if sasl {
+            settings
+                .kafka_sasl
+                .mechanisms
+                .iter()
+                .map(|m| m.name())
+                .collect::<Vec<_>>()
+                .join(",")
+        } else {
+            "none".to_owned()
+        },
         advertised = %settings
             .kafka_advertised
             .as_ref()

@@ -4,8 +4,8 @@
 //! exactly once across a rebalance (one consumer leaves mid-way) and a worker restart (the
 //! consumer after the restart continues from the committed offsets). Over TLS with client
 //! certificates, kcat reads through the advertised name the certificate carries, and clients
-//! without a certificate or without TLS get nothing; with SASL/PLAIN over TLS, only the right
-//! user and password read.
+//! without a certificate or without TLS get nothing; with SASL (PLAIN, SCRAM-SHA-256 and
+//! SCRAM-SHA-512) over TLS, only the right user and password read.
 
 #[path = "../../kafka/tests/support/clients.rs"]
 mod clients;
@@ -272,7 +272,7 @@ fn kcat_reads_over_tls_with_a_client_certificate_and_others_get_nothing() {
 }
 
 #[test]
-fn kcat_reads_with_sasl_plain_over_tls_and_wrong_passwords_get_nothing() {
+fn kcat_reads_with_sasl_plain_and_scram_over_tls_and_wrong_passwords_get_nothing() {
     let pki = headwater_tests::pki::TestPki::new();
     let dir = tempfile::tempdir().unwrap();
     let ca = pki.path("ca.pem");
@@ -280,38 +280,30 @@ fn kcat_reads_with_sasl_plain_over_tls_and_wrong_passwords_get_nothing() {
         dir.path(),
         &pki,
         &[
-            "--kafka-sasl-plain-user",
+            "--kafka-sasl-user",
             "alice:wonder:land",
-            "--kafka-sasl-plain-user",
+            "--kafka-sasl-user",
             "bob:builder",
         ],
     );
     datagen(&worker, "sasl-gen", "sasl.orders", 200, 1);
-    let kcat_as = |protocol: &str, user: &str, password: &str, args: &[&str]| {
+    let kcat_as = |protocol: &str, mechanism: &str, user: &str, password: &str, args: &[&str]| {
         run_with_timeout(
             Command::new(kcat())
-                .args([
-                    "-b",
-                    &advertised,
-                    "-X",
-                    &format!("security.protocol={protocol}"),
-                ])
+                .args(["-b", &advertised])
+                .args(["-X", &format!("security.protocol={protocol}")])
                 .args(["-X", &format!("ssl.ca.location={ca}")])
-                .args(["-X", "sasl.mechanisms=PLAIN"])
+                .args(["-X", &format!("sasl.mechanisms={mechanism}")])
                 .args(["-X", &format!("sasl.username={user}")])
                 .args(["-X", &format!("sasl.password={password}")])
                 .args(args),
             Duration::from_secs(60),
         )
     };
+    let consume = ["-C", "-t", "sasl.orders", "-e", "-o", "beginning", "-q"];
     let mut values = Vec::new();
     wait_until("200 records over SASL_SSL", Duration::from_secs(60), || {
-        let out = kcat_as(
-            "sasl_ssl",
-            "alice",
-            "wonder:land",
-            &["-C", "-t", "sasl.orders", "-e", "-o", "beginning", "-q"],
-        );
+        let out = kcat_as("sasl_ssl", "PLAIN", "alice", "wonder:land", &consume);
         assert!(
             out.status.success(),
             "kcat over SASL_SSL: {}",
@@ -325,23 +317,39 @@ fn kcat_reads_with_sasl_plain_over_tls_and_wrong_passwords_get_nothing() {
     });
     let seqs: Vec<i64> = values.iter().map(|v| seq_of(v)).collect();
     assert_eq!(seqs, (0..200).collect::<Vec<i64>>());
+    // SCRAM, both hashes: the same records.
+    for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512"] {
+        let out = kcat_as("sasl_ssl", mechanism, "alice", "wonder:land", &consume);
+        assert!(
+            out.status.success(),
+            "{mechanism}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).lines().count(),
+            200,
+            "{mechanism}"
+        );
+    }
 
     let metadata = ["-L", "-m", "5"];
-    let out = kcat_as("sasl_ssl", "bob", "builder", &metadata);
+    let out = kcat_as("sasl_ssl", "SCRAM-SHA-512", "bob", "builder", &metadata);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for (protocol, user, password) in [
-        ("sasl_ssl", "bob", "wonder:land"),
-        ("sasl_ssl", "carol", "builder"),
-        ("ssl", "alice", "wonder:land"),
+    for (protocol, mechanism, user, password) in [
+        ("sasl_ssl", "PLAIN", "bob", "wonder:land"),
+        ("sasl_ssl", "SCRAM-SHA-256", "bob", "wonder:land"),
+        ("sasl_ssl", "SCRAM-SHA-512", "carol", "builder"),
+        ("sasl_ssl", "PLAIN", "carol", "builder"),
+        ("ssl", "PLAIN", "alice", "wonder:land"),
     ] {
-        let out = kcat_as(protocol, user, password, &metadata);
+        let out = kcat_as(protocol, mechanism, user, password, &metadata);
         assert!(
             !out.status.success(),
-            "{protocol} as {user}: {}",
+            "{protocol} {mechanism} as {user}: {}",
             String::from_utf8_lossy(&out.stdout)
         );
     }

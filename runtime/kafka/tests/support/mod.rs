@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use headwater_kafka::codec::{decode_response, encode_request};
-use headwater_kafka::sasl::PlainUsers;
+use headwater_kafka::sasl::SaslUsers;
 use headwater_kafka::{KafkaServer, ServerConfig, TopicOwner};
 use headwater_log::{Log, LogOptions};
 use kafka_protocol::messages::ApiKey;
@@ -33,16 +33,16 @@ impl TestServer {
     }
 
     pub fn start_on(log: Log, owner: Option<TopicOwner>) -> TestServer {
-        Self::start_with(log, owner, PlainUsers::default())
+        Self::start_with(log, owner, SaslUsers::default())
     }
 
-    /// A server that requires SASL/PLAIN as one of `users`.
-    pub fn start_with_sasl(dir: &Path, users: PlainUsers) -> TestServer {
+    /// A server that requires SASL as one of `users`.
+    pub fn start_with_sasl(dir: &Path, users: SaslUsers) -> TestServer {
         let log = Log::open(dir, LogOptions::default()).expect("open log");
         Self::start_with(log, None, users)
     }
 
-    fn start_with(log: Log, owner: Option<TopicOwner>, users: PlainUsers) -> TestServer {
+    fn start_with(log: Log, owner: Option<TopicOwner>, users: SaslUsers) -> TestServer {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -58,7 +58,7 @@ impl TestServer {
             owner,
         )
         .expect("server")
-        .with_sasl_plain(users);
+        .with_sasl(users);
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .expect("bind");
