@@ -13,7 +13,9 @@
 //! * With users configured, a connection gets no other request served until it has
 //!   authenticated (the connection loop in `server.rs` enforces it with [`Exchange`]).
 //! * A failed authentication gets a message that does not say whether the user exists, and
-//!   the connection is closed.
+//!   the connection is closed. SCRAM answers an unknown user's client-first like a known
+//!   one's (a salt derived from the name with a key made at start, so it is the same on every
+//!   try) and fails only at client-final, so the exchange does not tell names apart either.
 //! * Passwords and proofs are compared in time independent of where they differ; passwords
 //!   never appear in `Debug` output or log lines; the SCRAM salt of each user is random per
 //!   start, and only the derived stored and server keys are kept besides the password PLAIN
@@ -126,6 +128,8 @@ struct User {
 pub struct SaslUsers {
     users: Vec<User>,
     mechanisms: Vec<Mechanism>,
+    /// The key of the decoy salts given to unknown SCRAM users (random per start).
+    decoy_key: Vec<u8>,
 }
 
 impl fmt::Debug for SaslUsers {
@@ -191,7 +195,10 @@ pub struct Exchange {
 
 #[derive(Debug)]
 struct ScramPending {
-    user: usize,
+    /// `None`: an unknown user, given a decoy server-first; client-final fails.
+    user: Option<usize>,
+    /// The user name the client gave.
+    name: String,
     messages: String,
     nonce: String,
     gs2_header: String,
@@ -220,7 +227,13 @@ impl SaslUsers {
                 password,
             })
             .collect();
-        SaslUsers { users, mechanisms }
+        let mut decoy_key = vec![0u8; 32];
+        aws_lc_rs::rand::fill(&mut decoy_key).expect("the system's random numbers");
+        SaslUsers {
+            users,
+            mechanisms,
+            decoy_key,
+        }
     }
 
     /// Whether any user is configured (no users: no SASL).
@@ -322,17 +335,24 @@ impl Exchange {
         } else if !authzid.is_empty() {
             return Err(SaslFailure::Malformed("a bad authorization id"));
         }
-        let failed = || SaslFailure::BadCredentials { user: user.clone() };
-        let index = users.user(&user).ok_or_else(failed)?;
-        let credential = users.credential(index, self.mechanism).ok_or_else(failed)?;
+        let index = users.user(&user);
+        let (salt, iterations) = match index.and_then(|i| users.credential(i, self.mechanism)) {
+            Some(credential) => (credential.salt.clone(), credential.iterations),
+            None => {
+                // A salt that is the same for this name on every try, as a real one is.
+                let key = hmac::Key::new(hmac::HMAC_SHA256, &users.decoy_key);
+                let tag = hmac::sign(
+                    &key,
+                    format!("{}\0{user}", self.mechanism.name()).as_bytes(),
+                );
+                (tag.as_ref()[..24].to_vec(), SCRAM_ITERATIONS)
+            }
+        };
         let nonce = format!("{client_nonce}{server_nonce}");
-        let server_first = format!(
-            "r={nonce},s={},i={}",
-            BASE64.encode(&credential.salt),
-            credential.iterations
-        );
+        let server_first = format!("r={nonce},s={},i={iterations}", BASE64.encode(&salt));
         self.scram = Some(ScramPending {
-            user: index,
+            user: index.filter(|i| users.credential(*i, self.mechanism).is_some()),
+            name: user.clone(),
             messages: format!("{bare},{server_first}"),
             nonce,
             gs2_header: format!("{flag},{authzid},"),
@@ -360,9 +380,11 @@ impl Exchange {
                 "the channel binding does not repeat the gs2 header",
             ));
         }
-        // RFC 5802 wants the nonce repeated; librdkafka sends its own nonce in front of it
-        // again, and Kafka's ScramSaslServer accepts any nonce that ends with the server's.
-        // So do we: the proof covers the message as sent either way.
+        // RFC 5802 wants the nonce repeated as it was. librdkafka before 2.6.1 sends its own
+        // nonce in front of it again (librdkafka#4895), which Kafka 3.8.1-3.9 accepted (a
+        // nonce that ends with the server's); Debian's kcat links such a librdkafka. So this
+        // accepts that too: the proof covers the message as sent, and the server's random
+        // part must be there whole.
         let nonce_ok = fields
             .next()
             .and_then(|f| f.strip_prefix("r="))
@@ -378,10 +400,13 @@ impl Exchange {
         let proof = BASE64
             .decode(proof)
             .map_err(|_| SaslFailure::Malformed("the proof is not base64"))?;
-        let user = &users.users[pending.user];
+        let Some(user) = pending.user else {
+            return Err(SaslFailure::BadCredentials { user: pending.name });
+        };
         let credential = users
-            .credential(pending.user, self.mechanism)
+            .credential(user, self.mechanism)
             .expect("checked at client-first");
+        let user = &users.users[user];
         let (hash, mac, _) = self.mechanism.scram().expect("a SCRAM mechanism");
         let auth_message = format!("{},{without_proof}", pending.messages);
         let signature = hmac::sign(
@@ -629,7 +654,28 @@ mod tests {
             first(b"n,a=bob,n=alice,r=abc"),
             Step::Failed(SaslFailure::Impersonation)
         );
-        assert_eq!(first(b"n,,n=carol,r=abc"), bad("carol"));
+        // An unknown user gets a server-first like a known one (the same salt each time) and
+        // fails at client-final.
+        let decoy = |name: &str| {
+            let mut x = u.start(Mechanism::ScramSha512).unwrap();
+            let Step::Continue(reply) = x.step(&u, format!("n,,n={name},r=abc").as_bytes()) else {
+                panic!("a server-first for {name}");
+            };
+            let reply = String::from_utf8(reply).unwrap();
+            let salt = reply.split(',').nth(1).unwrap().to_owned();
+            let nonce = reply
+                .split(',')
+                .next()
+                .unwrap()
+                .trim_start_matches("r=")
+                .to_owned();
+            let last = x.step(&u, format!("c=biws,r={nonce},p=AAAA").as_bytes());
+            (salt, last)
+        };
+        let (salt, last) = decoy("carol");
+        assert_eq!(last, bad("carol"));
+        assert_eq!(decoy("carol").0, salt, "the same salt on every try");
+        assert_ne!(decoy("dave").0, salt);
         assert!(matches!(
             first(b"p=tls-unique,,n=alice,r=abc"),
             Step::Failed(SaslFailure::Unsupported(_))

@@ -205,14 +205,16 @@ async fn serve(
     }
     .with_sasl(settings.kafka_sasl.users());
     let sasl = settings.kafka_sasl.enabled();
-    if sasl
-        && kafka_tls.is_none()
-        && settings
+    if sasl && kafka_tls.is_none() {
+        let plain = settings
             .kafka_sasl
             .mechanisms
-            .contains(&headwater_kafka::sasl::Mechanism::Plain)
-    {
-        warn!("the Kafka listener takes SASL/PLAIN passwords without TLS (SASL_PLAINTEXT): they cross the network in clear text; set kafka_tls_cert and kafka_tls_key, or offer SCRAM only (kafka_sasl_mechanisms)");
+            .contains(&headwater_kafka::sasl::Mechanism::Plain);
+        if plain {
+            warn!("the Kafka listener takes SASL/PLAIN passwords without TLS (SASL_PLAINTEXT): they cross the network in clear text; set kafka_tls_cert and kafka_tls_key");
+        } else {
+            warn!("the Kafka listener uses SASL without TLS (SASL_PLAINTEXT): SCRAM keeps passwords off the wire, but records travel in clear text and an authenticated connection can be taken over; set kafka_tls_cert and kafka_tls_key");
+        }
     }
     let (kafka_stop_tx, kafka_stop_rx) = tokio::sync::oneshot::channel::<()>();
     let kafka_task = tokio::spawn(async move {
