@@ -68,6 +68,8 @@ struct Inner {
     auth: RestAuth,
     /// Routes of other services on this listener (the embedded schema registry).
     extra_routes: Option<Router>,
+    /// The worker's TLS listeners by name (`rest`, `kafka`), for the expiry metric.
+    tls_listeners: Vec<(&'static str, tls::ServerTls)>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -77,6 +79,7 @@ impl std::fmt::Debug for Inner {
             .field("engine", &self.engine.is_some())
             .field("auth", &self.auth)
             .field("extra_routes", &self.extra_routes.is_some())
+            .field("tls_listeners", &self.tls_listeners.len())
             .finish()
     }
 }
@@ -90,6 +93,7 @@ impl RestState {
                 engine: None,
                 auth: RestAuth::default(),
                 extra_routes: None,
+                tls_listeners: Vec::new(),
             }),
         }
     }
@@ -102,6 +106,7 @@ impl RestState {
                 engine: Some(engine),
                 auth: RestAuth::default(),
                 extra_routes: None,
+                tls_listeners: Vec::new(),
             }),
         }
     }
@@ -117,6 +122,12 @@ impl RestState {
     /// not overlap the Connect API's.
     pub fn with_routes(mut self, routes: Router) -> Self {
         Arc::make_mut(&mut self.inner).extra_routes = Some(routes);
+        self
+    }
+
+    /// The same state reporting the certificates of `listeners` (name, TLS) in `/metrics`.
+    pub fn with_tls_listeners(mut self, listeners: Vec<(&'static str, tls::ServerTls)>) -> Self {
+        Arc::make_mut(&mut self.inner).tls_listeners = listeners;
         self
     }
 
@@ -333,6 +344,17 @@ async fn metrics(State(state): State<RestState>) -> Result<Response, RestError> 
         headwater_engine::metrics::escape_label(&info.commit)
     );
     text.push_str(&engine.prometheus().await);
+    let listeners = &state.inner.tls_listeners;
+    if !listeners.is_empty() {
+        text.push_str("# HELP headwater_tls_certificate_expiry_timestamp_seconds When the certificate a listener serves expires (Unix time; renewed files are picked up within 30 s).\n# TYPE headwater_tls_certificate_expiry_timestamp_seconds gauge\n");
+        for (name, tls) in listeners {
+            if let Some(at) = tls.expires_at() {
+                text.push_str(&format!(
+                    "headwater_tls_certificate_expiry_timestamp_seconds{{listener=\"{name}\"}} {at}\n"
+                ));
+            }
+        }
+    }
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,

@@ -67,8 +67,7 @@ pub struct TlsFiles {
 #[derive(Clone)]
 pub struct ServerTls {
     config: Arc<ServerConfig>,
-    /// The certificate source inside `config` (held for the tests, which drive its clock).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// The certificate source inside `config`.
     resolver: Arc<ReloadingCert>,
     files: TlsFiles,
 }
@@ -138,6 +137,26 @@ impl ServerTls {
     pub fn requires_client_certificates(&self) -> bool {
         self.files.client_ca.is_some()
     }
+
+    /// When the certificate served now expires, in seconds since the Unix epoch (`None` when
+    /// its validity cannot be read).
+    pub fn expires_at(&self) -> Option<u64> {
+        not_after(&self.resolver.current().cert[0])
+    }
+}
+
+/// A certificate's `notAfter`, in seconds since the Unix epoch.
+fn not_after(cert: &CertificateDer<'_>) -> Option<u64> {
+    use x509_cert::der::Decode;
+    let parsed = x509_cert::Certificate::from_der(cert.as_ref()).ok()?;
+    Some(
+        parsed
+            .tbs_certificate
+            .validity
+            .not_after
+            .to_unix_duration()
+            .as_secs(),
+    )
 }
 
 /// Every certificate of the PEM file `path` (at least one).
@@ -262,6 +281,7 @@ impl ReloadingCert {
             Ok(key) if settled => {
                 tracing::info!(
                     cert = %self.files.cert.display(),
+                    expires_at = not_after(&key.cert[0]).unwrap_or_default(),
                     "TLS certificate reloaded: its files changed"
                 );
                 *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(key);
@@ -444,6 +464,8 @@ mod tests {
         std::fs::write(&files.cert, &cert).unwrap();
         let tls = ServerTls::load(files.clone()).expect("a matching pair loads");
         assert!(!tls.requires_client_certificates());
+        // rcgen's default validity ends on 4096-01-01.
+        assert_eq!(tls.expires_at(), Some(67_090_118_400));
 
         let mut mutual = files.clone();
         mutual.client_ca = Some(("test_ca", dir.path().join("none.pem")));

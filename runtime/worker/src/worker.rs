@@ -260,6 +260,12 @@ async fn serve(
         engine.clone(),
     )
     .with_auth(settings.rest_auth.clone())
+    .with_tls_listeners(
+        [("rest", rest_tls.clone()), ("kafka", kafka_tls.clone())]
+            .into_iter()
+            .filter_map(|(name, tls)| tls.map(|t| (name, t)))
+            .collect(),
+    )
     .with_routes(headwater_registry::http::router(registry.clone()));
     let registry_task = registry_listener.map(|listener| {
         let routes = headwater_registry::http::router(registry.clone());

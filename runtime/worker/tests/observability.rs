@@ -308,6 +308,25 @@ fn rest_over_https_with_the_clis_trust_settings() {
     let run = headwater(&["connectors", "list", "--url", &url, "--cacert", &ca], &[]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert_eq!(run.json_lines(), [json!([])]);
+    // curl (another TLS stack) gets the metrics, with the served certificate's expiry
+    // (rcgen's certificates end on 4096-01-01).
+    let curl = std::process::Command::new("curl")
+        .args(["-sS", "--fail", "--cacert", &ca])
+        .arg(format!("{url}/metrics"))
+        .output()
+        .expect("curl (scripts/install-deps installs it)");
+    let metrics = String::from_utf8_lossy(&curl.stdout);
+    assert!(
+        curl.status.success(),
+        "{}",
+        String::from_utf8_lossy(&curl.stderr)
+    );
+    assert!(
+        metrics.contains(
+            "headwater_tls_certificate_expiry_timestamp_seconds{listener=\"rest\"} 67090118400"
+        ),
+        "{metrics}"
+    );
     let connector = tmp.path().join("c.json");
     std::fs::write(&connector, datagen("tls", "tls.events", 5)).unwrap();
     let run = headwater(
