@@ -7,13 +7,15 @@
 //! 2. a raw Fetch client (one connection, Fetch v11, 50 MB responses): the listener's own
 //!    ceiling, no client-side record decoding;
 //! 3. `kcat -C -e -o beginning` (librdkafka) printing every value to a pipe this program
-//!    drains and counts: what a real consumer gets.
+//!    drains and counts: what a real consumer gets;
+//! 4. with `--tls`, the same kcat run against a second listener serving TLS (a fresh
+//!    self-signed certificate for `localhost`, checked by kcat): what encryption costs.
 //!
 //! MB/s are stored batch bytes per second; the final line is JSON with every rate and the
 //! ratio of kcat's rate to the log's.
 //!
 //! Usage: `cargo run --release -p headwater-kafka --example kafka-bench -- [--records N]
-//! [--dir DIR] [--fetch-max-bytes N]` (defaults: 5,000,000 records, a temporary directory
+//! [--dir DIR] [--fetch-max-bytes N] [--tls]` (defaults: 5,000,000 records, a temporary directory
 //! under the current directory, librdkafka's default per-partition fetch size of 1 MiB).
 
 use std::io::{Read, Write};
@@ -37,7 +39,7 @@ const VALUE_BYTES: usize = 200;
 const BATCH_BYTES: usize = 1024 * 1024;
 
 fn usage() -> ! {
-    eprintln!("usage: kafka-bench [--records N] [--dir DIR] [--fetch-max-bytes N]");
+    eprintln!("usage: kafka-bench [--records N] [--dir DIR] [--fetch-max-bytes N] [--tls]");
     std::process::exit(2)
 }
 
@@ -45,6 +47,7 @@ fn main() {
     let mut records: u64 = 5_000_000;
     let mut dir: Option<PathBuf> = None;
     let mut fetch_max_bytes: u64 = 1024 * 1024;
+    let mut tls = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| usage());
@@ -52,6 +55,7 @@ fn main() {
             "--records" => records = value().parse().unwrap_or_else(|_| usage()),
             "--dir" => dir = Some(PathBuf::from(value())),
             "--fetch-max-bytes" => fetch_max_bytes = value().parse().unwrap_or_else(|_| usage()),
+            "--tls" => tls = true,
             _ => usage(),
         }
     }
@@ -193,42 +197,24 @@ fn main() {
     let raw_secs = start.elapsed().as_secs_f64();
 
     // --- 3. kcat (librdkafka) ---
-    let start = Instant::now();
-    let mut child = Command::new("kcat")
-        .arg("-C")
-        .arg("-b")
-        .arg(addr.to_string())
-        .args(["-t", "bench", "-o", "beginning", "-e", "-q", "-f", "%s\n"])
-        .arg("-X")
-        .arg(format!("fetch.message.max.bytes={fetch_max_bytes}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("kcat (apt-get install -y kcat)");
-    let mut out = child.stdout.take().expect("stdout");
-    let mut buf = vec![0u8; 1 << 20];
-    let (mut lines, mut out_bytes) = (0u64, 0u64);
-    loop {
-        let n = out.read(&mut buf).expect("read kcat");
-        if n == 0 {
-            break;
-        }
-        out_bytes += n as u64;
-        lines += buf[..n].iter().filter(|b| **b == b'\n').count() as u64;
-    }
-    let status = child.wait().expect("kcat");
-    let kcat_secs = start.elapsed().as_secs_f64();
-    // CPU time kcat used (user + system): how busy the client was.
-    // SAFETY: getrusage fills the zeroed struct we pass.
-    let kcat_cpu = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
-        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-        secs(usage.ru_utime) + secs(usage.ru_stime)
-    };
-    assert!(status.success(), "kcat failed");
-    assert_eq!(lines, records, "kcat printed every record");
-    assert_eq!(out_bytes, records * (VALUE_BYTES as u64 + 1));
+    let fetch_setting = format!("fetch.message.max.bytes={fetch_max_bytes}");
+    let (kcat_secs, kcat_cpu) = run_kcat(&addr.to_string(), &["-X", &fetch_setting], records);
+
+    // --- 4. kcat over TLS ---
+    let tls_run = tls.then(|| {
+        let (bootstrap, ca, _tls_stop) = tls_listener(&runtime, &log);
+        let ca_setting = format!("ssl.ca.location={}", ca.path().display());
+        let args = [
+            "-X",
+            &fetch_setting,
+            "-X",
+            "security.protocol=ssl",
+            "-X",
+            &ca_setting,
+        ];
+        let (secs, cpu) = run_kcat(&bootstrap, &args, records);
+        (secs, cpu - kcat_cpu)
+    });
 
     let _ = stop_tx.send(());
     runtime.shutdown_timeout(Duration::from_secs(5));
@@ -248,10 +234,114 @@ fn main() {
         records as f64 / kcat_secs,
         100.0 * kcat_mb_s / log_mb_s
     );
+    let mut tls_json = String::new();
+    if let Some((secs, cpu)) = tls_run {
+        let mb_s = mib / secs;
+        println!(
+            "kcat over TLS        {secs:.2} s  {mb_s:.1} MiB/s  {:.0} records/s  ({:.0}% of plain kcat; kcat used {cpu:.2} s CPU)",
+            records as f64 / secs,
+            100.0 * mb_s / kcat_mb_s
+        );
+        tls_json = format!(",\"kcat_tls_mb_s\":{mb_s:.1},\"kcat_tls_cpu_s\":{cpu:.2},\"kcat_tls_wall_s\":{secs:.2}");
+    }
     println!(
-        "{{\"records\":{records},\"bytes\":{bytes_total},\"log_read_mb_s\":{log_mb_s:.1},\"raw_fetch_mb_s\":{raw_mb_s:.1},\"kcat_mb_s\":{kcat_mb_s:.1},\"kcat_records_s\":{:.0},\"kcat_to_log\":{:.3},\"raw_fetch_to_log\":{:.3},\"kcat_cpu_s\":{kcat_cpu:.2},\"kcat_wall_s\":{kcat_secs:.2}}}",
+        "{{\"records\":{records},\"bytes\":{bytes_total},\"log_read_mb_s\":{log_mb_s:.1},\"raw_fetch_mb_s\":{raw_mb_s:.1},\"kcat_mb_s\":{kcat_mb_s:.1},\"kcat_records_s\":{:.0},\"kcat_to_log\":{:.3},\"raw_fetch_to_log\":{:.3},\"kcat_cpu_s\":{kcat_cpu:.2},\"kcat_wall_s\":{kcat_secs:.2}{tls_json}}}",
         records as f64 / kcat_secs,
         kcat_mb_s / log_mb_s,
         raw_mb_s / log_mb_s
     );
+}
+
+/// Runs `kcat -C` from the beginning of topic `bench` against `bootstrap` with `extra` settings,
+/// draining and counting what it prints: its wall time and the CPU time of every child so far.
+fn run_kcat(bootstrap: &str, extra: &[&str], records: u64) -> (f64, f64) {
+    let start = Instant::now();
+    let mut child = Command::new("kcat")
+        .args(["-C", "-b", bootstrap])
+        .args(["-t", "bench", "-o", "beginning", "-e", "-q", "-f", "%s\n"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("kcat (apt-get install -y kcat)");
+    let mut out = child.stdout.take().expect("stdout");
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut lines, mut out_bytes) = (0u64, 0u64);
+    loop {
+        let n = out.read(&mut buf).expect("read kcat");
+        if n == 0 {
+            break;
+        }
+        out_bytes += n as u64;
+        lines += buf[..n].iter().filter(|b| **b == b'\n').count() as u64;
+    }
+    let status = child.wait().expect("kcat");
+    let secs = start.elapsed().as_secs_f64();
+    // CPU time of the children (user + system): how busy the client was.
+    // SAFETY: getrusage fills the zeroed struct we pass.
+    let cpu = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        secs(usage.ru_utime) + secs(usage.ru_stime)
+    };
+    assert!(status.success(), "kcat failed");
+    assert_eq!(lines, records, "kcat printed every record");
+    assert_eq!(out_bytes, records * (VALUE_BYTES as u64 + 1));
+    (secs, cpu)
+}
+
+/// A second listener over the same log serving TLS with a fresh self-signed certificate for
+/// `localhost`, advertised as `localhost:PORT`: the bootstrap address, the certificate's file
+/// (kcat's `ssl.ca.location`) and the sender that stops the listener.
+fn tls_listener(
+    runtime: &tokio::runtime::Runtime,
+    log: &Log,
+) -> (
+    String,
+    tempfile::NamedTempFile,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .expect("params")
+        .self_signed(&key)
+        .expect("a certificate");
+    let mut ca = tempfile::NamedTempFile::new().expect("a certificate file");
+    ca.write_all(cert.pem().as_bytes())
+        .expect("write the certificate");
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![cert.der().clone()],
+        rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+    )
+    .expect("the certificate and key");
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let server = KafkaServer::new(
+        log.clone(),
+        ServerConfig {
+            advertised: Some(("localhost".to_owned(), port)),
+            ..ServerConfig::default()
+        },
+        None,
+    )
+    .expect("kafka server")
+    .with_tls(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    runtime.spawn(async move {
+        server
+            .serve(listener, async move {
+                let _ = stop_rx.await;
+            })
+            .await
+    });
+    (format!("localhost:{port}"), ca, stop_tx)
 }
