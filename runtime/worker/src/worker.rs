@@ -3,8 +3,8 @@
 //! Order of start-up (each step only after the previous one succeeded):
 //! 1. open and lock the data dir, load or create the cluster id;
 //! 2. install SIGINT/SIGTERM handlers (before anything can be asked to stop), and
-//!    load the REST listener's certificate when HTTPS is set (a file that does not
-//!    load is a usage error, exit 2);
+//!    load the REST and Kafka listeners' certificates when TLS is set (a file that
+//!    does not load is a usage error, exit 2);
 //! 3. bind the REST listener;
 //! 4. bind the Kafka protocol listener on `kafka_listen` (after the log and the
 //!    engine are up) and log `Kafka protocol listener started`;
