@@ -129,14 +129,7 @@ fn main() {
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    runtime.spawn(async move {
-        server
-            .serve(listener, async move {
-                let _ = stop_rx.await;
-            })
-            .await
-    });
+    let stop_tx = spawn_listener(&runtime, server, listener);
 
     // --- 2. a raw Fetch client ---
     let start = Instant::now();
@@ -335,6 +328,16 @@ fn tls_listener(
     )
     .expect("kafka server")
     .with_tls(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)));
+    let stop_tx = spawn_listener(runtime, server, listener);
+    (format!("localhost:{port}"), ca, stop_tx)
+}
+
+/// Serves `listener` with `server` on `runtime` until the returned sender is used or dropped.
+fn spawn_listener(
+    runtime: &tokio::runtime::Runtime,
+    server: KafkaServer,
+    listener: tokio::net::TcpListener,
+) -> tokio::sync::oneshot::Sender<()> {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     runtime.spawn(async move {
         server
@@ -343,5 +346,5 @@ fn tls_listener(
             })
             .await
     });
-    (format!("localhost:{port}"), ca, stop_tx)
+    stop_tx
 }
