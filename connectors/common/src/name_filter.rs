@@ -46,6 +46,18 @@ impl PatternList {
         }
         Ok(PatternList { patterns })
     }
+    /// A list of literal names (Debezium's `filters.match.mode=literal`): each item matches
+    /// only the name it spells, compared case-insensitively like the patterns.
+    pub fn literals(raw: &str) -> PatternList {
+        let patterns = split_list(raw)
+            .iter()
+            .map(|name| {
+                Regex::new(&format!("(?i)^(?:{})$", regex::escape(name)))
+                    .expect("an escaped literal always compiles")
+            })
+            .collect();
+        PatternList { patterns }
+    }
     /// The index of the first pattern matching `name`.
     pub fn position(&self, name: &str) -> Option<usize> {
         self.patterns.iter().position(|p| p.is_match(name))
@@ -88,6 +100,11 @@ mod tests {
         assert!(p.matches("PUBLIC.ORDERS"));
         assert!(!p.matches("public.orders2"));
         assert!(!p.matches("xpublic.orders"));
+        let l = PatternList::literals("shop.orders, shop.c.*");
+        assert!(l.matches("SHOP.orders"));
+        assert!(l.matches("shop.c.*"));
+        assert!(!l.matches("shop.customers"));
+        assert!(!l.matches("shopxorders"));
         assert_eq!(p.position("public.customers"), Some(1));
         assert!(PatternList::parse("a(").is_err());
         assert!(Selector::All.accepts("x"));

@@ -12,7 +12,8 @@ use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, ConfigValue, Impor
 use headwater_api::{ConfigValidation, Properties};
 use headwater_connector_common::config::pair_check;
 pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
-use headwater_connector_common::name_filter::{PatternList, Selector};
+use headwater_connector_common::name_filter::{split_list, PatternList, Selector};
+use mongodb::bson::Document;
 
 /// `capture.mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +53,27 @@ pub enum SnapshotMode {
     WhenNeeded,
 }
 
+/// `cursor.pipeline.order`: where the stages of `cursor.pipeline` go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PipelineOrder {
+    /// The connector's own stages first, then the user's (Debezium's default).
+    InternalFirst,
+    UserFirst,
+    /// Only the user's stages: every operation type reaches the connector, which skips the
+    /// ones it does not capture.
+    UserOnly,
+}
+
+/// `cursor.oversize.handling.mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OversizeHandling {
+    /// An event above the server's 16 MiB limit fails the stream (the server's error).
+    Fail,
+    /// Changes of documents whose stored form (before or after) exceeds this many bytes are
+    /// dropped by the server, with a `$bsonSize` stage ahead of every other.
+    Skip(i64),
+}
+
 /// A parsed, validated configuration.
 #[derive(Clone, Debug)]
 pub struct MongoConfig {
@@ -62,8 +84,6 @@ pub struct MongoConfig {
     pub topic_prefix: String,
     pub databases: Selector,
     pub collections: Selector,
-    /// `collection.include.list` patterns (sent to the server as a pre-filter).
-    pub collection_include: Option<String>,
     pub capture_mode: CaptureMode,
     /// `capture.scope=database`: the one database to watch (`capture.target`).
     pub capture_database: Option<String>,
@@ -74,6 +94,13 @@ pub struct MongoConfig {
     pub snapshot_fetch_size: Option<u32>,
     /// `snapshot.include.collection.list`: which captured collections the snapshot copies.
     pub snapshot_collections: Selector,
+    /// `snapshot.collection.filter.overrides`: a query per `db.collection` restricting which
+    /// of its documents the snapshot copies.
+    pub snapshot_filters: Vec<(String, Document)>,
+    /// `cursor.pipeline`: the user's change-stream stages.
+    pub user_pipeline: Vec<Document>,
+    pub pipeline_order: PipelineOrder,
+    pub oversize: OversizeHandling,
     /// `field.exclude.list`: `db.collection.field.path` patterns.
     pub field_excludes: Vec<String>,
     /// `field.renames`: `(db.collection.field.path, new name)`.
@@ -141,6 +168,92 @@ fn parse_excludes(s: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// A JSON document in the configuration (a snapshot filter, a pipeline stage) as BSON.
+/// Strict JSON; BSON types are written in extended JSON (`{"$oid": "…"}`,
+/// `{"$date": "2026-01-01T00:00:00Z"}`, `{"$numberLong": "…"}`, …). The mongo shell's
+/// constructors (`ObjectId("…")`) and unquoted keys are not JSON and are refused.
+fn json_document(value: serde_json::Value, what: &str) -> Result<Document, String> {
+    let serde_json::Value::Object(map) = value else {
+        return Err(format!("{what} must be a JSON document ({{…}})"));
+    };
+    Document::try_from(map).map_err(|e| format!("{what} is not valid extended JSON: {e}"))
+}
+
+fn parse_json(text: &str, what: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(text).map_err(|e| {
+        format!("{what} is not valid JSON ({e}); keys and strings need double quotes, and BSON types are written in extended JSON such as {{\"$oid\": \"…\"}}")
+    })
+}
+
+/// `cursor.pipeline`: a JSON array of aggregation stages, each a document with one field
+/// (the stage's name, such as `$match`). An empty value is no stage.
+pub fn parse_pipeline(text: &str) -> Result<Vec<Document>, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    let what = "Change stream pipeline JSON";
+    let serde_json::Value::Array(stages) = parse_json(text, what)? else {
+        return Err(format!(
+            "{what} is invalid: it must be an array of stages, such as [{{\"$match\": {{\"operationType\": \"insert\"}}}}]"
+        ));
+    };
+    stages
+        .into_iter()
+        .enumerate()
+        .map(|(i, stage)| {
+            let what = format!("stage {} of the change stream pipeline", i + 1);
+            let one_stage = matches!(&stage, serde_json::Value::Object(m)
+                if m.len() == 1 && m.keys().all(|k| k.starts_with('$')));
+            let stage = json_document(stage, &what)?;
+            if !one_stage {
+                return Err(format!(
+                    "{what} must have exactly one field, the stage's name ($match, $project, $addFields, …)"
+                ));
+            }
+            Ok(stage)
+        })
+        .collect()
+}
+
+/// `snapshot.collection.filter.overrides`: the `db.collection` names it lists.
+fn filter_override_names(text: &str) -> Result<Vec<String>, String> {
+    let names = split_list(text);
+    for name in &names {
+        match name.split_once('.') {
+            Some((db, coll)) if !db.is_empty() && !coll.is_empty() => {}
+            _ => return Err(format!("{name:?} must be <database>.<collection>")),
+        }
+    }
+    Ok(names)
+}
+
+/// The include/exclude lists `filters.match.mode` applies to.
+const FILTER_LISTS: [&str; 4] = [
+    "database.include.list",
+    "database.exclude.list",
+    "collection.include.list",
+    "collection.exclude.list",
+];
+
+const FILTER_OVERRIDES: &str = "snapshot.collection.filter.overrides";
+
+/// The snapshot filter of one collection named in `snapshot.collection.filter.overrides`,
+/// read from `snapshot.collection.filter.overrides.<db>.<collection>`.
+fn snapshot_filter(props: &Properties, name: &str) -> Result<Document, (String, String)> {
+    let key = format!("{FILTER_OVERRIDES}.{name}");
+    let Some(text) = props.get(&key).map(|t| t.trim()).filter(|t| !t.is_empty()) else {
+        return Err((
+            key.clone(),
+            format!("{FILTER_OVERRIDES} names {name}, so {key} must hold its snapshot query (a JSON document such as {{\"status\": \"active\"}})"),
+        ));
+    };
+    let what = format!("the snapshot query of {name}");
+    parse_json(text, &what)
+        .and_then(|v| json_document(v, &what))
+        .map_err(|e| (key, e))
+}
+
 /// The connector's configuration keys.
 pub fn config_def() -> ConfigDef {
     use ConfigType::*;
@@ -181,10 +294,10 @@ pub fn config_def() -> ConfigDef {
                 Ok(())
             }
         })).doc("Prefix of every topic name (<prefix>.<db>.<collection>) and the source partition."))
-        .define(key("database.include.list", String).default_null().validator(regex_list_validator()).doc("Databases to capture (regexes)."))
-        .define(key("database.exclude.list", String).default_null().validator(regex_list_validator()).doc("Databases not to capture (regexes)."))
-        .define(key("collection.include.list", String).default_null().validator(regex_list_validator()).doc("Collections to capture: regexes matched against <db>.<collection>."))
-        .define(key("collection.exclude.list", String).default_null().validator(regex_list_validator()).doc("Collections not to capture."))
+        .define(key("database.include.list", String).default_null().doc("Databases to capture: regexes, or names with filters.match.mode=literal."))
+        .define(key("database.exclude.list", String).default_null().doc("Databases not to capture: regexes, or names with filters.match.mode=literal."))
+        .define(key("collection.include.list", String).default_null().doc("Collections to capture: regexes matched against <db>.<collection>, or such names with filters.match.mode=literal."))
+        .define(key("collection.exclude.list", String).default_null().doc("Collections not to capture (regexes, or names with filters.match.mode=literal)."))
         .define(key("capture.mode", String).default_str("change_streams_update_full").validator(Validator::one_of_case_insensitive(CAPTURE_MODES)).doc("What update events carry: change_streams, change_streams_update_full (default), and the _with_pre_image variants."))
         .define(key("capture.scope", String).default_str("deployment").validator(Validator::one_of_case_insensitive(&["deployment", "database"])).doc("Watch the whole deployment, or one database (capture.target)."))
         .define(key("capture.target", String).default_null().doc("The database watched when capture.scope=database."))
@@ -204,12 +317,11 @@ pub fn config_def() -> ConfigDef {
             "post_image" => Err("capture.mode.full.update.type=post_image is not supported: updates' full documents are looked up (lookup)".into()),
             other => Err(format!("capture.mode.full.update.type {other:?} is not one of lookup, post_image")),
         })).doc("How an update's full document is obtained: lookup (post_image is not supported)."))
-        .define(key("filters.match.mode", String).default_str("regex").validator(Validator::custom(|v| match v.to_config_string().to_ascii_lowercase().as_str() {
-            "regex" => Ok(()),
-            "literal" => Err("filters.match.mode=literal is not supported: the include and exclude lists are regular expressions (regex)".into()),
-            other => Err(format!("filters.match.mode {other:?} is not one of regex, literal")),
-        })).doc("How include/exclude lists match: regex (literal is not supported)."))
-        .define(key("snapshot.collection.filter.overrides", String).default_null().validator(Validator::custom(|_| Err("snapshot.collection.filter.overrides is not supported yet".into()))).doc("Not supported yet."))
+        .define(key("filters.match.mode", String).default_str("regex").validator(Validator::one_of_case_insensitive(&["regex", "literal"])).doc("How the database and collection include/exclude lists match: regex (default, each item a regular expression) or literal (each item the exact name; case-insensitive either way)."))
+        .define(key(FILTER_OVERRIDES, String).default_null().validator(Validator::custom(|v| match v {
+            ConfigValue::String(s) => filter_override_names(s).map(|_| ()),
+            _ => Ok(()),
+        })).doc("Collections (<db>.<collection>, comma separated) whose snapshot copies only the documents matching the query in snapshot.collection.filter.overrides.<db>.<collection> (a JSON document; extended JSON for BSON types)."))
         .define(key("field.exclude.list", String).default_null().validator(Validator::custom(|v| match v {
             ConfigValue::String(s) => parse_excludes(s).map(|_| ()),
             _ => Ok(()),
@@ -227,7 +339,17 @@ pub fn config_def() -> ConfigDef {
         .define(key("provide.transaction.metadata", Boolean).default_str("false").doc("BEGIN/END records on <topic.prefix>.<topic.transaction> and the transaction block in every change event."))
         .define(key("topic.transaction", String).default_str(headwater_connector_common::txmeta::DEFAULT_TOPIC_SUFFIX).doc("Suffix of the transaction metadata topic."))
         .define(key("cursor.max.await.time.ms", Long).default_null().validator(Validator::at_least(0.0)).doc("How long the server waits for new changes before answering an empty batch."))
-        .define(key("cursor.pipeline", String).default_null().validator(Validator::custom(|_| Err("cursor.pipeline is not supported yet".into()))).doc("Not supported yet."))
+        .define(key("cursor.pipeline", String).default_null().validator(Validator::custom(|v| match v {
+            ConfigValue::String(s) => parse_pipeline(s).map(|_| ()),
+            _ => Ok(()),
+        })).doc("Aggregation stages added to the change stream, as a JSON array ([{\"$match\": …}]); extended JSON for BSON types."))
+        .define(key("cursor.pipeline.order", String).default_str("internal_first").validator(Validator::one_of_case_insensitive(&["internal_first", "user_first", "user_only"])).doc("internal_first (default): the connector's stages, then cursor.pipeline; user_first: the other way round; user_only: cursor.pipeline alone."))
+        .define(key("cursor.oversize.handling.mode", String).default_str("fail").validator(Validator::custom(|v| match v.to_config_string().to_ascii_lowercase().as_str() {
+            "fail" | "skip" => Ok(()),
+            "split" => Err("cursor.oversize.handling.mode=split is not supported yet: events split by $changeStreamSplitLargeEvent are not reassembled; use fail or skip".into()),
+            other => Err(format!("cursor.oversize.handling.mode {other:?} is not one of fail, skip, split")),
+        })).doc("Changes of documents above the server's event size limit: fail (default) or skip (with cursor.oversize.skip.threshold); split is not supported."))
+        .define(key("cursor.oversize.skip.threshold", Int).default_str("0").validator(Validator::at_least(0.0)).doc("With cursor.oversize.handling.mode=skip: changes of documents whose BSON size, before or after the change, exceeds this many bytes are left out by the server."))
         .define(key("max.batch.size", Int).default_str("2048").validator(Validator::at_least(1.0)).doc("Maximum records per poll."))
         .define(key("max.queue.size", Int).default_str("8192").validator(Validator::at_least(1.0)).doc("Maximum change events buffered ahead of poll."))
         .define(key("poll.interval.ms", Long).default_str("500").validator(Validator::at_least(0.0)).doc("How long poll waits for new changes."))
@@ -248,6 +370,16 @@ pub fn validate(props: &Properties) -> ConfigValidation {
         "collection.include.list",
         "collection.exclude.list",
     );
+    let literal = props
+        .get("filters.match.mode")
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("literal"));
+    if !literal {
+        for key in FILTER_LISTS {
+            if let Some(Err(e)) = props.get(key).map(|l| PatternList::parse(l)) {
+                v.add_error(key, e);
+            }
+        }
+    }
     let scope = props
         .get("capture.scope")
         .map(|s| s.trim().to_ascii_lowercase())
@@ -262,12 +394,31 @@ pub fn validate(props: &Properties) -> ConfigValidation {
             "capture.scope=database needs capture.target (the database to watch)",
         );
     }
+    if let Some(names) = props
+        .get(FILTER_OVERRIDES)
+        .and_then(|t| filter_override_names(t).ok())
+    {
+        for name in names {
+            if let Err((key, message)) = snapshot_filter(props, &name) {
+                v.add_error(&key, message);
+            }
+        }
+    }
     let num = |k: &str, d: i64| {
         props
             .get(k)
             .and_then(|s| s.trim().parse::<i64>().ok())
             .unwrap_or(d)
     };
+    let oversize = props
+        .get("cursor.oversize.handling.mode")
+        .map(|m| m.trim().to_ascii_lowercase());
+    if oversize.as_deref() == Some("skip") && num("cursor.oversize.skip.threshold", 0) <= 0 {
+        v.add_error(
+            "cursor.oversize.skip.threshold",
+            "Invalid threshold value for skipped document size: cursor.oversize.handling.mode=skip needs a threshold above 0 bytes",
+        );
+    }
     if num("max.queue.size", 8192) <= num("max.batch.size", 2048) {
         v.add_error(
             "max.queue.size",
@@ -278,9 +429,25 @@ pub fn validate(props: &Properties) -> ConfigValidation {
 }
 
 fn selector(p: &headwater_api::config::ParsedConfig, include: &str, exclude: &str) -> Selector {
+    selector_of(p, include, exclude, false)
+}
+
+/// An include/exclude pair as regexes, or as literal names (`filters.match.mode=literal`).
+fn selector_of(
+    p: &headwater_api::config::ParsedConfig,
+    include: &str,
+    exclude: &str,
+    literal: bool,
+) -> Selector {
     let list = |k: &str| {
         p.get_string(k)
-            .and_then(|s| PatternList::parse(s).ok())
+            .and_then(|s| {
+                if literal {
+                    Some(PatternList::literals(s))
+                } else {
+                    PatternList::parse(s).ok()
+                }
+            })
             .filter(|l| !l.is_empty())
     };
     match (list(include), list(exclude)) {
@@ -321,15 +488,47 @@ impl MongoConfig {
             "when_needed" => SnapshotMode::WhenNeeded,
             _ => SnapshotMode::Initial,
         };
+        let literal_filters = lower("filters.match.mode") == "literal";
+        let snapshot_filters = opt(FILTER_OVERRIDES)
+            .map(|t| filter_override_names(&t).unwrap_or_default())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|name| {
+                let filter = snapshot_filter(props, &name).ok()?;
+                Some((name, filter))
+            })
+            .collect();
+        let pipeline_order = match lower("cursor.pipeline.order").as_str() {
+            "user_first" => PipelineOrder::UserFirst,
+            "user_only" => PipelineOrder::UserOnly,
+            _ => PipelineOrder::InternalFirst,
+        };
+        let oversize = match lower("cursor.oversize.handling.mode").as_str() {
+            "skip" => OversizeHandling::Skip(long("cursor.oversize.skip.threshold")),
+            _ => OversizeHandling::Fail,
+        };
         Ok(MongoConfig {
+            snapshot_filters,
+            user_pipeline: parse_pipeline(&s("cursor.pipeline")).unwrap_or_default(),
+            pipeline_order,
+            oversize,
             connection_string: s("mongodb.connection.string"),
             user: opt("mongodb.user"),
             password: opt("mongodb.password"),
             auth_source: s("mongodb.authsource"),
             topic_prefix: s("topic.prefix"),
-            databases: selector(&p, "database.include.list", "database.exclude.list"),
-            collections: selector(&p, "collection.include.list", "collection.exclude.list"),
-            collection_include: opt("collection.include.list"),
+            databases: selector_of(
+                &p,
+                "database.include.list",
+                "database.exclude.list",
+                literal_filters,
+            ),
+            collections: selector_of(
+                &p,
+                "collection.include.list",
+                "collection.exclude.list",
+                literal_filters,
+            ),
             capture_mode,
             capture_database: (lower("capture.scope") == "database").then(|| s("capture.target")),
             snapshot_mode,
@@ -419,7 +618,8 @@ mod tests {
                 "not supported",
             ),
             ("capture.mode.full.update.type", "sometimes", "not one of"),
-            ("filters.match.mode", "literal", "not supported"),
+            ("cursor.oversize.handling.mode", "split", "not supported"),
+            ("filters.match.mode", "glob", "regex"),
         ] {
             let Err(refused) = MongoConfig::parse(&props(&[(k, v)])) else {
                 panic!("{k}={v} accepted");
@@ -430,6 +630,8 @@ mod tests {
         for (k, v) in [
             ("capture.mode.full.update.type", "LOOKUP"),
             ("filters.match.mode", "regex"),
+            ("filters.match.mode", "LITERAL"),
+            ("cursor.oversize.handling.mode", "fail"),
         ] {
             assert!(MongoConfig::parse(&props(&[(k, v)])).is_ok(), "{k}={v}");
         }
@@ -486,5 +688,139 @@ mod tests {
             assert!(errs.contains_key(k), "{k}: {errs:?}");
         }
         assert!(MongoConfig::parse(&p).is_err());
+    }
+
+    #[test]
+    fn literal_filters_match_whole_names_and_regex_filters_must_compile() {
+        let bad_regex = [("collection.include.list", "shop.orders(")];
+        let v = validate(&props(&bad_regex));
+        let errs = v.errors_by_field();
+        assert!(errs.contains_key("collection.include.list"), "{errs:?}");
+        let c = MongoConfig::parse(&props(&[
+            ("filters.match.mode", "literal"),
+            ("collection.include.list", "shop.orders(, shop.line.items"),
+            ("database.exclude.list", "audit"),
+        ]))
+        .unwrap();
+        assert!(c.captures("shop", "orders("));
+        assert!(c.captures("SHOP", "line.items"));
+        assert!(!c.captures("shop", "lineXitems"), "a dot is a dot");
+        assert!(!c.captures("shop", "orders"));
+        let c = MongoConfig::parse(&props(&[
+            ("filters.match.mode", "literal"),
+            ("database.exclude.list", "audit"),
+        ]))
+        .unwrap();
+        assert!(c.captures("shop", "orders"));
+        assert!(!c.captures("audit", "log"));
+        assert!(c.captures("audit2", "log"));
+    }
+
+    #[test]
+    fn cursor_pipeline_is_a_json_array_of_stages() {
+        let c = MongoConfig::parse(&props(&[
+            (
+                "cursor.pipeline",
+                r#"[{"$match": {"fullDocument.owner": {"$oid": "65a1b2c3d4e5f60718293a4b"}, "fullDocument.n": {"$gt": 5}}}, {"$project": {"fullDocument.secret": 0}}]"#,
+            ),
+            ("cursor.pipeline.order", "USER_FIRST"),
+        ]))
+        .unwrap();
+        assert_eq!(c.pipeline_order, PipelineOrder::UserFirst);
+        assert_eq!(c.user_pipeline.len(), 2);
+        let owner = c.user_pipeline[0]
+            .get_document("$match")
+            .unwrap()
+            .get_object_id("fullDocument.owner")
+            .unwrap();
+        assert_eq!(owner.to_hex(), "65a1b2c3d4e5f60718293a4b");
+        let keys: Vec<&String> = c.user_pipeline[0]
+            .get_document("$match")
+            .unwrap()
+            .keys()
+            .collect();
+        assert_eq!(keys, ["fullDocument.owner", "fullDocument.n"], "order kept");
+        let d = MongoConfig::parse(&props(&[])).unwrap();
+        assert!(d.user_pipeline.is_empty());
+        assert_eq!(d.pipeline_order, PipelineOrder::InternalFirst);
+        assert_eq!(d.oversize, OversizeHandling::Fail);
+        for (text, says) in [
+            (r#"{"$match": {}}"#, "must be an array"),
+            (r#"[{$match: {}}]"#, "not valid JSON"),
+            (r#"[{"$match": {}, "$project": {}}]"#, "stage 1"),
+            (r#"[{"$match": {}}, {"match": {}}]"#, "stage 2"),
+            (
+                r#"[{"$match": {"d": {"$date": "yesterday"}}}]"#,
+                "extended JSON",
+            ),
+            (r#"[3]"#, "JSON document"),
+        ] {
+            let v = validate(&props(&[("cursor.pipeline", text)]));
+            let errs = v.errors_by_field();
+            let e = errs.get("cursor.pipeline").map(|e| e.join(" "));
+            assert!(
+                e.as_deref().is_some_and(|e| e.contains(says)),
+                "{text}: {e:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn snapshot_filter_overrides_need_a_query_per_collection() {
+        let c = MongoConfig::parse(&props(&[
+            (FILTER_OVERRIDES, "shop.orders, shop.customers"),
+            (
+                "snapshot.collection.filter.overrides.shop.orders",
+                r#"{"status": "open", "placed": {"$gte": {"$date": "2026-01-01T00:00:00Z"}}}"#,
+            ),
+            (
+                "snapshot.collection.filter.overrides.shop.customers",
+                r#"{"active": true}"#,
+            ),
+        ]))
+        .unwrap();
+        assert_eq!(c.snapshot_filters.len(), 2);
+        assert_eq!(c.snapshot_filters[0].0, "shop.orders");
+        assert_eq!(c.snapshot_filters[0].1.get_str("status").unwrap(), "open");
+        assert!(c.snapshot_filters[0]
+            .1
+            .get_document("placed")
+            .unwrap()
+            .get_datetime("$gte")
+            .is_ok());
+        let v = validate(&props(&[
+            (FILTER_OVERRIDES, "shop.orders,shop.customers,nodot"),
+            ("snapshot.collection.filter.overrides.shop.orders", "[1]"),
+        ]));
+        let errs = v.errors_by_field();
+        assert!(errs.contains_key(FILTER_OVERRIDES), "{errs:?}");
+        let v = validate(&props(&[
+            (FILTER_OVERRIDES, "shop.orders,shop.customers"),
+            ("snapshot.collection.filter.overrides.shop.orders", "[1]"),
+        ]));
+        let errs = v.errors_by_field();
+        for key in [
+            "snapshot.collection.filter.overrides.shop.orders",
+            "snapshot.collection.filter.overrides.shop.customers",
+        ] {
+            assert!(errs.contains_key(key), "{key}: {errs:?}");
+        }
+    }
+
+    #[test]
+    fn oversize_skip_needs_a_threshold() {
+        let skip = [("cursor.oversize.handling.mode", "skip")];
+        let v = validate(&props(&skip));
+        let errs = v.errors_by_field();
+        assert!(
+            errs.contains_key("cursor.oversize.skip.threshold"),
+            "{errs:?}"
+        );
+        let c = MongoConfig::parse(&props(&[
+            ("cursor.oversize.handling.mode", "skip"),
+            ("cursor.oversize.skip.threshold", "1048576"),
+        ]))
+        .unwrap();
+        assert_eq!(c.oversize, OversizeHandling::Skip(1_048_576));
     }
 }

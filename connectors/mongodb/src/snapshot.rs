@@ -49,6 +49,8 @@ pub struct SnapshotCollection {
     pub ranged: bool,
     pub estimated: u64,
     pub rules: Arc<FieldRules>,
+    /// `snapshot.collection.filter.overrides`: only documents matching this query are copied.
+    pub filter: Option<Arc<Document>>,
 }
 
 impl SnapshotCollection {
@@ -71,8 +73,13 @@ pub struct Chunk {
 }
 
 impl Chunk {
-    fn filter(&self) -> Document {
+    /// The query of this chunk's documents: its `_id` range, within the collection's
+    /// snapshot filter if it has one.
+    fn filter(&self, collection_filter: Option<&Document>) -> Document {
         let mut conds = Vec::new();
+        if let Some(query) = collection_filter.filter(|q| !q.is_empty()) {
+            conds.push(query.clone());
+        }
         if let Some(lo) = self.lo {
             conds.push(doc! {"_id": {"$gte": lo}});
         }
@@ -316,7 +323,7 @@ async fn read_chunk(
     let coll = client
         .database(&c.db)
         .collection::<RawDocumentBuf>(&c.collection);
-    let mut find = coll.find(chunk.filter());
+    let mut find = coll.find(chunk.filter(c.filter.as_deref()));
     if c.ranged {
         find = find.sort(doc! {"_id": 1});
     }
@@ -384,8 +391,23 @@ mod tests {
             after: Some(Bson::ObjectId(oid)),
         };
         assert_eq!(
-            c.filter(),
+            c.filter(None),
             doc! {"$and": [{"_id": {"$gte": oid}}, {"_id": {"$gt": oid}}]}
         );
+        let open = doc! {"status": "open"};
+        assert_eq!(
+            c.filter(Some(&open)),
+            doc! {"$and": [{"status": "open"}, {"_id": {"$gte": oid}}, {"_id": {"$gt": oid}}]}
+        );
+        let whole = Chunk {
+            collection: 0,
+            index: 0,
+            of: 1,
+            lo: None,
+            hi: None,
+            after: None,
+        };
+        assert_eq!(whole.filter(Some(&open)), open);
+        assert_eq!(whole.filter(Some(&Document::new())), Document::new());
     }
 }

@@ -46,7 +46,7 @@ use mongodb::Client;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::config::{MongoConfig, SnapshotMode};
+use crate::config::{MongoConfig, OversizeHandling, PipelineOrder, SnapshotMode};
 use crate::event::{now, CollectionSchemas, EventBuilder, NamespaceMap, SourceInfo};
 use crate::extjson::{self, Dialect};
 use crate::fields::FieldRules;
@@ -558,11 +558,35 @@ impl Inner {
         }
     }
 
-    /// The change-stream pipeline: the operation types Debezium captures.
+    /// The stages after `$changeStream`, in Debezium's order: the oversize filter
+    /// (`cursor.oversize.handling.mode=skip`) first, then the connector's own stage (the
+    /// operation types it captures) and the user's `cursor.pipeline` as
+    /// `cursor.pipeline.order` says. Databases and collections are filtered here, not by the
+    /// server, so the include/exclude lists' regexes need no translation.
     fn pipeline(&self) -> Vec<Document> {
-        vec![
-            doc! {"$match": {"operationType": {"$in": ["insert", "update", "replace", "delete", "invalidate"]}}},
-        ]
+        let mut stages = Vec::new();
+        if let OversizeHandling::Skip(threshold) = self.cfg.oversize {
+            // A missing document (an insert's pre-image, a delete's post-image) has no size:
+            // `$bsonSize` gives null, which sorts below every number.
+            stages.push(doc! {"$match": {"$and": [
+                {"$expr": {"$lte": [{"$bsonSize": "$fullDocument"}, threshold]}},
+                {"$expr": {"$lte": [{"$bsonSize": "$fullDocumentBeforeChange"}, threshold]}},
+            ]}});
+        }
+        let internal = doc! {"$match": {"operationType": {"$in": ["insert", "update", "replace", "delete", "invalidate"]}}};
+        let user = self.cfg.user_pipeline.iter().cloned();
+        match self.cfg.pipeline_order {
+            PipelineOrder::InternalFirst => {
+                stages.push(internal);
+                stages.extend(user);
+            }
+            PipelineOrder::UserFirst => {
+                stages.extend(user);
+                stages.push(internal);
+            }
+            PipelineOrder::UserOnly => stages.extend(user),
+        }
+        stages
     }
 
     /// Opens a change stream (the `$changeStream` aggregation the driver's `watch` runs, read
@@ -669,7 +693,8 @@ impl Inner {
         if self.position.token.is_none() {
             self.position.token = stream.resume_point();
         }
-        tracing::info!(resume = token.is_some(), scope = ?self.cfg.capture_database, "streaming changes");
+        let stages: Vec<String> = self.pipeline().iter().map(Document::to_string).collect();
+        tracing::info!(resume = token.is_some(), scope = ?self.cfg.capture_database, pipeline = %stages.join(", "), "streaming changes");
         let (tx, rx) = mpsc::channel(self.replies_queued());
         let reader = tokio::spawn(read_stream(stream, tx));
         self.stream = Some(Stream {
@@ -770,6 +795,15 @@ impl Inner {
                 None
             };
             let rules = self.rules(&db, &c);
+            let filter = self
+                .cfg
+                .snapshot_filters
+                .iter()
+                .find(|(name, _)| *name == ns)
+                .map(|(_, query)| Arc::new(query.clone()));
+            if let Some(query) = &filter {
+                tracing::info!(collection = %ns, %query, "snapshot.collection.filter.overrides: copying only the documents matching the query");
+            }
             collections.push((
                 SnapshotCollection {
                     db,
@@ -777,6 +811,7 @@ impl Inner {
                     ranged: bounds.is_some(),
                     estimated,
                     rules,
+                    filter,
                 },
                 bounds,
             ));

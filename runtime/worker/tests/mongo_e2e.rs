@@ -21,7 +21,12 @@
 //!   event's token resumes there and captures the recreated database, nothing lost or repeated;
 //! - back-to-back transactions (each with an uncaptured write inside): the committed offset
 //!   moves while they run, each has one BEGIN and one END counting its captured events, and
-//!   every change is in the log once, in order.
+//!   every change is in the log once, in order;
+//! - Debezium's filter keys together: `filters.match.mode=literal` (a dot in a listed name is
+//!   a dot), `snapshot.collection.filter.overrides` (the snapshot copies only matching
+//!   documents), `cursor.pipeline` (a user `$match` drops changes on the server) and
+//!   `cursor.oversize.handling.mode=skip` (a change of a document above the threshold is
+//!   left out).
 //!
 //! What these tests do not prove (one SecantusDB node, not mongod): replica-set failover and
 //! elections, sharded clusters, mongod's resume-token layout (tokens are kept opaque), and
@@ -774,4 +779,98 @@ fn an_offset_with_a_cluster_time_and_no_token_resumes_after_that_time() {
         .map(|(k, _)| k)
         .collect();
     assert_eq!(ids, ["1", "2", "3"], "nothing skipped, nothing repeated");
+}
+
+#[test]
+fn literal_filters_snapshot_overrides_a_user_pipeline_and_oversize_skips_shape_the_capture() {
+    let server = MongoServer::start().expect("SecantusDB");
+    let rt = runtime();
+    let c = client(&rt, &server);
+    let db = c.database("fp");
+    let items = db.collection::<Document>("items");
+    let line_items = db.collection::<Document>("line.items");
+    let look_alike = db.collection::<Document>("lineXitems");
+    for (id, status) in [(1, "open"), (2, "closed"), (3, "open")] {
+        wait(&rt, items.insert_one(doc! {"_id": id, "status": status})).unwrap();
+    }
+    wait(&rt, line_items.insert_one(doc! {"_id": 1})).unwrap();
+    wait(&rt, look_alike.insert_one(doc! {"_id": 1})).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let file = tmp.path().join("fp.json");
+    let cfg = config(
+        "fp",
+        &server,
+        "fp",
+        &[
+            ("filters.match.mode", "literal"),
+            ("collection.include.list", "fp.items, fp.line.items"),
+            ("snapshot.collection.filter.overrides", "fp.items"),
+            (
+                "snapshot.collection.filter.overrides.fp.items",
+                r#"{"status": "open"}"#,
+            ),
+            (
+                "cursor.pipeline",
+                r#"[{"$match": {"fullDocument.hidden": {"$ne": true}}}]"#,
+            ),
+            ("cursor.oversize.handling.mode", "skip"),
+            ("cursor.oversize.skip.threshold", "512"),
+        ],
+    );
+    std::fs::write(&file, cfg.to_string()).unwrap();
+    let w = Worker::start(&data, &[&file]);
+    wait_until("streaming", Duration::from_secs(30), || {
+        w.logs()
+            .iter()
+            .any(|l| l.contains("streaming changes") && l.contains("$bsonSize"))
+    });
+    wait(&rt, items.insert_one(doc! {"_id": 10, "status": "open"})).unwrap();
+    wait(&rt, items.insert_one(doc! {"_id": 11, "hidden": true})).unwrap();
+    wait(
+        &rt,
+        items.insert_one(doc! {"_id": 12, "big": "x".repeat(1000)}),
+    )
+    .unwrap();
+    wait(&rt, look_alike.insert_one(doc! {"_id": 2})).unwrap();
+    wait(&rt, line_items.insert_one(doc! {"_id": 2})).unwrap();
+    wait(&rt, items.delete_one(doc! {"_id": 1})).unwrap();
+    let count = |w: &Worker, t: &str| w.partition0_records(t).map_or(0, |r| r.len());
+    wait_until("the streamed changes", Duration::from_secs(30), || {
+        count(&w, "fp.fp.items") >= 5 && count(&w, "fp.fp.line.items") >= 2
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    w.sigterm();
+    let ops = |topic: &str| -> Vec<(String, String)> {
+        log_records(&data, topic)
+            .into_iter()
+            .map(|(id, v)| {
+                let op = v.map_or("tombstone".to_owned(), |v| {
+                    v["payload"]["op"].as_str().unwrap().to_owned()
+                });
+                (id, op)
+            })
+            .collect()
+    };
+    let pairs = |l: &[(&str, &str)]| -> Vec<(String, String)> {
+        l.iter()
+            .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+            .collect()
+    };
+    assert_eq!(
+        ops("fp.fp.items"),
+        pairs(&[
+            ("1", "r"),
+            ("3", "r"),
+            ("10", "c"),
+            ("1", "d"),
+            ("1", "tombstone")
+        ]),
+        "the closed document is not snapshotted; the hidden and the oversized inserts are not streamed"
+    );
+    assert_eq!(ops("fp.fp.line.items"), pairs(&[("1", "r"), ("2", "c")]));
+    assert!(
+        ops("fp.fp.lineXitems").is_empty(),
+        "a literal name's dot matches only a dot"
+    );
 }
