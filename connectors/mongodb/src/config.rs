@@ -48,6 +48,8 @@ impl CaptureMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SnapshotMode {
     Initial,
+    /// A new snapshot at every start of the task (an interrupted one resumes instead).
+    Always,
     InitialOnly,
     NoData,
     WhenNeeded,
@@ -85,6 +87,9 @@ pub struct MongoConfig {
     pub databases: Selector,
     pub collections: Selector,
     pub capture_mode: CaptureMode,
+    /// `capture.mode.full.update.type=post_image`: updates' full documents come from the
+    /// post-images (`fullDocument: whenAvailable`) instead of a lookup (`updateLookup`).
+    pub post_image: bool,
     /// `capture.scope=database`: the one database to watch (`capture.target`).
     pub capture_database: Option<String>,
     pub snapshot_mode: SnapshotMode,
@@ -303,20 +308,20 @@ pub fn config_def() -> ConfigDef {
         .define(key("capture.target", String).default_null().doc("The database watched when capture.scope=database."))
         .define(key("snapshot.mode", String).default_str("initial")
             .validator(Validator::custom(|v| match v.to_config_string().to_ascii_lowercase().as_str() {
-                "initial" | "initial_only" | "no_data" | "never" | "when_needed" => Ok(()),
-                "always" | "configuration_based" | "custom" => Err(format!("snapshot.mode={} is not supported yet; use initial, initial_only, no_data or when_needed", v.to_config_string())),
-                other => Err(format!("snapshot.mode {other:?} is not one of initial, initial_only, no_data, when_needed")),
+                "initial" | "always" | "initial_only" | "no_data" | "never" | "when_needed" => Ok(()),
+                "configuration_based" | "custom" => Err(format!("snapshot.mode={} is not supported yet; use initial, always, initial_only, no_data or when_needed", v.to_config_string())),
+                other => Err(format!("snapshot.mode {other:?} is not one of initial, always, initial_only, no_data, when_needed")),
             }))
-            .doc("initial (default), initial_only, no_data (never), when_needed."))
+            .doc("initial (default), always (a new snapshot at every start), initial_only, no_data (never), when_needed."))
         .define(key("snapshot.max.threads", Int).default_str("1").validator(Validator::at_least(1.0)).doc("Collections (and _id ranges of large ones) copied in parallel."))
         .define(key("snapshot.chunk.documents", Long).default_str("500000").validator(Validator::at_least(1.0)).doc("Headwater: a collection with more documents, all with ObjectId _ids, is copied in _id ranges of about this many documents (in parallel, resumable after any committed document)."))
         .define(key("snapshot.fetch.size", Int).default_null().validator(Validator::at_least(1.0)).doc("Documents per snapshot batch."))
         .define(key("snapshot.include.collection.list", String).default_null().validator(regex_list_validator()).doc("Collections to snapshot, of those captured: regexes matched against <db>.<collection> (default: all captured)."))
         .define(key("capture.mode.full.update.type", String).default_str("lookup").validator(Validator::custom(|v| match v.to_config_string().to_ascii_lowercase().as_str() {
             "lookup" => Ok(()),
-            "post_image" => Err("capture.mode.full.update.type=post_image is not supported: updates' full documents are looked up (lookup)".into()),
+            "post_image" => Ok(()),
             other => Err(format!("capture.mode.full.update.type {other:?} is not one of lookup, post_image")),
-        })).doc("How an update's full document is obtained: lookup (post_image is not supported)."))
+        })).doc("How the *_update_full capture modes get an update's full document: lookup (default; the server reads the document's current state) or post_image (the state right after the update, from the collection's post-images, which need changeStreamPreAndPostImages)."))
         .define(key("filters.match.mode", String).default_str("regex").validator(Validator::one_of_case_insensitive(&["regex", "literal"])).doc("How the database and collection include/exclude lists match: regex (default, each item a regular expression) or literal (each item the exact name; case-insensitive either way)."))
         .define(key(FILTER_OVERRIDES, String).default_null().validator(Validator::custom(|v| match v {
             ConfigValue::String(s) => filter_override_names(s).map(|_| ()),
@@ -486,6 +491,7 @@ impl MongoConfig {
                 SnapshotMode::NoData
             }
             "when_needed" => SnapshotMode::WhenNeeded,
+            "always" => SnapshotMode::Always,
             _ => SnapshotMode::Initial,
         };
         let literal_filters = lower("filters.match.mode") == "literal";
@@ -530,6 +536,7 @@ impl MongoConfig {
                 literal_filters,
             ),
             capture_mode,
+            post_image: lower("capture.mode.full.update.type") == "post_image",
             capture_database: (lower("capture.scope") == "database").then(|| s("capture.target")),
             snapshot_mode,
             snapshot_max_threads: usize::try_from(long("snapshot.max.threads"))
@@ -612,11 +619,6 @@ mod tests {
         let all = MongoConfig::parse(&props(&[])).unwrap();
         assert!(all.snapshot_collections.accepts("shop.audit"));
         for (k, v, says) in [
-            (
-                "capture.mode.full.update.type",
-                "post_image",
-                "not supported",
-            ),
             ("capture.mode.full.update.type", "sometimes", "not one of"),
             ("cursor.oversize.handling.mode", "split", "not supported"),
             ("filters.match.mode", "glob", "regex"),
@@ -629,6 +631,8 @@ mod tests {
         }
         for (k, v) in [
             ("capture.mode.full.update.type", "LOOKUP"),
+            ("capture.mode.full.update.type", "post_image"),
+            ("snapshot.mode", "always"),
             ("filters.match.mode", "regex"),
             ("filters.match.mode", "LITERAL"),
             ("cursor.oversize.handling.mode", "fail"),
@@ -666,7 +670,7 @@ mod tests {
         assert!(!c.captures("other", "orders"));
         let mut p = props(&[
             ("capture.mode", "oplog"),
-            ("snapshot.mode", "always"),
+            ("snapshot.mode", "custom"),
             ("capture.scope", "database"),
             ("mongodb.hosts", "rs0/h:27017"),
             ("field.renames", "shop.orders"),

@@ -522,8 +522,11 @@ impl Inner {
             if let Some(t) = &token {
                 match self.open_stream(Some(t.resume_token()?)).await {
                     Ok(_probe) => {}
-                    Err(e) if history_lost(&e) && mode == SnapshotMode::WhenNeeded => {
-                        tracing::warn!(error = %e, "the interrupted snapshot's starting point is no longer in the oplog; snapshot.mode=when_needed: snapshotting again from the start");
+                    Err(e)
+                        if history_lost(&e)
+                            && matches!(mode, SnapshotMode::WhenNeeded | SnapshotMode::Always) =>
+                    {
+                        tracing::warn!(error = %e, ?mode, "the interrupted snapshot's starting point is no longer in the oplog: snapshotting again from the start");
                         return self.start_snapshot(None).await;
                     }
                     Err(e) if history_lost(&e) => {
@@ -544,6 +547,12 @@ impl Inner {
         if mode == SnapshotMode::InitialOnly {
             self.phase = Phase::Done;
             return Ok(());
+        }
+        if mode == SnapshotMode::Always {
+            // Streaming goes on from the new snapshot's starting point; what changed since
+            // the stored one is in the snapshot.
+            tracing::info!("snapshot.mode=always: taking a new snapshot before streaming");
+            return self.start_snapshot(None).await;
         }
         self.position = position;
         match self.start_streaming(token.as_ref()).await {
@@ -612,7 +621,13 @@ impl Inner {
     ) -> Result<OpenedStream, mongodb::error::Error> {
         let mut stage = Document::new();
         if self.cfg.capture_mode.update_full() {
-            stage.insert("fullDocument", "updateLookup");
+            // Debezium's two `capture.mode.full.update.type`s.
+            let full = if self.cfg.post_image {
+                "whenAvailable"
+            } else {
+                "updateLookup"
+            };
+            stage.insert("fullDocument", full);
         }
         if self.cfg.capture_mode.pre_image() {
             stage.insert("fullDocumentBeforeChange", "whenAvailable");

@@ -26,7 +26,13 @@
 //!   a dot), `snapshot.collection.filter.overrides` (the snapshot copies only matching
 //!   documents), `cursor.pipeline` (a user `$match` drops changes on the server) and
 //!   `cursor.oversize.handling.mode=skip` (a change of a document above the threshold is
-//!   left out).
+//!   left out);
+//! - `capture.mode.full.update.type=post_image` asks for post-images (`after` on updates
+//!   where the collection keeps them, null where it does not, unlike a lookup), and
+//!   `snapshot.mode=always` snapshots again at the next start, streaming on from there.
+//!   SecantusDB's post-image is the document's current state (a lookup limited to collections
+//!   with `changeStreamPreAndPostImages`), so the test cannot tell mongod's state-right-after-
+//!   each-update apart from a lookup on a collection that keeps images.
 //!
 //! What these tests do not prove (one SecantusDB node, not mongod): replica-set failover and
 //! elections, sharded clusters, mongod's resume-token layout (tokens are kept opaque), and
@@ -872,5 +878,101 @@ fn literal_filters_snapshot_overrides_a_user_pipeline_and_oversize_skips_shape_t
     assert!(
         ops("fp.fp.lineXitems").is_empty(),
         "a literal name's dot matches only a dot"
+    );
+}
+
+#[test]
+fn post_images_feed_updates_and_snapshot_mode_always_snapshots_at_every_start() {
+    let server = MongoServer::start().expect("SecantusDB");
+    let rt = runtime();
+    let c = client(&rt, &server);
+    let db = c.database("pim");
+    wait(
+        &rt,
+        db.run_command(doc! {"create": "items", "changeStreamPreAndPostImages": {"enabled": true}}),
+    )
+    .unwrap();
+    let items = db.collection::<Document>("items");
+    let plain = db.collection::<Document>("plain");
+    wait(&rt, items.insert_one(doc! {"_id": 1, "v": 0})).unwrap();
+    wait(&rt, plain.insert_one(doc! {"_id": 1, "v": 0})).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let file = tmp.path().join("pim.json");
+    let cfg = config(
+        "pim",
+        &server,
+        "pim",
+        &[
+            ("collection.include.list", "pim.items,pim.plain"),
+            ("capture.mode", "change_streams_update_full"),
+            ("capture.mode.full.update.type", "post_image"),
+            ("snapshot.mode", "always"),
+        ],
+    );
+    std::fs::write(&file, cfg.to_string()).unwrap();
+    let streaming = |w: &Worker| {
+        wait_until("streaming", Duration::from_secs(30), || {
+            w.logs().iter().any(|l| l.contains("streaming changes"))
+        })
+    };
+    let count = |w: &Worker, t: &str| w.partition0_records(t).map_or(0, |r| r.len());
+    let w = Worker::start(&data, &[&file]);
+    streaming(&w);
+    for coll in [&items, &plain] {
+        wait(
+            &rt,
+            coll.update_one(doc! {"_id": 1}, doc! {"$inc": {"v": 1}}),
+        )
+        .unwrap();
+    }
+    wait_until("both updates", Duration::from_secs(30), || {
+        count(&w, "pim.pim.items") >= 2 && count(&w, "pim.pim.plain") >= 2
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    w.sigterm();
+    // Written while the worker is down: with `always` the next start's snapshot has it.
+    wait(&rt, items.insert_one(doc! {"_id": 2, "v": 0})).unwrap();
+    let w = Worker::start(&data, &[&file]);
+    streaming(&w);
+    assert!(w.logs().iter().any(|l| l.contains("snapshot.mode=always")));
+    wait(&rt, items.insert_one(doc! {"_id": 3, "v": 0})).unwrap();
+    wait_until(
+        "the insert after the second snapshot",
+        Duration::from_secs(30),
+        || count(&w, "pim.pim.items") >= 5,
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    w.sigterm();
+    let summary = |topic: &str| -> Vec<(String, String, Option<i64>)> {
+        log_records(&data, topic)
+            .into_iter()
+            .map(|(id, v)| {
+                let v = v.expect("no deletes here");
+                let after = v["payload"]["after"].as_str().map(|a| {
+                    serde_json::from_str::<Value>(a).unwrap()["v"]
+                        .as_i64()
+                        .unwrap()
+                });
+                (id, v["payload"]["op"].as_str().unwrap().to_owned(), after)
+            })
+            .collect()
+    };
+    let row = |id: &str, op: &str, v: Option<i64>| (id.to_owned(), op.to_owned(), v);
+    assert_eq!(
+        summary("pim.pim.items"),
+        [
+            row("1", "r", Some(0)),
+            row("1", "u", Some(1)),
+            row("1", "r", Some(1)),
+            row("2", "r", Some(0)),
+            row("3", "c", Some(0)),
+        ],
+        "the post-image feeds the update; the second start snapshots again (2 is read, not streamed)"
+    );
+    assert_eq!(
+        summary("pim.pim.plain")[..2],
+        [row("1", "r", Some(0)), row("1", "u", None)],
+        "no post-images kept: no after (a lookup would have found the document)"
     );
 }
