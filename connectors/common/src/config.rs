@@ -1,9 +1,60 @@
-//! Configuration pieces every Debezium-compatible source shares: `skipped.operations` and the
-//! include/exclude pair rule.
+//! Configuration pieces every Debezium-compatible source shares: `skipped.operations`, the
+//! include/exclude pair rule, and Debezium's signalling keys (refused while signals are not
+//! built, so no signal is ever silently ignored).
 //!
 //! Invariant: parsing accepts exactly Debezium's vocabulary and says what is wrong otherwise.
 
+use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, ConfigValue, Validator};
 use headwater_api::{ConfigValidation, Properties};
+
+/// Debezium's signalling keys, common to its source connectors. Signals (ad-hoc blocking and
+/// incremental snapshots, `stop-snapshot`, `pause`/`resume`, `log`) are not built: a
+/// configuration naming a signal collection or a channel other than the (then inert) `source`
+/// is refused, because a signal sent there would be ignored. The incremental snapshot's chunk
+/// size is accepted and unused (it only matters once signals exist).
+pub fn define_signal_keys(def: ConfigDef) -> ConfigDef {
+    def.define(
+        ConfigKey::new("signal.data.collection", ConfigType::String)
+            .default_null()
+            .validator(Validator::custom(|v| match v {
+                ConfigValue::String(s) if !s.trim().is_empty() => Err(SIGNALS_REFUSED.into()),
+                _ => Ok(()),
+            }))
+            .doc("Refused when set: signals are not supported yet."),
+    )
+    .define(
+        ConfigKey::new("signal.enabled.channels", ConfigType::String)
+            .default_str("source")
+            .validator(Validator::custom(|v| {
+                let text = v.to_config_string();
+                match text
+                    .split(',')
+                    .map(str::trim)
+                    .find(|c| !c.is_empty() && !c.eq_ignore_ascii_case("source"))
+                {
+                    Some(channel) => Err(format!(
+                        "signal channel {channel:?} is not supported: {SIGNALS_REFUSED}"
+                    )),
+                    None => Ok(()),
+                }
+            }))
+            .doc("Only source, which does nothing without signal.data.collection: signals are not supported yet."),
+    )
+    .define(
+        ConfigKey::new("signal.poll.interval.ms", ConfigType::Long)
+            .default_str("5000")
+            .validator(Validator::at_least(0.0))
+            .doc("Accepted; unused (signals are not supported yet)."),
+    )
+    .define(
+        ConfigKey::new("incremental.snapshot.chunk.size", ConfigType::Int)
+            .default_str("1024")
+            .validator(Validator::at_least(1.0))
+            .doc("Accepted; unused (incremental snapshots need signals, which are not supported yet)."),
+    )
+}
+
+const SIGNALS_REFUSED: &str = "signals (execute-snapshot for ad-hoc and incremental snapshots, stop-snapshot, pause, resume, log) are not supported by Headwater yet, and a signal sent would be ignored. Remove the key; to snapshot some tables again, run a second connector limited to them with snapshot.mode=initial_only and the same topic.prefix (see docs/migrating-from-debezium.md)";
 
 /// Operations that can be skipped (`skipped.operations`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -46,6 +97,35 @@ pub fn pair_check(v: &mut ConfigValidation, props: &Properties, include: &str, e
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signal_keys_are_refused_unless_inert() {
+        let def = define_signal_keys(ConfigDef::new());
+        let check = |kv: &[(&str, &str)]| {
+            let mut p = Properties::new();
+            for (k, v) in kv {
+                p.insert((*k).into(), (*v).into());
+            }
+            let v = def.validate(&p);
+            v.errors_by_field()
+                .into_iter()
+                .map(|(k, e)| (k.to_owned(), e.join(" ")))
+                .collect::<Vec<_>>()
+        };
+        assert!(check(&[]).is_empty());
+        assert!(check(&[
+            ("signal.enabled.channels", "source"),
+            ("incremental.snapshot.chunk.size", "4096"),
+            ("signal.data.collection", " "),
+        ])
+        .is_empty());
+        let refused = check(&[("signal.data.collection", "public.debezium_signal")]);
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0, "signal.data.collection");
+        assert!(refused[0].1.contains("not supported") && refused[0].1.contains("initial_only"));
+        let refused = check(&[("signal.enabled.channels", "source,kafka")]);
+        assert!(refused[0].1.contains("\"kafka\""), "{refused:?}");
+    }
 
     #[test]
     fn skipped_operations() {

@@ -74,6 +74,9 @@ pub enum OversizeHandling {
     /// Changes of documents whose stored form (before or after) exceeds this many bytes are
     /// dropped by the server, with a `$bsonSize` stage ahead of every other.
     Skip(i64),
+    /// Events above the limit arrive as fragments (`$changeStreamSplitLargeEvent`, MongoDB
+    /// 6.0.9+/7.0+), reassembled by the task into one event.
+    Split,
 }
 
 /// A parsed, validated configuration.
@@ -262,7 +265,7 @@ fn snapshot_filter(props: &Properties, name: &str) -> Result<Document, (String, 
 /// The connector's configuration keys.
 pub fn config_def() -> ConfigDef {
     use ConfigType::*;
-    ConfigDef::new()
+    let def = ConfigDef::new()
         .define(key("mongodb.connection.string", String).importance(Importance::High).validator(Validator::custom(|v| {
             let s = v.to_config_string();
             if s.starts_with("mongodb://") || s.starts_with("mongodb+srv://") {
@@ -350,14 +353,14 @@ pub fn config_def() -> ConfigDef {
         })).doc("Aggregation stages added to the change stream, as a JSON array ([{\"$match\": …}]); extended JSON for BSON types."))
         .define(key("cursor.pipeline.order", String).default_str("internal_first").validator(Validator::one_of_case_insensitive(&["internal_first", "user_first", "user_only"])).doc("internal_first (default): the connector's stages, then cursor.pipeline; user_first: the other way round; user_only: cursor.pipeline alone."))
         .define(key("cursor.oversize.handling.mode", String).default_str("fail").validator(Validator::custom(|v| match v.to_config_string().to_ascii_lowercase().as_str() {
-            "fail" | "skip" => Ok(()),
-            "split" => Err("cursor.oversize.handling.mode=split is not supported yet: events split by $changeStreamSplitLargeEvent are not reassembled; use fail or skip".into()),
+            "fail" | "skip" | "split" => Ok(()),
             other => Err(format!("cursor.oversize.handling.mode {other:?} is not one of fail, skip, split")),
-        })).doc("Changes of documents above the server's event size limit: fail (default) or skip (with cursor.oversize.skip.threshold); split is not supported."))
+        })).doc("Changes of documents above the server's event size limit: fail (default), skip (with cursor.oversize.skip.threshold), or split (the server splits such events with $changeStreamSplitLargeEvent and the task reassembles them)."))
         .define(key("cursor.oversize.skip.threshold", Int).default_str("0").validator(Validator::at_least(0.0)).doc("With cursor.oversize.handling.mode=skip: changes of documents whose BSON size, before or after the change, exceeds this many bytes are left out by the server."))
         .define(key("max.batch.size", Int).default_str("2048").validator(Validator::at_least(1.0)).doc("Maximum records per poll."))
         .define(key("max.queue.size", Int).default_str("8192").validator(Validator::at_least(1.0)).doc("Maximum change events buffered ahead of poll."))
-        .define(key("poll.interval.ms", Long).default_str("500").validator(Validator::at_least(0.0)).doc("How long poll waits for new changes."))
+        .define(key("poll.interval.ms", Long).default_str("500").validator(Validator::at_least(0.0)).doc("How long poll waits for new changes."));
+    headwater_connector_common::config::define_signal_keys(def)
 }
 
 /// Validates a configuration: every key's own checks plus the cross-field rules.
@@ -511,6 +514,7 @@ impl MongoConfig {
         };
         let oversize = match lower("cursor.oversize.handling.mode").as_str() {
             "skip" => OversizeHandling::Skip(long("cursor.oversize.skip.threshold")),
+            "split" => OversizeHandling::Split,
             _ => OversizeHandling::Fail,
         };
         Ok(MongoConfig {
@@ -620,7 +624,6 @@ mod tests {
         assert!(all.snapshot_collections.accepts("shop.audit"));
         for (k, v, says) in [
             ("capture.mode.full.update.type", "sometimes", "not one of"),
-            ("cursor.oversize.handling.mode", "split", "not supported"),
             ("filters.match.mode", "glob", "regex"),
         ] {
             let Err(refused) = MongoConfig::parse(&props(&[(k, v)])) else {
@@ -636,6 +639,7 @@ mod tests {
             ("filters.match.mode", "regex"),
             ("filters.match.mode", "LITERAL"),
             ("cursor.oversize.handling.mode", "fail"),
+            ("cursor.oversize.handling.mode", "split"),
         ] {
             assert!(MongoConfig::parse(&props(&[(k, v)])).is_ok(), "{k}={v}");
         }

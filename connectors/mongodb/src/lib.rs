@@ -20,6 +20,7 @@ pub mod extjson;
 pub mod fields;
 pub mod rawbson;
 pub mod snapshot;
+pub mod split;
 pub mod task;
 
 pub use connector::MongoDbConnector;

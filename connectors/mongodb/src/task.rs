@@ -52,6 +52,7 @@ use crate::extjson::{self, Dialect};
 use crate::fields::FieldRules;
 use crate::rawbson;
 use crate::snapshot::{self as snapshots, ChunkMsg, Readers, Rendered, SnapshotCollection};
+use crate::split::{Fragments, Piece};
 
 /// Server error codes that mean the resume point is gone from the oplog.
 const HISTORY_LOST_CODES: [i32; 2] = [286, 280];
@@ -349,6 +350,8 @@ struct Inner {
     /// its offset, and the record now held starts another transaction: the poll ends there, so
     /// the batch ends at a commit point (see `poll_stream`).
     ended_transaction: bool,
+    /// `cursor.oversize.handling.mode=split`: the fragments of a split event read so far.
+    split: Option<Fragments>,
     heartbeats: Option<Heartbeats>,
     txmeta: Option<TransactionMetadata>,
     rules: NamespaceMap<Arc<FieldRules>>,
@@ -450,6 +453,7 @@ impl Inner {
             position: Position::default(),
             held: None,
             ended_transaction: false,
+            split: (cfg.oversize == OversizeHandling::Split).then(Fragments::default),
             rules: NamespaceMap::default(),
             last_namespace: None,
             cfg,
@@ -594,6 +598,10 @@ impl Inner {
                 stages.push(internal);
             }
             PipelineOrder::UserOnly => stages.extend(user),
+        }
+        if self.cfg.oversize == OversizeHandling::Split {
+            // The server requires it last.
+            stages.push(doc! {"$changeStreamSplitLargeEvent": {}});
         }
         stages
     }
@@ -1389,7 +1397,19 @@ impl Inner {
             // The events of the reply in hand first.
             if let Some(mut reply) = self.stream.as_mut().and_then(|s| s.reply.take()) {
                 if let Some(event) = reply.next_event()? {
-                    let invalid = self.handle_event(event, &mut out)?;
+                    let invalid = if let Some(mut fragments) = self.split.take() {
+                        let piece = fragments.add(event);
+                        self.split = Some(fragments);
+                        match piece.map_err(|e| {
+                            ConnectError::data(format!("a split change event: {}", e.0))
+                        })? {
+                            Piece::Whole(event) => self.handle_event(event, &mut out)?,
+                            Piece::Pending => false,
+                            Piece::Complete(event) => self.handle_event(&event, &mut out)?,
+                        }
+                    } else {
+                        self.handle_event(event, &mut out)?
+                    };
                     if let Some(stream) = self.stream.as_mut() {
                         stream.reply = Some(reply);
                     }
@@ -1430,7 +1450,10 @@ impl Inner {
                 Some(StreamMsg::Idle(token)) => {
                     // Nothing more right now: the transaction in progress is complete.
                     self.release_held(&mut out, true);
-                    if let Some(t) = token {
+                    // Never a resume point inside a split event: its fragments so far would be
+                    // skipped on a restart.
+                    let inside_split = self.split.as_ref().is_some_and(Fragments::pending);
+                    if let Some(t) = token.filter(|_| !inside_split) {
                         self.position.token = Some(t);
                     }
                     caught_up = true;

@@ -162,7 +162,7 @@ fn not_supported_when_true(what: &'static str) -> Validator {
 /// accepts both vocabularies).
 pub fn config_def() -> ConfigDef {
     use ConfigType::*;
-    ConfigDef::new()
+    let def = ConfigDef::new()
         .define(key("database.hostname", String).importance(Importance::High).validator(Validator::NonEmptyString).group("Connection", 1)
             .doc("Resolvable hostname or IP address of the MySQL/MariaDB server."))
         .define(key("database.port", Int).default_str("3306").validator(Validator::between(1.0, 65535.0)).group("Connection", 2)
@@ -285,7 +285,8 @@ pub fn config_def() -> ConfigDef {
         .define(key("poll.interval.ms", Long).default_str("500").validator(Validator::at_least(0.0)).doc("How long poll waits for new changes."))
         .define(key("schema.history.internal", String).default_null().doc("Accepted and unused: schemas come from TABLE_MAP metadata, no history topic is needed."))
         .define(key("schema.history.internal.kafka.topic", String).default_null().doc("Accepted and unused (see schema.history.internal)."))
-        .define(key("schema.history.internal.kafka.bootstrap.servers", String).default_null().doc("Accepted and unused (see schema.history.internal)."))
+        .define(key("schema.history.internal.kafka.bootstrap.servers", String).default_null().doc("Accepted and unused (see schema.history.internal)."));
+    headwater_connector_common::config::define_signal_keys(def)
 }
 
 fn parse_message_key_columns(s: &str) -> Result<Vec<(PatternList, Vec<String>)>, String> {

@@ -133,7 +133,7 @@ fn key(name: &str, t: ConfigType) -> ConfigKey {
 /// The connector's configuration keys.
 pub fn config_def() -> ConfigDef {
     use ConfigType::*;
-    ConfigDef::new()
+    let def = ConfigDef::new()
         .define(key("database.hostname", String).importance(Importance::High).validator(Validator::NonEmptyString).group("Connection", 1)
             .doc("Resolvable hostname or IP address of the PostgreSQL server."))
         .define(key("database.port", Int).default_str("5432").validator(Validator::between(1.0, 65535.0)).group("Connection", 2)
@@ -274,7 +274,8 @@ pub fn config_def() -> ConfigDef {
         .define(key("lsn.flush.mode", String).default_str("connector").validator(Validator::one_of_case_insensitive(&["connector", "connector_and_driver", "manual"])).doc("Who confirms the slot position."))
         .define(key("flush.lsn.source", Boolean).default_null().doc("Deprecated: true = lsn.flush.mode connector, false = manual."))
         .define(key("message.prefix.include.list", String).default_null().validator(regex_list_validator()).doc("Logical decoding message prefixes to include."))
-        .define(key("message.prefix.exclude.list", String).default_null().validator(regex_list_validator()).doc("Logical decoding message prefixes to exclude."))
+        .define(key("message.prefix.exclude.list", String).default_null().validator(regex_list_validator()).doc("Logical decoding message prefixes to exclude."));
+    headwater_connector_common::config::define_signal_keys(def)
 }
 
 fn parse_message_key_columns(s: &str) -> Result<Vec<(PatternList, Vec<String>)>, String> {

@@ -29,7 +29,9 @@
 //!   left out);
 //! - `capture.mode.full.update.type=post_image` asks for post-images (`after` on updates
 //!   where the collection keeps them, null where it does not, unlike a lookup), and
-//!   `snapshot.mode=always` snapshots again at the next start, streaming on from there.
+//!   `snapshot.mode=always` snapshots again at the next start, streaming on from there (with
+//!   `cursor.oversize.handling.mode=split`, whose stage SecantusDB accepts without splitting;
+//!   the reassembly itself is unit-tested in `split.rs`).
 //!   SecantusDB's post-image is the document's current state (a lookup limited to collections
 //!   with `changeStreamPreAndPostImages`), so the test cannot tell mongod's state-right-after-
 //!   each-update apart from a lookup on a collection that keeps images.
@@ -908,6 +910,8 @@ fn post_images_feed_updates_and_snapshot_mode_always_snapshots_at_every_start() 
             ("capture.mode", "change_streams_update_full"),
             ("capture.mode.full.update.type", "post_image"),
             ("snapshot.mode", "always"),
+            // The server takes the stage and never splits: whole events pass through.
+            ("cursor.oversize.handling.mode", "split"),
         ],
     );
     std::fs::write(&file, cfg.to_string()).unwrap();
