@@ -12,17 +12,24 @@ use headwater_api::{ConfigValidation, Properties};
 /// configuration naming a signal collection or a channel other than the (then inert) `source`
 /// is refused, because a signal sent there would be ignored. The incremental snapshot's chunk
 /// size is accepted and unused (it only matters once signals exist).
-pub fn define_signal_keys(def: ConfigDef) -> ConfigDef {
+///
+/// A connector that reads signals from its source (`source_signals`) defines
+/// `signal.data.collection` itself and gets the other keys from here.
+pub fn define_signal_keys(def: ConfigDef, source_signals: bool) -> ConfigDef {
+    let def = if source_signals {
+        def
+    } else {
+        def.define(
+            ConfigKey::new("signal.data.collection", ConfigType::String)
+                .default_null()
+                .validator(Validator::custom(|v| match v {
+                    ConfigValue::String(s) if !s.trim().is_empty() => Err(SIGNALS_REFUSED.into()),
+                    _ => Ok(()),
+                }))
+                .doc("Refused when set: signals are not supported yet."),
+        )
+    };
     def.define(
-        ConfigKey::new("signal.data.collection", ConfigType::String)
-            .default_null()
-            .validator(Validator::custom(|v| match v {
-                ConfigValue::String(s) if !s.trim().is_empty() => Err(SIGNALS_REFUSED.into()),
-                _ => Ok(()),
-            }))
-            .doc("Refused when set: signals are not supported yet."),
-    )
-    .define(
         ConfigKey::new("signal.enabled.channels", ConfigType::String)
             .default_str("source")
             .validator(Validator::custom(|v| {
@@ -33,12 +40,12 @@ pub fn define_signal_keys(def: ConfigDef) -> ConfigDef {
                     .find(|c| !c.is_empty() && !c.eq_ignore_ascii_case("source"))
                 {
                     Some(channel) => Err(format!(
-                        "signal channel {channel:?} is not supported: {SIGNALS_REFUSED}"
+                        "signal channel {channel:?} is not supported: only source (signal.data.collection) is, where the connector has it"
                     )),
                     None => Ok(()),
                 }
             }))
-            .doc("Only source, which does nothing without signal.data.collection: signals are not supported yet."),
+            .doc("Only source: signals are read from signal.data.collection where the connector supports it."),
     )
     .define(
         ConfigKey::new("signal.poll.interval.ms", ConfigType::Long)
@@ -100,7 +107,7 @@ mod tests {
 
     #[test]
     fn signal_keys_are_refused_unless_inert() {
-        let def = define_signal_keys(ConfigDef::new());
+        let def = define_signal_keys(ConfigDef::new(), false);
         let check = |kv: &[(&str, &str)]| {
             let mut p = Properties::new();
             for (k, v) in kv {
@@ -125,6 +132,8 @@ mod tests {
         assert!(refused[0].1.contains("not supported") && refused[0].1.contains("initial_only"));
         let refused = check(&[("signal.enabled.channels", "source,kafka")]);
         assert!(refused[0].1.contains("\"kafka\""), "{refused:?}");
+        let own = define_signal_keys(ConfigDef::new(), true);
+        assert!(own.key("signal.data.collection").is_none());
     }
 
     #[test]

@@ -105,6 +105,8 @@ pub struct MongoConfig {
     /// `snapshot.collection.filter.overrides`: a query per `db.collection` restricting which
     /// of its documents the snapshot copies.
     pub snapshot_filters: Vec<(String, Document)>,
+    /// `signal.data.collection`: `<db>.<collection>` whose inserts are signals.
+    pub signal_collection: Option<String>,
     /// `cursor.pipeline`: the user's change-stream stages.
     pub user_pipeline: Vec<Document>,
     pub pipeline_order: PipelineOrder,
@@ -357,10 +359,17 @@ pub fn config_def() -> ConfigDef {
             other => Err(format!("cursor.oversize.handling.mode {other:?} is not one of fail, skip, split")),
         })).doc("Changes of documents above the server's event size limit: fail (default), skip (with cursor.oversize.skip.threshold), or split (the server splits such events with $changeStreamSplitLargeEvent and the task reassembles them)."))
         .define(key("cursor.oversize.skip.threshold", Int).default_str("0").validator(Validator::at_least(0.0)).doc("With cursor.oversize.handling.mode=skip: changes of documents whose BSON size, before or after the change, exceeds this many bytes are left out by the server."))
+        .define(key("signal.data.collection", String).default_null().validator(Validator::custom(|v| match v {
+            ConfigValue::String(s) if !s.trim().is_empty() => match s.trim().split_once('.') {
+                Some((db, coll)) if !db.is_empty() && !coll.is_empty() => Ok(()),
+                _ => Err(format!("{s:?} must be <database>.<collection>")),
+            },
+            _ => Ok(()),
+        })).doc("The collection (<db>.<collection>) whose inserted documents are signals: execute-snapshot (run as a blocking snapshot) and log."))
         .define(key("max.batch.size", Int).default_str("2048").validator(Validator::at_least(1.0)).doc("Maximum records per poll."))
         .define(key("max.queue.size", Int).default_str("8192").validator(Validator::at_least(1.0)).doc("Maximum change events buffered ahead of poll."))
         .define(key("poll.interval.ms", Long).default_str("500").validator(Validator::at_least(0.0)).doc("How long poll waits for new changes."));
-    headwater_connector_common::config::define_signal_keys(def)
+    headwater_connector_common::config::define_signal_keys(def, true)
 }
 
 /// Validates a configuration: every key's own checks plus the cross-field rules.
@@ -392,6 +401,21 @@ pub fn validate(props: &Properties) -> ConfigValidation {
         .get("capture.scope")
         .map(|s| s.trim().to_ascii_lowercase())
         .unwrap_or_default();
+    if scope == "database" {
+        let target = props.get("capture.target").map(|t| t.trim());
+        let signal_db = props
+            .get("signal.data.collection")
+            .and_then(|s| s.trim().split_once('.'))
+            .map(|(db, _)| db);
+        if let (Some(target), Some(db)) = (target, signal_db) {
+            if db != target {
+                v.add_error(
+                    "signal.data.collection",
+                    format!("with capture.scope=database the signal collection must be in the watched database {target:?}, or its inserts are never seen"),
+                );
+            }
+        }
+    }
     if scope == "database"
         && props
             .get("capture.target")
@@ -519,6 +543,7 @@ impl MongoConfig {
         };
         Ok(MongoConfig {
             snapshot_filters,
+            signal_collection: opt("signal.data.collection").map(|s| s.trim().to_owned()),
             user_pipeline: parse_pipeline(&s("cursor.pipeline")).unwrap_or_default(),
             pipeline_order,
             oversize,
@@ -830,5 +855,32 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(c.oversize, OversizeHandling::Skip(1_048_576));
+    }
+
+    #[test]
+    fn signal_collection_is_a_namespace_in_the_watched_database() {
+        let c = MongoConfig::parse(&props(&[("signal.data.collection", "ops.signals")])).unwrap();
+        assert_eq!(c.signal_collection.as_deref(), Some("ops.signals"));
+        for (kv, key) in [
+            (
+                vec![("signal.data.collection", "signals")],
+                "signal.data.collection",
+            ),
+            (
+                vec![
+                    ("signal.data.collection", "ops.signals"),
+                    ("capture.scope", "database"),
+                    ("capture.target", "shop"),
+                ],
+                "signal.data.collection",
+            ),
+            (
+                vec![("signal.enabled.channels", "source,kafka")],
+                "signal.enabled.channels",
+            ),
+        ] {
+            let v = validate(&props(&kv));
+            assert!(v.errors_by_field().contains_key(key), "{kv:?}");
+        }
     }
 }

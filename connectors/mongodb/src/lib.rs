@@ -6,7 +6,9 @@
 //! - [`extjson`]: the Java driver's extended JSON in the three dialects Debezium's events mix;
 //! - [`fields`]: `field.exclude.list` / `field.renames`;
 //! - [`event`]: key/envelope/source schemas and records;
-//! - [`snapshot`]: the chunked, parallel initial snapshot;
+//! - [`snapshot`]: the chunked, parallel snapshot (initial, or asked for by a signal);
+//! - [`split`]: reassembly of events the server split (`cursor.oversize.handling.mode=split`);
+//! - [`signal`]: Debezium's signal documents (`signal.data.collection`);
 //! - [`config`]: Debezium's keys and defaults;
 //! - [`task`], [`connector`]: the `SourceTask` / `SourceConnector` implementations.
 //!
@@ -19,6 +21,7 @@ pub mod event;
 pub mod extjson;
 pub mod fields;
 pub mod rawbson;
+pub mod signal;
 pub mod snapshot;
 pub mod split;
 pub mod task;

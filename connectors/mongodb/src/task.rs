@@ -51,6 +51,7 @@ use crate::event::{now, CollectionSchemas, EventBuilder, NamespaceMap, SourceInf
 use crate::extjson::{self, Dialect};
 use crate::fields::FieldRules;
 use crate::rawbson;
+use crate::signal::{Signal, SnapshotRequest};
 use crate::snapshot::{self as snapshots, ChunkMsg, Readers, Rendered, SnapshotCollection};
 use crate::split::{Fragments, Piece};
 
@@ -318,6 +319,8 @@ struct Snapshot {
     rows: u64,
     started: Instant,
     then_stream: bool,
+    /// The request of the signal that asked for this snapshot (as JSON), kept in its offsets.
+    signal: Option<String>,
 }
 
 /// What the offset after a snapshot record needs.
@@ -352,6 +355,11 @@ struct Inner {
     ended_transaction: bool,
     /// `cursor.oversize.handling.mode=split`: the fragments of a split event read so far.
     split: Option<Fragments>,
+    /// `signal.data.collection` as (database, collection).
+    signal_ns: Option<(String, String)>,
+    /// An `execute-snapshot` signal just read, with the signal's own position (where streaming
+    /// goes on after the snapshot). The position is not taken before the snapshot starts.
+    signal: Option<(SnapshotRequest, Position)>,
     heartbeats: Option<Heartbeats>,
     txmeta: Option<TransactionMetadata>,
     rules: NamespaceMap<Arc<FieldRules>>,
@@ -454,6 +462,11 @@ impl Inner {
             held: None,
             ended_transaction: false,
             split: (cfg.oversize == OversizeHandling::Split).then(Fragments::default),
+            signal_ns: cfg.signal_collection.as_ref().and_then(|s| {
+                let (db, coll) = s.split_once('.')?;
+                Some((db.to_owned(), coll.to_owned()))
+            }),
+            signal: None,
             rules: NamespaceMap::default(),
             last_namespace: None,
             cfg,
@@ -503,7 +516,7 @@ impl Inner {
         let Some(o) = committed else {
             return match mode {
                 SnapshotMode::NoData => self.start_streaming(None).await,
-                _ => self.start_snapshot(None).await,
+                _ => self.start_snapshot(None, None).await,
             };
         };
         let token = offset_str(&o, "resume_token").map(|t| Token::Text(t.to_owned()));
@@ -520,7 +533,16 @@ impl Inner {
         };
         let in_snapshot = offset_bool(&o, "snapshot") == Some(true)
             && offset_bool(&o, "snapshot_completed") != Some(true);
-        if in_snapshot && mode != SnapshotMode::NoData {
+        // A snapshot a signal asked for resumes whatever the snapshot mode.
+        let signalled = match offset_str(&o, "snapshot_signal") {
+            Some(text) if in_snapshot => Some(SnapshotRequest::from_json(text).map_err(|e| {
+                ConnectError::fatal(format!(
+                    "the offset of an interrupted signalled snapshot holds a request that does not parse ({e}); reset the connector's offsets"
+                ))
+            })?),
+            _ => None,
+        };
+        if in_snapshot && (mode != SnapshotMode::NoData || signalled.is_some()) {
             // The snapshot resumes and then streams from where it started: make sure that point
             // is still in the oplog before copying the rest, not after.
             if let Some(t) = &token {
@@ -531,7 +553,7 @@ impl Inner {
                             && matches!(mode, SnapshotMode::WhenNeeded | SnapshotMode::Always) =>
                     {
                         tracing::warn!(error = %e, ?mode, "the interrupted snapshot's starting point is no longer in the oplog: snapshotting again from the start");
-                        return self.start_snapshot(None).await;
+                        return self.start_snapshot(None, None).await;
                     }
                     Err(e) if history_lost(&e) => {
                         return Err(ConnectError::fatal(format!(
@@ -546,7 +568,8 @@ impl Inner {
                     }
                 }
             }
-            return self.start_snapshot(Some(o)).await;
+            let signalled = signalled.map(|request| (request, position));
+            return self.start_snapshot(Some(o), signalled).await;
         }
         if mode == SnapshotMode::InitialOnly {
             self.phase = Phase::Done;
@@ -556,7 +579,7 @@ impl Inner {
             // Streaming goes on from the new snapshot's starting point; what changed since
             // the stored one is in the snapshot.
             tracing::info!("snapshot.mode=always: taking a new snapshot before streaming");
-            return self.start_snapshot(None).await;
+            return self.start_snapshot(None, None).await;
         }
         self.position = position;
         match self.start_streaming(token.as_ref()).await {
@@ -565,7 +588,7 @@ impl Inner {
                     && mode == SnapshotMode::WhenNeeded =>
             {
                 tracing::warn!(error = %e, "the stored resume point is no longer in the oplog; snapshot.mode=when_needed: snapshotting again");
-                self.start_snapshot(None).await
+                self.start_snapshot(None, None).await
             }
             other => other,
         }
@@ -765,9 +788,21 @@ impl Inner {
         Ok(out)
     }
 
-    async fn start_snapshot(&mut self, resume: Option<OffsetMap>) -> Result<(), ConnectError> {
+    /// Starts (or, with `resume`, goes on with) a snapshot: of every captured collection, or of
+    /// those a signal names (`signalled`, with the signal's position, where streaming goes on
+    /// afterwards).
+    async fn start_snapshot(
+        &mut self,
+        resume: Option<OffsetMap>,
+        signalled: Option<(SnapshotRequest, Position)>,
+    ) -> Result<(), ConnectError> {
+        let (request, signal_position) = match signalled {
+            Some((r, p)) => (Some(r), Some(p)),
+            None => (None, None),
+        };
         // The resume point streaming starts at: before the (first) snapshot.
         let start = match resume.as_ref().and_then(|o| offset_str(o, "resume_token")) {
+            _ if signal_position.is_some() => signal_position.clone().unwrap_or_default(),
             Some(t) => Position {
                 token: Some(Token::Text(t.to_owned())),
                 sec: -1,
@@ -802,7 +837,7 @@ impl Inner {
         let mut collections = Vec::new();
         for (db, c) in names {
             let ns = format!("{db}.{c}");
-            if done.contains(&ns) {
+            if done.contains(&ns) || request.as_ref().is_some_and(|r| !r.names(&ns)) {
                 continue;
             }
             let estimated = self
@@ -818,14 +853,18 @@ impl Inner {
                 None
             };
             let rules = self.rules(&db, &c);
-            let filter = self
-                .cfg
-                .snapshot_filters
-                .iter()
-                .find(|(name, _)| *name == ns)
-                .map(|(_, query)| Arc::new(query.clone()));
+            let filter = match &request {
+                Some(r) => r.condition(&ns).cloned(),
+                None => self
+                    .cfg
+                    .snapshot_filters
+                    .iter()
+                    .find(|(name, _)| *name == ns)
+                    .map(|(_, query)| query.clone()),
+            }
+            .map(Arc::new);
             if let Some(query) = &filter {
-                tracing::info!(collection = %ns, %query, "snapshot.collection.filter.overrides: copying only the documents matching the query");
+                tracing::info!(collection = %ns, %query, "copying only the documents matching the snapshot query");
             }
             collections.push((
                 SnapshotCollection {
@@ -866,6 +905,7 @@ impl Inner {
             threads,
             resumed = resume.is_some(),
             done = done.len(),
+            signalled = request.is_some(),
             "snapshot started"
         );
         // `collections` are those still to copy; `done` were completed by an earlier run.
@@ -901,7 +941,8 @@ impl Inner {
             open: false,
             rows: 0,
             started: Instant::now(),
-            then_stream: self.cfg.snapshot_mode != SnapshotMode::InitialOnly,
+            then_stream: request.is_some() || self.cfg.snapshot_mode != SnapshotMode::InitialOnly,
+            signal: request.map(|r| r.to_json()),
         }));
         Ok(())
     }
@@ -909,6 +950,9 @@ impl Inner {
     fn snapshot_offset(s: &Snapshot, tail: &SnapshotTail) -> OffsetMap {
         let mut o = s.start.offset();
         o.insert("snapshot".into(), true.into());
+        if let Some(request) = &s.signal {
+            o.insert("snapshot_signal".into(), request.clone().into());
+        }
         if tail.last {
             o.insert("snapshot_completed".into(), true.into());
         }
@@ -1193,6 +1237,34 @@ impl Inner {
         }
     }
 
+    /// Acts on a change of the signal collection (`inserted`: the document of an insert; other
+    /// changes there are no signals). An `execute-snapshot` is kept for `poll_stream`, which
+    /// ends its batch before it and starts the snapshot; its position is taken only by the
+    /// snapshot, so a crash before the snapshot's first commit reads the signal again.
+    fn take_signal(&mut self, inserted: Option<Document>, position: Position) {
+        let Some(doc) = inserted else {
+            self.position = position;
+            return;
+        };
+        match crate::signal::parse(&doc) {
+            Signal::ExecuteSnapshot(request) => {
+                if request.incremental {
+                    tracing::warn!(collections = ?request.collections, "execute-snapshot signal of type incremental: Headwater runs it as a blocking snapshot (streaming pauses until the collections are copied)");
+                }
+                tracing::info!(collections = ?request.collections, conditions = ?request.conditions, "execute-snapshot signal: snapshotting the collections it names, then streaming on after the signal");
+                self.signal = Some((request, position));
+            }
+            Signal::Log(message) => {
+                tracing::info!(%message, "log signal");
+                self.position = position;
+            }
+            Signal::Unsupported(kind, why) => {
+                tracing::warn!(signal = %kind, %why, document = %doc, "signal not acted on");
+                self.position = position;
+            }
+        }
+    }
+
     /// Handles one change event (its raw BSON); returns whether it invalidated the stream.
     fn handle_event(
         &mut self,
@@ -1253,6 +1325,22 @@ impl Inner {
             self.position = position;
             return Ok(false);
         };
+        if self
+            .signal_ns
+            .as_ref()
+            .is_some_and(|(sdb, scoll)| sdb == db && scoll == coll)
+        {
+            let inserted = match (op, get("fullDocument")?) {
+                ("c", Some(RawBsonRef::Document(d))) => Some(
+                    Document::try_from(d)
+                        .map_err(|e| ConnectError::data(format!("a signal document: {e}")))?,
+                ),
+                _ => None,
+            };
+            self.release_held(out, false);
+            self.take_signal(inserted, position);
+            return Ok(false);
+        }
         let Some((rules, c)) = self.namespace(db, coll) else {
             // An uncaptured change inside the transaction in progress does not end it.
             let held_txn = self.held.as_ref().and_then(|(_, t, _)| t.as_ref());
@@ -1417,6 +1505,9 @@ impl Inner {
                         invalidated = true;
                         break;
                     }
+                    if self.signal.is_some() {
+                        break;
+                    }
                     if std::mem::take(&mut self.ended_transaction) {
                         ended_transaction = true;
                         break;
@@ -1464,7 +1555,7 @@ impl Inner {
                         tracing::warn!(error = %e, "the resume point is no longer in the oplog; snapshot.mode=when_needed: snapshotting again");
                         self.stream = None;
                         self.held = None;
-                        self.start_snapshot(None).await?;
+                        self.start_snapshot(None, None).await?;
                         return Ok(SourceBatch::committed(out));
                     }
                     return Err(if history_lost(&e) {
@@ -1488,6 +1579,13 @@ impl Inner {
                     ))
                 }
             }
+        }
+        if let Some(signalled) = self.signal.take() {
+            // The batch ends before the signal; the snapshot's records carry its position.
+            self.release_held(&mut out, true);
+            self.stream = None;
+            self.start_snapshot(None, Some(signalled)).await?;
+            return Ok(SourceBatch::committed(out));
         }
         if invalidated {
             // The watched namespace is gone (dropped or renamed): start again after it.

@@ -286,7 +286,7 @@ pub fn config_def() -> ConfigDef {
         .define(key("schema.history.internal", String).default_null().doc("Accepted and unused: schemas come from TABLE_MAP metadata, no history topic is needed."))
         .define(key("schema.history.internal.kafka.topic", String).default_null().doc("Accepted and unused (see schema.history.internal)."))
         .define(key("schema.history.internal.kafka.bootstrap.servers", String).default_null().doc("Accepted and unused (see schema.history.internal)."));
-    headwater_connector_common::config::define_signal_keys(def)
+    headwater_connector_common::config::define_signal_keys(def, false)
 }
 
 fn parse_message_key_columns(s: &str) -> Result<Vec<(PatternList, Vec<String>)>, String> {

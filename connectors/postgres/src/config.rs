@@ -275,7 +275,7 @@ pub fn config_def() -> ConfigDef {
         .define(key("flush.lsn.source", Boolean).default_null().doc("Deprecated: true = lsn.flush.mode connector, false = manual."))
         .define(key("message.prefix.include.list", String).default_null().validator(regex_list_validator()).doc("Logical decoding message prefixes to include."))
         .define(key("message.prefix.exclude.list", String).default_null().validator(regex_list_validator()).doc("Logical decoding message prefixes to exclude."));
-    headwater_connector_common::config::define_signal_keys(def)
+    headwater_connector_common::config::define_signal_keys(def, false)
 }
 
 fn parse_message_key_columns(s: &str) -> Result<Vec<(PatternList, Vec<String>)>, String> {

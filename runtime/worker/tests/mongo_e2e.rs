@@ -31,7 +31,11 @@
 //!   where the collection keeps them, null where it does not, unlike a lookup), and
 //!   `snapshot.mode=always` snapshots again at the next start, streaming on from there (with
 //!   `cursor.oversize.handling.mode=split`, whose stage SecantusDB accepts without splitting;
-//!   the reassembly itself is unit-tested in `split.rs`).
+//!   the reassembly itself is unit-tested in `split.rs`);
+//! - an `execute-snapshot` signal inserted into `signal.data.collection` while streaming: the
+//!   named collection is copied (the signal's filter applied), the worker is SIGKILLed during
+//!   that copy and resumes it, then streams on after the signal: every matching document read,
+//!   changes before and after the signal streamed once each.
 //!   SecantusDB's post-image is the document's current state (a lookup limited to collections
 //!   with `changeStreamPreAndPostImages`), so the test cannot tell mongod's state-right-after-
 //!   each-update apart from a lookup on a collection that keeps images.
@@ -979,4 +983,132 @@ fn post_images_feed_updates_and_snapshot_mode_always_snapshots_at_every_start() 
         [row("1", "r", Some(0)), row("1", "u", None)],
         "no post-images kept: no after (a lookup would have found the document)"
     );
+}
+
+#[test]
+fn an_execute_snapshot_signal_copies_a_collection_and_survives_a_sigkill_mid_copy() {
+    const N: usize = 20_000;
+    let server = MongoServer::start().expect("SecantusDB");
+    let rt = runtime();
+    let c = client(&rt, &server);
+    let db = c.database("sg");
+    let items = db.collection::<Document>("items");
+    let signals = db.collection::<Document>("signals");
+    let ids: Vec<ObjectId> = (0..N).map(|_| ObjectId::new()).collect();
+    for (n, chunk) in ids.chunks(1000).enumerate() {
+        let docs: Vec<Document> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, id)| doc! {"_id": id, "v": (n * 1000 + i) as i64})
+            .collect();
+        wait(&rt, items.insert_many(docs)).unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let file = tmp.path().join("sg.json");
+    let cfg = config(
+        "sg",
+        &server,
+        "sg",
+        &[
+            ("collection.include.list", "sg.items"),
+            ("snapshot.mode", "no_data"),
+            ("signal.data.collection", "sg.signals"),
+            ("snapshot.chunk.documents", "2000"),
+            ("snapshot.fetch.size", "64"),
+            ("max.batch.size", "256"),
+            ("max.queue.size", "1024"),
+        ],
+    );
+    std::fs::write(&file, cfg.to_string()).unwrap();
+    let w = Worker::start(&data, &[&file]);
+    wait_until("streaming", Duration::from_secs(30), || {
+        w.logs().iter().any(|l| l.contains("streaming changes"))
+    });
+    let before = ObjectId::new();
+    wait(&rt, items.insert_one(doc! {"_id": before, "v": -1i64})).unwrap();
+    wait(
+        &rt,
+        signals.insert_one(
+            doc! {"_id": "log-1", "type": "log", "data": {"message": "hello from the test"}},
+        ),
+    )
+    .unwrap();
+    // Only documents with v >= 0 are copied: the one streamed just before is not.
+    wait(
+        &rt,
+        signals.insert_one(doc! {"_id": "snap-1", "type": "execute-snapshot", "data": {
+            "data-collections": ["sg\\.items"], "type": "blocking",
+            "additional-conditions": [{"data-collection": "sg.items", "filter": "{\"v\": {\"$gte\": 0}}"}],
+        }}),
+    )
+    .unwrap();
+    wait_until(
+        "the signalled snapshot's progress",
+        Duration::from_secs(60),
+        || {
+            let (status, _, body) = http(w.addr, "GET", "/connectors/sg/offsets", None);
+            let o = &body["offsets"][0]["offset"];
+            status == 200 && o.get("snapshot_signal").is_some() && o.get("snapshot_after").is_some()
+        },
+    );
+    assert!(w.logs().iter().any(|l| l.contains("hello from the test")));
+    w.sigkill();
+    let w = Worker::start(&data, &[&file]);
+    wait_until(
+        "the resumed snapshot to end",
+        Duration::from_secs(120),
+        || w.logs().iter().any(|l| l.contains("snapshot finished")),
+    );
+    assert!(
+        w.logs().iter().any(|l| l.contains("snapshot started")
+            && l.contains("resumed=true")
+            && l.contains("signalled=true")),
+        "the restart went on with the signalled snapshot"
+    );
+    let after = ObjectId::new();
+    wait(&rt, items.insert_one(doc! {"_id": after, "v": -2i64})).unwrap();
+    let key = |id: &ObjectId| format!("{{\"$oid\": \"{}\"}}", id.to_hex());
+    wait_until(
+        "the insert after the snapshot",
+        Duration::from_secs(60),
+        || {
+            // Past the ~20,000 records of the snapshot (the records endpoint pages by 10,000).
+            let (status, _, body) = http(
+                w.addr,
+                "GET",
+                &format!(
+                    "/topics/sg.sg.items/partitions/0/records?offset={}&max=10000",
+                    N - 100
+                ),
+                None,
+            );
+            status == 200 && body["records"].to_string().contains(&after.to_hex())
+        },
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    w.sigterm();
+    let records = log_records(&data, "sg.sg.items");
+    let ops: Vec<(String, String)> = records
+        .iter()
+        .map(|(id, v)| {
+            let op = v.as_ref().unwrap()["payload"]["op"].as_str().unwrap();
+            (id.clone(), op.to_owned())
+        })
+        .collect();
+    assert_eq!(ops.first(), Some(&(key(&before), "c".to_owned())));
+    assert_eq!(ops.last(), Some(&(key(&after), "c".to_owned())));
+    assert_eq!(
+        ops.iter().filter(|(_, op)| op == "c").count(),
+        2,
+        "each streamed insert once: the restart resumed after the signal"
+    );
+    let read: std::collections::HashSet<&String> = ops
+        .iter()
+        .filter(|(_, op)| op == "r")
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(read.len(), N, "every document matching the filter was read");
+    assert!(ids.iter().all(|id| read.contains(&key(id))));
+    assert!(!read.contains(&key(&before)), "the filter left out v < 0");
 }
