@@ -216,6 +216,11 @@ pub fn parse_pipeline(text: &str) -> Result<Vec<Document>, String> {
             let one_stage = matches!(&stage, serde_json::Value::Object(m)
                 if m.len() == 1 && m.keys().all(|k| k.starts_with('$')));
             let stage = json_document(stage, &what)?;
+            if stage.contains_key("$changeStreamSplitLargeEvent") {
+                return Err(format!(
+                    "{what}: $changeStreamSplitLargeEvent belongs to cursor.oversize.handling.mode=split, which puts it last and puts the split events together again"
+                ));
+            }
             if !one_stage {
                 return Err(format!(
                     "{what} must have exactly one field, the stage's name ($match, $project, $addFields, …)"
@@ -361,6 +366,9 @@ pub fn config_def() -> ConfigDef {
         .define(key("cursor.oversize.skip.threshold", Int).default_str("0").validator(Validator::at_least(0.0)).doc("With cursor.oversize.handling.mode=skip: changes of documents whose BSON size, before or after the change, exceeds this many bytes are left out by the server."))
         .define(key("signal.data.collection", String).default_null().validator(Validator::custom(|v| match v {
             ConfigValue::String(s) if !s.trim().is_empty() => match s.trim().split_once('.') {
+                Some((db, coll)) if matches!(db, "admin" | "config" | "local") || coll.starts_with("system.") => {
+                    Err(format!("{s:?} is never seen by change streams (the admin, config and local databases and system collections are not streamed); choose a collection of your own database"))
+                }
                 Some((db, coll)) if !db.is_empty() && !coll.is_empty() => Ok(()),
                 _ => Err(format!("{s:?} must be <database>.<collection>")),
             },
@@ -426,13 +434,23 @@ pub fn validate(props: &Properties) -> ConfigValidation {
             "capture.scope=database needs capture.target (the database to watch)",
         );
     }
-    if let Some(names) = props
+    let listed = props
         .get(FILTER_OVERRIDES)
         .and_then(|t| filter_override_names(t).ok())
-    {
-        for name in names {
-            if let Err((key, message)) = snapshot_filter(props, &name) {
-                v.add_error(&key, message);
+        .unwrap_or_default();
+    for name in &listed {
+        if let Err((key, message)) = snapshot_filter(props, name) {
+            v.add_error(&key, message);
+        }
+    }
+    let prefix = format!("{FILTER_OVERRIDES}.");
+    for key in props.keys() {
+        if let Some(name) = key.strip_prefix(&prefix) {
+            if !listed.iter().any(|l| l == name) {
+                v.add_error(
+                    key,
+                    format!("{key} is set but {name} is not listed in {FILTER_OVERRIDES}, so it would not apply; list it there (names are exact, case included)"),
+                );
             }
         }
     }
@@ -521,6 +539,9 @@ impl MongoConfig {
             "always" => SnapshotMode::Always,
             _ => SnapshotMode::Initial,
         };
+        if lower("capture.mode.full.update.type") == "post_image" && !capture_mode.update_full() {
+            tracing::warn!(capture_mode = %s("capture.mode"), "capture.mode.full.update.type=post_image has no effect: only the change_streams_update_full capture modes carry an update's full document");
+        }
         let literal_filters = lower("filters.match.mode") == "literal";
         let snapshot_filters = opt(FILTER_OVERRIDES)
             .map(|t| filter_override_names(&t).unwrap_or_default())
@@ -543,7 +564,14 @@ impl MongoConfig {
         };
         Ok(MongoConfig {
             snapshot_filters,
-            signal_collection: opt("signal.data.collection").map(|s| s.trim().to_owned()),
+            // Signals are read only when the source channel is enabled (Debezium's rule).
+            signal_collection: opt("signal.data.collection")
+                .map(|s| s.trim().to_owned())
+                .filter(|_| {
+                    s("signal.enabled.channels")
+                        .split(',')
+                        .any(|c| c.trim().eq_ignore_ascii_case("source"))
+                }),
             user_pipeline: parse_pipeline(&s("cursor.pipeline")).unwrap_or_default(),
             pipeline_order,
             oversize,
@@ -787,6 +815,10 @@ mod tests {
                 "extended JSON",
             ),
             (r#"[3]"#, "JSON document"),
+            (
+                r#"[{"$changeStreamSplitLargeEvent": {}}]"#,
+                "cursor.oversize.handling.mode=split",
+            ),
         ] {
             let v = validate(&props(&[("cursor.pipeline", text)]));
             let errs = v.errors_by_field();
@@ -838,6 +870,17 @@ mod tests {
         ] {
             assert!(errs.contains_key(key), "{key}: {errs:?}");
         }
+        let v = validate(&props(&[
+            (FILTER_OVERRIDES, "shop.orders"),
+            ("snapshot.collection.filter.overrides.shop.orders", "{}"),
+            ("snapshot.collection.filter.overrides.shop.Orders", "{}"),
+        ]));
+        let errs = v.errors_by_field();
+        assert_eq!(
+            errs.keys().copied().collect::<Vec<_>>(),
+            ["snapshot.collection.filter.overrides.shop.Orders"],
+            "an override for a collection not listed"
+        );
     }
 
     #[test]
@@ -861,6 +904,12 @@ mod tests {
     fn signal_collection_is_a_namespace_in_the_watched_database() {
         let c = MongoConfig::parse(&props(&[("signal.data.collection", "ops.signals")])).unwrap();
         assert_eq!(c.signal_collection.as_deref(), Some("ops.signals"));
+        let off = MongoConfig::parse(&props(&[
+            ("signal.data.collection", "ops.signals"),
+            ("signal.enabled.channels", ""),
+        ]))
+        .unwrap();
+        assert_eq!(off.signal_collection, None, "the source channel is off");
         for (kv, key) in [
             (
                 vec![("signal.data.collection", "signals")],
@@ -877,6 +926,10 @@ mod tests {
             (
                 vec![("signal.enabled.channels", "source,kafka")],
                 "signal.enabled.channels",
+            ),
+            (
+                vec![("signal.data.collection", "admin.signals")],
+                "signal.data.collection",
             ),
         ] {
             let v = validate(&props(&kv));

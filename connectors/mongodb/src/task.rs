@@ -79,8 +79,9 @@ pub fn classify(context: String, e: mongodb::error::Error) -> ConnectError {
 
 /// Whether an error reading the change stream is one the change-streams specification resumes
 /// after (as the driver's own change stream would): anything that is not a server's answer,
-/// `CursorNotFound` (43), or an error the server labels `ResumableChangeStreamError`. The
-/// engine's restart at the committed offset is the resume.
+/// `CursorNotFound` (43), or an error the server labels `ResumableChangeStreamError`. The task
+/// reopens the stream after the last change it handed out (see `poll_stream`); the engine's
+/// restart at the committed offset is the fallback.
 fn stream_error_resumable(e: &mongodb::error::Error) -> bool {
     use mongodb::error::ErrorKind;
     match &*e.kind {
@@ -741,6 +742,10 @@ impl Inner {
         }
         let stages: Vec<String> = self.pipeline().iter().map(Document::to_string).collect();
         tracing::info!(resume = token.is_some(), scope = ?self.cfg.capture_database, pipeline = %stages.join(", "), "streaming changes");
+        // A split event cut short by the old stream is read whole again from the new one.
+        if self.split.is_some() {
+            self.split = Some(Fragments::default());
+        }
         let (tx, rx) = mpsc::channel(self.replies_queued());
         let reader = tokio::spawn(read_stream(stream, tx));
         self.stream = Some(Stream {
@@ -752,9 +757,13 @@ impl Inner {
         Ok(())
     }
 
-    /// The captured collections the snapshot copies (all of them, or those
-    /// `snapshot.include.collection.list` names), sorted by database then name.
-    async fn captured_collections(&mut self) -> Result<Vec<(String, String)>, ConnectError> {
+    /// The captured collections a snapshot may copy, sorted by database then name: for the
+    /// initial snapshot those `snapshot.include.collection.list` names (default all), for a
+    /// `signalled` one all of them (its request picks).
+    async fn captured_collections(
+        &mut self,
+        signalled: bool,
+    ) -> Result<Vec<(String, String)>, ConnectError> {
         let dbs = match &self.cfg.capture_database {
             Some(db) => vec![db.clone()],
             None => self
@@ -776,9 +785,11 @@ impl Inner {
                 .await
                 .map_err(|e| classify(format!("listing the collections of {db}"), e))?;
             for c in names {
+                // A signal's request names its collections itself (as Debezium's blocking
+                // snapshot does): snapshot.include.collection.list is for the initial one.
                 if !c.starts_with("system.")
                     && self.cfg.captures(&db, &c)
-                    && self.cfg.snapshot_collections.accepts(&format!("{db}.{c}"))
+                    && (signalled || self.cfg.snapshot_collections.accepts(&format!("{db}.{c}")))
                 {
                     out.push((db.clone(), c));
                 }
@@ -833,7 +844,12 @@ impl Inner {
                 offset_str(o, "snapshot_after").and_then(snapshots::decode_id),
             ))
         });
-        let names = self.captured_collections().await?;
+        let names = self.captured_collections(request.is_some()).await?;
+        if let Some(r) = &request {
+            if !names.iter().any(|(db, c)| r.names(&format!("{db}.{c}"))) {
+                tracing::warn!(collections = ?r.collections, "execute-snapshot signal: no captured collection matches the request; nothing to copy");
+            }
+        }
         let mut collections = Vec::new();
         for (db, c) in names {
             let ns = format!("{db}.{c}");
@@ -1063,7 +1079,16 @@ impl Inner {
         drop(s);
         if then_stream {
             self.position = start.clone();
-            self.start_streaming(start.token.as_ref()).await?;
+            match self.start_streaming(start.token.as_ref()).await {
+                Err(e)
+                    if e.message().contains("ChangeStreamHistoryLost")
+                        && self.cfg.snapshot_mode == SnapshotMode::WhenNeeded =>
+                {
+                    tracing::warn!(error = %e, "the snapshot's starting point left the oplog while it ran; snapshot.mode=when_needed: snapshotting again");
+                    self.start_snapshot(None, None).await?;
+                }
+                other => other?,
+            }
         } else {
             self.phase = Phase::Done;
         }
@@ -1241,13 +1266,29 @@ impl Inner {
     /// changes there are no signals). An `execute-snapshot` is kept for `poll_stream`, which
     /// ends its batch before it and starts the snapshot; its position is taken only by the
     /// snapshot, so a crash before the snapshot's first commit reads the signal again.
-    fn take_signal(&mut self, inserted: Option<Document>, position: Position) {
+    fn take_signal(
+        &mut self,
+        inserted: Option<Document>,
+        position: Position,
+        in_transaction: bool,
+        out: &mut Vec<SourceRecord>,
+    ) {
+        let skip = |this: &mut Self, out: &mut Vec<SourceRecord>| {
+            this.release_held(out, false);
+            this.position = position.clone();
+        };
         let Some(doc) = inserted else {
-            self.position = position;
-            return;
+            return skip(self, out);
         };
         match crate::signal::parse(&doc) {
+            // Acting on it mid-transaction would cut the transaction in two around the copy.
+            Signal::ExecuteSnapshot(_) if in_transaction => {
+                tracing::warn!(document = %doc, "execute-snapshot signal inserted inside a multi-document transaction: not acted on; insert signals on their own");
+                skip(self, out);
+            }
             Signal::ExecuteSnapshot(request) => {
+                // The record held back stays held: poll_stream hands it out with the offset
+                // before the signal when it ends the batch there.
                 if request.incremental {
                     tracing::warn!(collections = ?request.collections, "execute-snapshot signal of type incremental: Headwater runs it as a blocking snapshot (streaming pauses until the collections are copied)");
                 }
@@ -1256,13 +1297,54 @@ impl Inner {
             }
             Signal::Log(message) => {
                 tracing::info!(%message, "log signal");
-                self.position = position;
+                skip(self, out);
             }
             Signal::Unsupported(kind, why) => {
                 tracing::warn!(signal = %kind, %why, document = %doc, "signal not acted on");
-                self.position = position;
+                skip(self, out);
             }
         }
+    }
+
+    /// Opens the change stream again after the last change handed out (`self.position`),
+    /// replacing the one that failed.
+    async fn reopen_stream(&mut self) -> Result<(), ConnectError> {
+        self.stream = None;
+        let token = self.position.token.clone();
+        self.start_streaming(token.as_ref()).await
+    }
+
+    /// Why the server would refuse a signal's request, if it would: each additional condition
+    /// is tried on a captured collection it applies to (`find(...).limit(1)`), so a query the
+    /// server rejects is reported once instead of failing every restart of the copy. A
+    /// connection error is returned as an error (the signal is then read again).
+    async fn signal_refused(
+        &mut self,
+        request: &SnapshotRequest,
+    ) -> Result<Option<String>, ConnectError> {
+        if request.conditions.is_empty() {
+            return Ok(None);
+        }
+        for (db, c) in self.captured_collections(true).await? {
+            let ns = format!("{db}.{c}");
+            let Some(query) = request.condition(&ns).filter(|_| request.names(&ns)) else {
+                continue;
+            };
+            let coll = self.client.database(&db).collection::<Document>(&c);
+            let tried = async {
+                let mut cursor = coll.find(query.clone()).limit(1).await?;
+                cursor.advance().await.map(|_| ())
+            }
+            .await;
+            match tried {
+                Ok(()) => {}
+                Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(_)) => {
+                    return Ok(Some(format!("the server refuses the query for {ns}: {e}")));
+                }
+                Err(e) => return Err(classify(format!("trying the signal's query on {ns}"), e)),
+            }
+        }
+        Ok(None)
     }
 
     /// Handles one change event (its raw BSON); returns whether it invalidated the stream.
@@ -1337,8 +1419,8 @@ impl Inner {
                 ),
                 _ => None,
             };
-            self.release_held(out, false);
-            self.take_signal(inserted, position);
+            let in_transaction = event_txn(&get)?.is_some();
+            self.take_signal(inserted, position, in_transaction, out);
             return Ok(false);
         }
         let Some((rules, c)) = self.namespace(db, coll) else {
@@ -1478,6 +1560,10 @@ impl Inner {
         let mut caught_up = false;
         let mut invalidated = false;
         let mut ended_transaction = false;
+        // Reopens of the stream after resumable errors within this poll; past it the task
+        // fails over to the engine's restart.
+        const MAX_REOPENS: u32 = 3;
+        let mut reopens = 0;
         loop {
             if out.len() >= self.cfg.max_batch_size {
                 break;
@@ -1558,6 +1644,15 @@ impl Inner {
                         self.start_snapshot(None, None).await?;
                         return Ok(SourceBatch::committed(out));
                     }
+                    if !history_lost(&e) && stream_error_resumable(&e) && reopens < MAX_REOPENS {
+                        // As the driver's own change stream does: open it again after the last
+                        // change handed out, within the task. A task restart would cost a
+                        // reconnect more, and under snapshot.mode=always a whole snapshot.
+                        reopens += 1;
+                        tracing::warn!(error = %e, "the change stream failed with a resumable error; reopening it after the last change handed out");
+                        self.reopen_stream().await?;
+                        continue;
+                    }
                     return Err(if history_lost(&e) {
                         ConnectError::fatal(format!("ChangeStreamHistoryLost: the change stream's resume point fell off the oplog ({e}); changes after it are gone. Snapshot again (snapshot.mode=when_needed does so automatically) or enlarge the oplog"))
                     } else if stream_error_resumable(&e) {
@@ -1567,6 +1662,12 @@ impl Inner {
                     } else {
                         classify("reading the change stream".into(), e)
                     });
+                }
+                Some(StreamMsg::Closed) if reopens < MAX_REOPENS => {
+                    reopens += 1;
+                    tracing::warn!("the server closed the change stream's cursor; reopening it after the last change handed out");
+                    self.reopen_stream().await?;
+                    continue;
                 }
                 Some(StreamMsg::Closed) => {
                     return Err(ConnectError::retriable(
@@ -1580,11 +1681,18 @@ impl Inner {
                 }
             }
         }
-        if let Some(signalled) = self.signal.take() {
+        if let Some((request, at)) = self.signal.take() {
             // The batch ends before the signal; the snapshot's records carry its position.
             self.release_held(&mut out, true);
+            if let Some(why) = self.signal_refused(&request).await? {
+                // Nothing to copy the way it asks: the stream goes on past the signal (which
+                // is never read again once a later offset is committed).
+                tracing::warn!(collections = ?request.collections, %why, "execute-snapshot signal not acted on");
+                self.position = at;
+                return Ok(SourceBatch::committed(out));
+            }
             self.stream = None;
-            self.start_snapshot(None, Some(signalled)).await?;
+            self.start_snapshot(None, Some((request, at))).await?;
             return Ok(SourceBatch::committed(out));
         }
         if invalidated {

@@ -7,8 +7,8 @@
 //!   is committed, so the next run resumes it) and three more times while streaming; every
 //!   change ends up in the log, none twice: per document one `r` (or a `c` with `v = 1`), then
 //!   updates whose `v` rises by exactly one, ending at the collection's value;
-//! - a server restart while streaming: the task fails over to a retriable error, the engine
-//!   restarts it, it resumes from its committed offset and nothing is lost or repeated;
+//! - a server restart while streaming: the task reopens its change stream after the last change
+//!   it handed out (as the driver's own change stream would); nothing is lost or repeated;
 //! - history lost: a stored resume token the server pruned from its oplog gives a FAILED task
 //!   whose message says so, and `snapshot.mode=when_needed` snapshots again instead;
 //! - an interrupted snapshot whose starting point left the oplog meanwhile: the restarted task
@@ -32,7 +32,8 @@
 //!   `snapshot.mode=always` snapshots again at the next start, streaming on from there (with
 //!   `cursor.oversize.handling.mode=split`, whose stage SecantusDB accepts without splitting;
 //!   the reassembly itself is unit-tested in `split.rs`);
-//! - an `execute-snapshot` signal inserted into `signal.data.collection` while streaming: the
+//! - an `execute-snapshot` signal inserted into `signal.data.collection` while streaming (after
+//!   one whose query the server refuses and one inside a transaction, both passed over): the
 //!   named collection is copied (the signal's filter applied), the worker is SIGKILLed during
 //!   that copy and resumes it, then streams on after the signal: every matching document read,
 //!   changes before and after the signal streamed once each.
@@ -394,6 +395,12 @@ fn resumes_after_a_server_restart() {
         || count(&w) >= 100,
     );
     std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        w.logs()
+            .iter()
+            .any(|l| l.contains("reopening it after the last change handed out")),
+        "the task reopened its stream itself"
+    );
     assert_eq!(count(&w), 100, "nothing repeated");
     let started = Instant::now();
     let (_, _, s) = http(w.addr, "GET", "/connectors/restart/status", None);
@@ -1034,6 +1041,34 @@ fn an_execute_snapshot_signal_copies_a_collection_and_survives_a_sigkill_mid_cop
         ),
     )
     .unwrap();
+    // A request the server refuses (an unknown operator) is reported and passed over, and so
+    // is one inside a transaction.
+    wait(
+        &rt,
+        signals.insert_one(doc! {"_id": "bad-1", "type": "execute-snapshot", "data": {
+            "data-collections": ["sg\\.items"], "type": "blocking",
+            "additional-conditions": [{"data-collection": "sg.items", "filter": "{\"v\": {\"$foo\": 1}}"}],
+        }}),
+    )
+    .unwrap();
+    wait(&rt, async {
+        let mut session = c.start_session().await.unwrap();
+        session.start_transaction().await.unwrap();
+        signals
+            .insert_one(doc! {"_id": "txn-1", "type": "execute-snapshot", "data": {"data-collections": ["sg\\.items"]}})
+            .session(&mut session)
+            .await
+            .unwrap();
+        session.commit_transaction().await.unwrap();
+    });
+    wait_until("the refused signals", Duration::from_secs(30), || {
+        let logs = w.logs();
+        logs.iter()
+            .any(|l| l.contains("not acted on") && l.contains("unknown operator"))
+            && logs
+                .iter()
+                .any(|l| l.contains("inside a multi-document transaction"))
+    });
     // Only documents with v >= 0 are copied: the one streamed just before is not.
     wait(
         &rt,
