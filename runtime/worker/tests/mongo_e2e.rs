@@ -121,6 +121,14 @@ fn config(name: &str, server: &MongoServer, db: &str, extra: &[(&str, &str)]) ->
     json!({"name": name, "config": c})
 }
 
+/// Writes a connector's config (`{"name": …, "config": …}`) to `<dir>/<name>.json`: the data
+/// directory to give the worker and the file.
+fn config_file(dir: &Path, cfg: Value) -> (std::path::PathBuf, std::path::PathBuf) {
+    let file = dir.join(format!("{}.json", cfg["name"].as_str().unwrap()));
+    std::fs::write(&file, cfg.to_string()).unwrap();
+    (dir.join("data"), file)
+}
+
 /// Writes, until told to stop: `$inc v` of random documents, inserts of new ones (`v = 1`),
 /// and now and then a transaction updating two documents. `model` holds each document's `v`.
 fn writer(
@@ -364,9 +372,7 @@ fn resumes_after_a_server_restart() {
     let mut server = MongoServer::start().expect("SecantusDB");
     let rt = runtime();
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    let file = tmp.path().join("r.json");
-    std::fs::write(&file, config("restart", &server, "rs", &[]).to_string()).unwrap();
+    let (data, file) = config_file(tmp.path(), config("restart", &server, "rs", &[]));
     let w = Worker::start(&data, &[&file]);
     wait_until("the task running", Duration::from_secs(30), || {
         let (_, _, s) = http(w.addr, "GET", "/connectors/restart/status", None);
@@ -430,9 +436,7 @@ fn a_pruned_resume_point_fails_the_task_or_resnapshots_when_needed() {
     let items = c.database("hl").collection::<Document>("items");
     wait(&rt, items.insert_one(doc! {"_id": 1, "v": 1})).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    let file = tmp.path().join("hl.json");
-    std::fs::write(&file, config("hl", &server, "hl", &[]).to_string()).unwrap();
+    let (data, file) = config_file(tmp.path(), config("hl", &server, "hl", &[]));
     let w = Worker::start(&data, &[&file]);
     wait_until("streaming", Duration::from_secs(30), || {
         w.logs().iter().any(|l| l.contains("streaming changes"))
@@ -492,15 +496,15 @@ fn a_dropped_database_invalidates_the_stream_which_reopens_and_survives_a_restar
     let c = client(&rt, &server);
     let items = c.database("inv").collection::<Document>("items");
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    let file = tmp.path().join("inv.json");
-    let cfg = config(
-        "inv",
-        &server,
-        "inv",
-        &[("capture.scope", "database"), ("capture.target", "inv")],
+    let (data, file) = config_file(
+        tmp.path(),
+        config(
+            "inv",
+            &server,
+            "inv",
+            &[("capture.scope", "database"), ("capture.target", "inv")],
+        ),
     );
-    std::fs::write(&file, cfg.to_string()).unwrap();
     let count = |w: &Worker| w.partition0_records("inv.inv.items").map_or(0, |r| r.len());
     let insert = |range: std::ops::Range<i32>| {
         for i in range {
@@ -572,15 +576,15 @@ fn back_to_back_transactions_commit_as_they_go_and_stay_whole() {
         db.collection::<Document>("audit"),
     );
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    let file = tmp.path().join("tx.json");
-    let cfg = config(
-        "tx",
-        &server,
-        "tx",
-        &[("provide.transaction.metadata", "true")],
+    let (data, file) = config_file(
+        tmp.path(),
+        config(
+            "tx",
+            &server,
+            "tx",
+            &[("provide.transaction.metadata", "true")],
+        ),
     );
-    std::fs::write(&file, cfg.to_string()).unwrap();
     let w = Worker::start(&data, &[&file]);
     wait_until("streaming", Duration::from_secs(30), || {
         w.logs().iter().any(|l| l.contains("streaming changes"))
@@ -744,10 +748,10 @@ fn an_offset_with_a_cluster_time_and_no_token_resumes_after_that_time() {
     let c = client(&rt, &server);
     let items = c.database("ot").collection::<Document>("items");
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    let file = tmp.path().join("ot.json");
-    let cfg = config("ot", &server, "ot", &[("snapshot.mode", "no_data")]);
-    std::fs::write(&file, cfg.to_string()).unwrap();
+    let (data, file) = config_file(
+        tmp.path(),
+        config("ot", &server, "ot", &[("snapshot.mode", "no_data")]),
+    );
     let w = Worker::start(&data, &[&file]);
     wait_until("streaming", Duration::from_secs(30), || {
         w.logs().iter().any(|l| l.contains("streaming changes"))
@@ -815,29 +819,29 @@ fn literal_filters_snapshot_overrides_a_user_pipeline_and_oversize_skips_shape_t
     wait(&rt, line_items.insert_one(doc! {"_id": 1})).unwrap();
     wait(&rt, look_alike.insert_one(doc! {"_id": 1})).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    let file = tmp.path().join("fp.json");
-    let cfg = config(
-        "fp",
-        &server,
-        "fp",
-        &[
-            ("filters.match.mode", "literal"),
-            ("collection.include.list", "fp.items, fp.line.items"),
-            ("snapshot.collection.filter.overrides", "fp.items"),
-            (
-                "snapshot.collection.filter.overrides.fp.items",
-                r#"{"status": "open"}"#,
-            ),
-            (
-                "cursor.pipeline",
-                r#"[{"$match": {"fullDocument.hidden": {"$ne": true}}}]"#,
-            ),
-            ("cursor.oversize.handling.mode", "skip"),
-            ("cursor.oversize.skip.threshold", "512"),
-        ],
+    let (data, file) = config_file(
+        tmp.path(),
+        config(
+            "fp",
+            &server,
+            "fp",
+            &[
+                ("filters.match.mode", "literal"),
+                ("collection.include.list", "fp.items, fp.line.items"),
+                ("snapshot.collection.filter.overrides", "fp.items"),
+                (
+                    "snapshot.collection.filter.overrides.fp.items",
+                    r#"{"status": "open"}"#,
+                ),
+                (
+                    "cursor.pipeline",
+                    r#"[{"$match": {"fullDocument.hidden": {"$ne": true}}}]"#,
+                ),
+                ("cursor.oversize.handling.mode", "skip"),
+                ("cursor.oversize.skip.threshold", "512"),
+            ],
+        ),
     );
-    std::fs::write(&file, cfg.to_string()).unwrap();
     let w = Worker::start(&data, &[&file]);
     wait_until("streaming", Duration::from_secs(30), || {
         w.logs()
@@ -910,22 +914,22 @@ fn post_images_feed_updates_and_snapshot_mode_always_snapshots_at_every_start() 
     wait(&rt, items.insert_one(doc! {"_id": 1, "v": 0})).unwrap();
     wait(&rt, plain.insert_one(doc! {"_id": 1, "v": 0})).unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    let file = tmp.path().join("pim.json");
-    let cfg = config(
-        "pim",
-        &server,
-        "pim",
-        &[
-            ("collection.include.list", "pim.items,pim.plain"),
-            ("capture.mode", "change_streams_update_full"),
-            ("capture.mode.full.update.type", "post_image"),
-            ("snapshot.mode", "always"),
-            // The server takes the stage and never splits: whole events pass through.
-            ("cursor.oversize.handling.mode", "split"),
-        ],
+    let (data, file) = config_file(
+        tmp.path(),
+        config(
+            "pim",
+            &server,
+            "pim",
+            &[
+                ("collection.include.list", "pim.items,pim.plain"),
+                ("capture.mode", "change_streams_update_full"),
+                ("capture.mode.full.update.type", "post_image"),
+                ("snapshot.mode", "always"),
+                // The server takes the stage and never splits: whole events pass through.
+                ("cursor.oversize.handling.mode", "split"),
+            ],
+        ),
     );
-    std::fs::write(&file, cfg.to_string()).unwrap();
     let streaming = |w: &Worker| {
         wait_until("streaming", Duration::from_secs(30), || {
             w.logs().iter().any(|l| l.contains("streaming changes"))
@@ -1011,23 +1015,23 @@ fn an_execute_snapshot_signal_copies_a_collection_and_survives_a_sigkill_mid_cop
         wait(&rt, items.insert_many(docs)).unwrap();
     }
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("data");
-    let file = tmp.path().join("sg.json");
-    let cfg = config(
-        "sg",
-        &server,
-        "sg",
-        &[
-            ("collection.include.list", "sg.items"),
-            ("snapshot.mode", "no_data"),
-            ("signal.data.collection", "sg.signals"),
-            ("snapshot.chunk.documents", "2000"),
-            ("snapshot.fetch.size", "64"),
-            ("max.batch.size", "256"),
-            ("max.queue.size", "1024"),
-        ],
+    let (data, file) = config_file(
+        tmp.path(),
+        config(
+            "sg",
+            &server,
+            "sg",
+            &[
+                ("collection.include.list", "sg.items"),
+                ("snapshot.mode", "no_data"),
+                ("signal.data.collection", "sg.signals"),
+                ("snapshot.chunk.documents", "2000"),
+                ("snapshot.fetch.size", "64"),
+                ("max.batch.size", "256"),
+                ("max.queue.size", "1024"),
+            ],
+        ),
     );
-    std::fs::write(&file, cfg.to_string()).unwrap();
     let w = Worker::start(&data, &[&file]);
     wait_until("streaming", Duration::from_secs(30), || {
         w.logs().iter().any(|l| l.contains("streaming changes"))
