@@ -204,6 +204,10 @@ impl Position {
     }
 }
 
+/// Reopens of a failing change stream without a change event in between before the task
+/// fails over to the engine's restart.
+const MAX_REOPENS: u32 = 3;
+
 /// What the stream reader sends: one server reply at a time.
 enum StreamMsg {
     /// A reply holding change events.
@@ -356,6 +360,11 @@ struct Inner {
     ended_transaction: bool,
     /// `cursor.oversize.handling.mode=split`: the fragments of a split event read so far.
     split: Option<Fragments>,
+    /// Reopens of the change stream since the last change event: past [`MAX_REOPENS`] the
+    /// task fails over to the engine's restart (which backs off).
+    reopens: u32,
+    /// The stream failed with records in hand: the next poll reopens it first.
+    reopen_pending: bool,
     /// `signal.data.collection` as (database, collection).
     signal_ns: Option<(String, String)>,
     /// An `execute-snapshot` signal just read, with the signal's own position (where streaming
@@ -468,6 +477,8 @@ impl Inner {
                 Some((db.to_owned(), coll.to_owned()))
             }),
             signal: None,
+            reopens: 0,
+            reopen_pending: false,
             rules: NamespaceMap::default(),
             last_namespace: None,
             cfg,
@@ -1270,11 +1281,16 @@ impl Inner {
         &mut self,
         inserted: Option<Document>,
         position: Position,
-        in_transaction: bool,
+        txn: Option<TxnId>,
         out: &mut Vec<SourceRecord>,
     ) {
+        let in_transaction = txn.is_some();
         let skip = |this: &mut Self, out: &mut Vec<SourceRecord>| {
-            this.release_held(out, false);
+            // Like an uncaptured change: inside the transaction in progress it does not end it.
+            let held_txn = this.held.as_ref().and_then(|(_, t, _)| t.as_ref());
+            if held_txn.is_none() || held_txn != txn.as_ref() {
+                this.release_held(out, false);
+            }
             this.position = position.clone();
         };
         let Some(doc) = inserted else {
@@ -1307,11 +1323,18 @@ impl Inner {
     }
 
     /// Opens the change stream again after the last change handed out (`self.position`),
-    /// replacing the one that failed.
+    /// replacing the one that failed. Any failure is retriable: the engine's restart then
+    /// decides from the committed offset (history lost, `when_needed`, ...).
     async fn reopen_stream(&mut self) -> Result<(), ConnectError> {
         self.stream = None;
+        self.reopens += 1;
         let token = self.position.token.clone();
-        self.start_streaming(token.as_ref()).await
+        self.start_streaming(token.as_ref()).await.map_err(|e| {
+            ConnectError::retriable(format!(
+                "reopening the change stream: {}; resuming at the last committed offset",
+                e.message()
+            ))
+        })
     }
 
     /// Why the server would refuse a signal's request, if it would: each additional condition
@@ -1332,16 +1355,32 @@ impl Inner {
             };
             let coll = self.client.database(&db).collection::<Document>(&c);
             let tried = async {
-                let mut cursor = coll.find(query.clone()).limit(1).await?;
+                let mut cursor = coll
+                    .find(query.clone())
+                    .limit(1)
+                    .max_time(Duration::from_secs(5))
+                    .await?;
                 cursor.advance().await.map(|_| ())
             }
             .await;
             match tried {
                 Ok(()) => {}
-                Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(_)) => {
-                    return Ok(Some(format!("the server refuses the query for {ns}: {e}")));
-                }
-                Err(e) => return Err(classify(format!("trying the signal's query on {ns}"), e)),
+                Err(e) => match &*e.kind {
+                    // The query took long to find nothing: it parses.
+                    mongodb::error::ErrorKind::Command(c) if c.code == 50 => {}
+                    // The server's verdict on the query itself: BadValue (unknown operators),
+                    // FailedToParse, TypeMismatch, IndexNotFound ($text without an index).
+                    mongodb::error::ErrorKind::Command(c) if matches!(c.code, 2 | 9 | 14 | 27) => {
+                        return Ok(Some(format!("the server refuses the query for {ns}: {e}")));
+                    }
+                    // Anything else (a failover, a shutdown, the network) may pass: the
+                    // signal is read again after the engine's restart.
+                    _ => {
+                        return Err(ConnectError::retriable(format!(
+                            "trying the signal's query on {ns}: {e}"
+                        )))
+                    }
+                },
             }
         }
         Ok(None)
@@ -1356,6 +1395,8 @@ impl Inner {
         let bad =
             |what: &str, e: String| ConnectError::data(format!("a change event's {what}: {e}"));
         let fields = EventFields::read(ev).map_err(|e| bad("fields", e.0))?;
+        // The stream delivers again.
+        self.reopens = 0;
         let get = |k: &str| fields.get(k).map_err(|e| bad(k, e.0));
         let token = match get("_id")? {
             Some(RawBsonRef::Document(d)) => Token::Bson(Bytes::copy_from_slice(d.as_bytes())),
@@ -1419,8 +1460,8 @@ impl Inner {
                 ),
                 _ => None,
             };
-            let in_transaction = event_txn(&get)?.is_some();
-            self.take_signal(inserted, position, in_transaction, out);
+            let txn = event_txn(&get)?;
+            self.take_signal(inserted, position, txn, out);
             return Ok(false);
         }
         let Some((rules, c)) = self.namespace(db, coll) else {
@@ -1560,10 +1601,9 @@ impl Inner {
         let mut caught_up = false;
         let mut invalidated = false;
         let mut ended_transaction = false;
-        // Reopens of the stream after resumable errors within this poll; past it the task
-        // fails over to the engine's restart.
-        const MAX_REOPENS: u32 = 3;
-        let mut reopens = 0;
+        if std::mem::take(&mut self.reopen_pending) {
+            self.reopen_stream().await?;
+        }
         loop {
             if out.len() >= self.cfg.max_batch_size {
                 break;
@@ -1644,14 +1684,22 @@ impl Inner {
                         self.start_snapshot(None, None).await?;
                         return Ok(SourceBatch::committed(out));
                     }
-                    if !history_lost(&e) && stream_error_resumable(&e) && reopens < MAX_REOPENS {
+                    if !history_lost(&e)
+                        && stream_error_resumable(&e)
+                        && self.reopens < MAX_REOPENS
+                    {
                         // As the driver's own change stream does: open it again after the last
                         // change handed out, within the task. A task restart would cost a
                         // reconnect more, and under snapshot.mode=always a whole snapshot.
-                        reopens += 1;
                         tracing::warn!(error = %e, "the change stream failed with a resumable error; reopening it after the last change handed out");
-                        self.reopen_stream().await?;
-                        continue;
+                        if out.is_empty() {
+                            self.reopen_stream().await?;
+                            continue;
+                        }
+                        // The records in hand go out first; the next poll reopens.
+                        self.stream = None;
+                        self.reopen_pending = true;
+                        break;
                     }
                     return Err(if history_lost(&e) {
                         ConnectError::fatal(format!("ChangeStreamHistoryLost: the change stream's resume point fell off the oplog ({e}); changes after it are gone. Snapshot again (snapshot.mode=when_needed does so automatically) or enlarge the oplog"))
@@ -1663,11 +1711,15 @@ impl Inner {
                         classify("reading the change stream".into(), e)
                     });
                 }
-                Some(StreamMsg::Closed) if reopens < MAX_REOPENS => {
-                    reopens += 1;
+                Some(StreamMsg::Closed) if self.reopens < MAX_REOPENS => {
                     tracing::warn!("the server closed the change stream's cursor; reopening it after the last change handed out");
-                    self.reopen_stream().await?;
-                    continue;
+                    if out.is_empty() {
+                        self.reopen_stream().await?;
+                        continue;
+                    }
+                    self.stream = None;
+                    self.reopen_pending = true;
+                    break;
                 }
                 Some(StreamMsg::Closed) => {
                     return Err(ConnectError::retriable(
@@ -1682,8 +1734,15 @@ impl Inner {
             }
         }
         if let Some((request, at)) = self.signal.take() {
-            // The batch ends before the signal; the snapshot's records carry its position.
+            // The batch ends before the signal, its last record with the position before it;
+            // the snapshot's records carry the signal's.
             self.release_held(&mut out, true);
+            if let Some(last) = out.last_mut() {
+                if last.source_offset.is_empty() {
+                    last.source_partition = self.events.partition.clone();
+                    last.source_offset = self.position.offset();
+                }
+            }
             if let Some(why) = self.signal_refused(&request).await? {
                 // Nothing to copy the way it asks: the stream goes on past the signal (which
                 // is never read again once a later offset is committed).
