@@ -1322,6 +1322,22 @@ impl Inner {
         }
     }
 
+    /// After a resumable stream failure: reopens the stream now when the poll holds no records
+    /// (`true`: read on), else leaves that to the next poll so the records in hand go out
+    /// first (`false`: end the poll).
+    async fn reopen_now_or_next_poll(
+        &mut self,
+        nothing_in_hand: bool,
+    ) -> Result<bool, ConnectError> {
+        if nothing_in_hand {
+            self.reopen_stream().await?;
+            return Ok(true);
+        }
+        self.stream = None;
+        self.reopen_pending = true;
+        Ok(false)
+    }
+
     /// Opens the change stream again after the last change handed out (`self.position`),
     /// replacing the one that failed. Any failure is retriable: the engine's restart then
     /// decides from the committed offset (history lost, `when_needed`, ...).
@@ -1692,13 +1708,9 @@ impl Inner {
                         // change handed out, within the task. A task restart would cost a
                         // reconnect more, and under snapshot.mode=always a whole snapshot.
                         tracing::warn!(error = %e, "the change stream failed with a resumable error; reopening it after the last change handed out");
-                        if out.is_empty() {
-                            self.reopen_stream().await?;
+                        if self.reopen_now_or_next_poll(out.is_empty()).await? {
                             continue;
                         }
-                        // The records in hand go out first; the next poll reopens.
-                        self.stream = None;
-                        self.reopen_pending = true;
                         break;
                     }
                     return Err(if history_lost(&e) {
@@ -1713,12 +1725,9 @@ impl Inner {
                 }
                 Some(StreamMsg::Closed) if self.reopens < MAX_REOPENS => {
                     tracing::warn!("the server closed the change stream's cursor; reopening it after the last change handed out");
-                    if out.is_empty() {
-                        self.reopen_stream().await?;
+                    if self.reopen_now_or_next_poll(out.is_empty()).await? {
                         continue;
                     }
-                    self.stream = None;
-                    self.reopen_pending = true;
                     break;
                 }
                 Some(StreamMsg::Closed) => {
