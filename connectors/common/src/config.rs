@@ -1,20 +1,18 @@
 //! Configuration pieces every Debezium-compatible source shares: `skipped.operations`, the
-//! include/exclude pair rule, and Debezium's signalling keys (refused while signals are not
-//! built, so no signal is ever silently ignored).
+//! include/exclude pair rule, and Debezium's signalling keys (refused by connectors without
+//! signals, so no signal is ever silently ignored).
 //!
 //! Invariant: parsing accepts exactly Debezium's vocabulary and says what is wrong otherwise.
 
 use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, ConfigValue, Validator};
 use headwater_api::{ConfigValidation, Properties};
 
-/// Debezium's signalling keys, common to its source connectors. Signals (ad-hoc blocking and
-/// incremental snapshots, `stop-snapshot`, `pause`/`resume`, `log`) are not built: a
-/// configuration naming a signal collection or a channel other than the (then inert) `source`
-/// is refused, because a signal sent there would be ignored. The incremental snapshot's chunk
-/// size is accepted and unused (it only matters once signals exist).
-///
-/// A connector that reads signals from its source (`source_signals`) defines
-/// `signal.data.collection` itself and gets the other keys from here.
+/// Debezium's signalling keys, common to its source connectors. A connector without signals
+/// (`source_signals` false) refuses a signal collection, because a signal sent there would be
+/// ignored. A connector that reads signals from its source defines `signal.data.collection`
+/// itself and gets the other keys from here. Every connector refuses channels other than
+/// `source`. The incremental snapshot's chunk size is accepted and unused (no connector runs
+/// incremental snapshots).
 pub fn define_signal_keys(def: ConfigDef, source_signals: bool) -> ConfigDef {
     let def = if source_signals {
         def
@@ -61,7 +59,7 @@ pub fn define_signal_keys(def: ConfigDef, source_signals: bool) -> ConfigDef {
     )
 }
 
-const SIGNALS_REFUSED: &str = "signals (execute-snapshot for ad-hoc and incremental snapshots, stop-snapshot, pause, resume, log) are not supported by Headwater yet, and a signal sent would be ignored. Remove the key; to snapshot some tables again, run a second connector limited to them with snapshot.mode=initial_only and the same topic.prefix (see docs/migrating-from-debezium.md)";
+const SIGNALS_REFUSED: &str = "signals (execute-snapshot for ad-hoc and incremental snapshots, stop-snapshot, pause, resume, log) are not supported by this connector yet (the MongoDB connector has them), and a signal sent would be ignored. Remove the key; to snapshot some tables again, run a second connector limited to them with snapshot.mode=initial_only and the same topic.prefix (see docs/migrating-from-debezium.md)";
 
 /// Operations that can be skipped (`skipped.operations`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
