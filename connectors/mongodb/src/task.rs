@@ -822,15 +822,16 @@ impl Inner {
             Some((r, p)) => (Some(r), Some(p)),
             None => (None, None),
         };
-        // The resume point streaming starts at: before the (first) snapshot.
-        let start = match resume.as_ref().and_then(|o| offset_str(o, "resume_token")) {
-            _ if signal_position.is_some() => signal_position.clone().unwrap_or_default(),
-            Some(t) => Position {
+        // The resume point streaming starts at: the signal's, or before the (first) snapshot.
+        let stored = resume.as_ref().and_then(|o| offset_str(o, "resume_token"));
+        let start = match (signal_position, stored) {
+            (Some(p), _) => p,
+            (None, Some(t)) => Position {
                 token: Some(Token::Text(t.to_owned())),
                 sec: -1,
                 ord: -1,
             },
-            None => {
+            (None, None) => {
                 let probe = self.open_stream(None).await.map_err(|e| {
                     classify("opening the change stream before the snapshot".into(), e)
                 })?;
@@ -1273,6 +1274,17 @@ impl Inner {
         }
     }
 
+    /// Moves the resume point past a change that gives no record (an uncaptured collection's, a
+    /// signal's). Inside the transaction in progress (`txn` is the held record's) it does not
+    /// end that transaction; otherwise the held record goes out.
+    fn pass_over(&mut self, position: Position, txn: Option<&TxnId>, out: &mut Vec<SourceRecord>) {
+        let held_txn = self.held.as_ref().and_then(|(_, t, _)| t.as_ref());
+        if held_txn.is_none() || held_txn != txn {
+            self.release_held(out, false);
+        }
+        self.position = position;
+    }
+
     /// Acts on a change of the signal collection (`inserted`: the document of an insert; other
     /// changes there are no signals). An `execute-snapshot` is kept for `poll_stream`, which
     /// ends its batch before it and starts the snapshot; its position is taken only by the
@@ -1286,12 +1298,7 @@ impl Inner {
     ) {
         let in_transaction = txn.is_some();
         let skip = |this: &mut Self, out: &mut Vec<SourceRecord>| {
-            // Like an uncaptured change: inside the transaction in progress it does not end it.
-            let held_txn = this.held.as_ref().and_then(|(_, t, _)| t.as_ref());
-            if held_txn.is_none() || held_txn != txn.as_ref() {
-                this.release_held(out, false);
-            }
-            this.position = position.clone();
+            this.pass_over(position.clone(), txn.as_ref(), out);
         };
         let Some(doc) = inserted else {
             return skip(self, out);
@@ -1481,12 +1488,8 @@ impl Inner {
             return Ok(false);
         }
         let Some((rules, c)) = self.namespace(db, coll) else {
-            // An uncaptured change inside the transaction in progress does not end it.
-            let held_txn = self.held.as_ref().and_then(|(_, t, _)| t.as_ref());
-            if held_txn.is_none() || held_txn != event_txn(&get)?.as_ref() {
-                self.release_held(out, false);
-            }
-            self.position = position;
+            let txn = event_txn(&get)?;
+            self.pass_over(position, txn.as_ref(), out);
             return Ok(false);
         };
         let skipped = self.cfg.skipped;
