@@ -1,32 +1,18 @@
 //! Configuration pieces every Debezium-compatible source shares: `skipped.operations`, the
-//! include/exclude pair rule, and Debezium's signalling keys (refused by connectors without
-//! signals, so no signal is ever silently ignored).
+//! include/exclude pair rule, and Debezium's signalling keys (channels other than `source` are
+//! refused, so no signal is ever silently ignored).
 //!
 //! Invariant: parsing accepts exactly Debezium's vocabulary and says what is wrong otherwise.
 
-use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, ConfigValue, Validator};
+use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, Validator};
 use headwater_api::{ConfigValidation, Properties};
 
-/// Debezium's signalling keys, common to its source connectors. A connector without signals
-/// (`source_signals` false) refuses a signal collection, because a signal sent there would be
-/// ignored. A connector that reads signals from its source defines `signal.data.collection`
-/// itself and gets the other keys from here. Every connector refuses channels other than
-/// `source`. The incremental snapshot's chunk size is accepted and unused (no connector runs
-/// incremental snapshots).
-pub fn define_signal_keys(def: ConfigDef, source_signals: bool) -> ConfigDef {
-    let def = if source_signals {
-        def
-    } else {
-        def.define(
-            ConfigKey::new("signal.data.collection", ConfigType::String)
-                .default_null()
-                .validator(Validator::custom(|v| match v {
-                    ConfigValue::String(s) if !s.trim().is_empty() => Err(SIGNALS_REFUSED.into()),
-                    _ => Ok(()),
-                }))
-                .doc("Refused when set: signals are not supported yet."),
-        )
-    };
+/// Debezium's signalling keys beside `signal.data.collection` (which each connector defines
+/// with its own name form). Channels other than `source` are refused, so no signal is ever
+/// silently ignored. The poll interval and the incremental snapshot's chunk size are accepted
+/// and unused: source signals arrive with the stream, and incremental requests run as
+/// blocking snapshots.
+pub fn define_signal_keys(def: ConfigDef) -> ConfigDef {
     def.define(
         ConfigKey::new("signal.enabled.channels", ConfigType::String)
             .default_str("source")
@@ -38,28 +24,26 @@ pub fn define_signal_keys(def: ConfigDef, source_signals: bool) -> ConfigDef {
                     .find(|c| !c.is_empty() && !c.eq_ignore_ascii_case("source"))
                 {
                     Some(channel) => Err(format!(
-                        "signal channel {channel:?} is not supported: only source (signal.data.collection) is, where the connector has it"
+                        "signal channel {channel:?} is not supported: only source (signal.data.collection) is"
                     )),
                     None => Ok(()),
                 }
             }))
-            .doc("Only source: signals are read from signal.data.collection where the connector supports it."),
+            .doc("Only source: signals are read from signal.data.collection."),
     )
     .define(
         ConfigKey::new("signal.poll.interval.ms", ConfigType::Long)
             .default_str("5000")
             .validator(Validator::at_least(0.0))
-            .doc("Accepted; unused (signals are not supported yet)."),
+            .doc("Accepted; unused (source signals arrive with the change stream)."),
     )
     .define(
         ConfigKey::new("incremental.snapshot.chunk.size", ConfigType::Int)
             .default_str("1024")
             .validator(Validator::at_least(1.0))
-            .doc("Accepted; unused (incremental snapshots need signals, which are not supported yet)."),
+            .doc("Accepted; unused (incremental snapshot requests run as blocking snapshots)."),
     )
 }
-
-const SIGNALS_REFUSED: &str = "signals (execute-snapshot for ad-hoc and incremental snapshots, stop-snapshot, pause, resume, log) are not supported by this connector yet (the MongoDB connector has them), and a signal sent would be ignored. Remove the key; to snapshot some tables again, run a second connector limited to them with snapshot.mode=initial_only and the same topic.prefix (see docs/migrating-from-debezium.md)";
 
 /// Operations that can be skipped (`skipped.operations`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -104,8 +88,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn signal_keys_are_refused_unless_inert() {
-        let def = define_signal_keys(ConfigDef::new(), false);
+    fn signal_channels_other_than_source_are_refused() {
+        let def = define_signal_keys(ConfigDef::new());
         let check = |kv: &[(&str, &str)]| {
             let mut p = Properties::new();
             for (k, v) in kv {
@@ -121,17 +105,12 @@ mod tests {
         assert!(check(&[
             ("signal.enabled.channels", "source"),
             ("incremental.snapshot.chunk.size", "4096"),
-            ("signal.data.collection", " "),
         ])
         .is_empty());
-        let refused = check(&[("signal.data.collection", "public.debezium_signal")]);
-        assert_eq!(refused.len(), 1);
-        assert_eq!(refused[0].0, "signal.data.collection");
-        assert!(refused[0].1.contains("not supported") && refused[0].1.contains("initial_only"));
         let refused = check(&[("signal.enabled.channels", "source,kafka")]);
+        assert_eq!(refused[0].0, "signal.enabled.channels");
         assert!(refused[0].1.contains("\"kafka\""), "{refused:?}");
-        let own = define_signal_keys(ConfigDef::new(), true);
-        assert!(own.key("signal.data.collection").is_none());
+        assert!(def.key("signal.data.collection").is_none());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! - [`name_filter`]: Debezium's include/exclude lists (comma-separated, anchored,
 //!   case-insensitive regular expressions over qualified names).
 //! - [`config`]: `skipped.operations` and the include/exclude pair rule.
+//! - [`signal`]: Debezium's source signals (`execute-snapshot`, `log`).
 //! - [`heartbeat`]: Debezium's heartbeat records (`heartbeat.interval.ms`).
 //! - [`text`]: allocation-free number text for timestamps and times.
 //! - [`txmeta`]: Debezium's transaction metadata (`provide.transaction.metadata`).
@@ -10,5 +11,6 @@
 pub mod config;
 pub mod heartbeat;
 pub mod name_filter;
+pub mod signal;
 pub mod text;
 pub mod txmeta;

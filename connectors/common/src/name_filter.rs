@@ -68,6 +68,10 @@ impl PatternList {
     pub fn is_empty(&self) -> bool {
         self.patterns.is_empty()
     }
+    /// Appends another list's patterns after this one's.
+    pub fn extend(&mut self, other: PatternList) {
+        self.patterns.extend(other.patterns);
+    }
 }
 
 /// An include list, an exclude list, or neither.

@@ -377,7 +377,7 @@ pub fn config_def() -> ConfigDef {
         .define(key("max.batch.size", Int).default_str("2048").validator(Validator::at_least(1.0)).doc("Maximum records per poll."))
         .define(key("max.queue.size", Int).default_str("8192").validator(Validator::at_least(1.0)).doc("Maximum change events buffered ahead of poll."))
         .define(key("poll.interval.ms", Long).default_str("500").validator(Validator::at_least(0.0)).doc("How long poll waits for new changes."));
-    headwater_connector_common::config::define_signal_keys(def, true)
+    headwater_connector_common::config::define_signal_keys(def)
 }
 
 /// Validates a configuration: every key's own checks plus the cross-field rules.

@@ -1,7 +1,8 @@
-//! Debezium's source signals: documents inserted into `signal.data.collection`, read from the
-//! change stream like any other change. A signal document has three fields: an id, a type and
-//! its data (a document, or a JSON string of one). Debezium reads them by position and so do
-//! we.
+//! Debezium's source signals for MongoDB: documents inserted into `signal.data.collection`, read
+//! from the change stream like any other change. A signal document has three fields: an id, a
+//! type and its data (a document, or a JSON string of one). Debezium reads them by position and
+//! so do we. What a signal asks for is read by [`headwater_connector_common::signal`]; here its
+//! `additional-conditions` filters become queries.
 //!
 //! Built: `execute-snapshot` (run as a blocking snapshot of the collections it names, see
 //! docs/connectors/mongodb.md) and `log`. Other types are reported in the worker's log and
@@ -10,9 +11,9 @@
 //! Invariant: a request round-trips through [`SnapshotRequest::to_json`] and
 //! [`SnapshotRequest::from_json`], which is how an interrupted snapshot finds it in its offset.
 
-use headwater_connector_common::name_filter::PatternList;
+use headwater_connector_common::signal::{self as common, SnapshotRequest as Request};
 use mongodb::bson::{Bson, Document};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// What a signal document asks for.
 #[derive(Debug)]
@@ -24,101 +25,34 @@ pub enum Signal {
     Unsupported(String, String),
 }
 
-/// An `execute-snapshot` signal's data.
+/// An `execute-snapshot` signal's data, with its conditions read as queries.
 #[derive(Debug)]
 pub struct SnapshotRequest {
-    /// `data-collections`: regexes matched against `<db>.<collection>`.
-    pub collections: Vec<String>,
-    /// `additional-conditions`: (a regex for `<db>.<collection>`, the query as JSON text).
-    pub conditions: Vec<(String, String)>,
-    /// `type`: `incremental` (Debezium's default) or `blocking`.
-    pub incremental: bool,
-    matchers: PatternList,
-    condition_matchers: Vec<(PatternList, Document)>,
+    request: Request,
+    /// The query of each of `request.conditions`.
+    queries: Vec<Document>,
+}
+
+impl std::ops::Deref for SnapshotRequest {
+    type Target = Request;
+    fn deref(&self) -> &Request {
+        &self.request
+    }
 }
 
 impl SnapshotRequest {
-    /// Whether the request names `<db>.<collection>`.
-    pub fn names(&self, ns: &str) -> bool {
-        self.matchers.matches(ns)
-    }
-
     /// The query the request gives for `<db>.<collection>`, if any (the first that matches).
     pub fn condition(&self, ns: &str) -> Option<&Document> {
-        self.condition_matchers
-            .iter()
-            .find(|(m, _)| m.matches(ns))
-            .map(|(_, q)| q)
-    }
-
-    /// The request as the offset of its snapshot keeps it.
-    pub fn to_json(&self) -> String {
-        json!({
-            "data-collections": self.collections,
-            "type": if self.incremental { "incremental" } else { "blocking" },
-            "additional-conditions": self.conditions.iter()
-                .map(|(c, f)| json!({"data-collection": c, "filter": f}))
-                .collect::<Vec<_>>(),
-        })
-        .to_string()
+        self.request.condition_index(ns).map(|i| &self.queries[i])
     }
 
     pub fn from_json(text: &str) -> Result<SnapshotRequest, String> {
-        let data: Value =
-            serde_json::from_str(text).map_err(|e| format!("its data is not JSON: {e}"))?;
-        SnapshotRequest::from_data(&data)
+        SnapshotRequest::with_queries(Request::from_json(text)?)
     }
 
-    fn from_data(data: &Value) -> Result<SnapshotRequest, String> {
-        let collections: Vec<String> = match data.get("data-collections") {
-            Some(Value::Array(items)) if !items.is_empty() => items
-                .iter()
-                .map(|v| {
-                    v.as_str().map(|s| s.trim().to_owned()).ok_or_else(|| {
-                        "data-collections holds something other than a string".to_owned()
-                    })
-                })
-                .collect::<Result<_, _>>()?,
-            _ => return Err("data-collections is missing or empty".into()),
-        };
-        let incremental = match data.get("type").and_then(Value::as_str) {
-            None => true,
-            Some(t) if t.eq_ignore_ascii_case("incremental") => true,
-            Some(t) if t.eq_ignore_ascii_case("blocking") => false,
-            Some(other) => {
-                return Err(format!(
-                    "snapshot type {other:?} is not incremental or blocking"
-                ))
-            }
-        };
-        let mut conditions = Vec::new();
-        if let Some(list) = data.get("additional-conditions") {
-            let Value::Array(items) = list else {
-                return Err("additional-conditions is not an array".into());
-            };
-            for item in items {
-                let (Some(collection), Some(filter)) = (
-                    item.get("data-collection").and_then(Value::as_str),
-                    item.get("filter"),
-                ) else {
-                    return Err("each additional condition needs data-collection and filter".into());
-                };
-                let filter = match filter {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                conditions.push((collection.to_owned(), filter));
-            }
-        }
-        let joined = collections
-            .iter()
-            .map(|c| c.replace(',', "\\,"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let matchers = PatternList::parse(&joined)?;
-        let mut condition_matchers = Vec::new();
-        for (collection, filter) in &conditions {
-            let m = PatternList::parse(&collection.replace(',', "\\,"))?;
+    fn with_queries(request: Request) -> Result<SnapshotRequest, String> {
+        let mut queries = Vec::with_capacity(request.conditions.len());
+        for (collection, filter) in &request.conditions {
             let query: Value = serde_json::from_str(filter)
                 .map_err(|e| format!("the filter of {collection} is not JSON: {e}"))?;
             let Value::Object(map) = query else {
@@ -126,15 +60,9 @@ impl SnapshotRequest {
             };
             let query = Document::try_from(map)
                 .map_err(|e| format!("the filter of {collection} is not extended JSON: {e}"))?;
-            condition_matchers.push((m, query));
+            queries.push(query);
         }
-        Ok(SnapshotRequest {
-            collections,
-            conditions,
-            incremental,
-            matchers,
-            condition_matchers,
-        })
+        Ok(SnapshotRequest { request, queries })
     }
 }
 
@@ -149,31 +77,20 @@ pub fn parse(doc: &Document) -> Signal {
         );
     };
     let data: Value = match data {
-        Some(Bson::String(text)) if text.trim().is_empty() => Value::Null,
-        Some(Bson::String(text)) => match serde_json::from_str(text) {
+        Some(Bson::String(text)) => match common::data_from_text(text) {
             Ok(v) => v,
-            Err(e) => {
-                return Signal::Unsupported(kind.clone(), format!("its data is not JSON: {e}"))
-            }
+            Err(e) => return Signal::Unsupported(kind.clone(), e),
         },
         Some(Bson::Document(d)) => Bson::Document(d.clone()).into_relaxed_extjson(),
         _ => Value::Null,
     };
-    match kind.as_str() {
-        "execute-snapshot" => match SnapshotRequest::from_data(&data) {
+    match common::parse(kind, &data) {
+        common::Signal::ExecuteSnapshot(r) => match SnapshotRequest::with_queries(r) {
             Ok(r) => Signal::ExecuteSnapshot(r),
             Err(e) => Signal::Unsupported(kind.clone(), e),
         },
-        "log" => Signal::Log(
-            data.get("message")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-        ),
-        other => Signal::Unsupported(
-            other.to_owned(),
-            "Headwater acts on execute-snapshot and log signals only".into(),
-        ),
+        common::Signal::Log(m) => Signal::Log(m),
+        common::Signal::Unsupported(k, why) => Signal::Unsupported(k, why),
     }
 }
 

@@ -286,7 +286,21 @@ pub fn config_def() -> ConfigDef {
         .define(key("schema.history.internal", String).default_null().doc("Accepted and unused: schemas come from TABLE_MAP metadata, no history topic is needed."))
         .define(key("schema.history.internal.kafka.topic", String).default_null().doc("Accepted and unused (see schema.history.internal)."))
         .define(key("schema.history.internal.kafka.bootstrap.servers", String).default_null().doc("Accepted and unused (see schema.history.internal)."));
-    headwater_connector_common::config::define_signal_keys(def, false)
+    let def = def.define(key("signal.data.collection", String).default_null().validator(Validator::custom(|v| match v {
+        ConfigValue::String(s) if !s.trim().is_empty() => parse_signal_table(s).map(|_| ()),
+        _ => Ok(()),
+    })).doc("The table (<database>.<table>, columns id, type, data) whose inserted rows are signals: execute-snapshot (run as a blocking snapshot) and log. It is captured like an included table but never snapshotted."));
+    headwater_connector_common::config::define_signal_keys(def)
+}
+
+/// `signal.data.collection`: `<database>.<table>` (Debezium's form for MySQL), matched exactly.
+fn parse_signal_table(s: &str) -> Result<(String, String), String> {
+    match s.trim().split_once('.') {
+        Some((db, table)) if !db.is_empty() && !table.is_empty() && !table.contains('.') => {
+            Ok((db.to_owned(), table.to_owned()))
+        }
+        _ => Err(format!("{s:?} must be <database>.<table>")),
+    }
 }
 
 fn parse_message_key_columns(s: &str) -> Result<Vec<(PatternList, Vec<String>)>, String> {
@@ -462,6 +476,17 @@ impl MySqlConfig {
                 tables: selector(&p, "table.include.list", "table.exclude.list"),
                 columns: selector(&p, "column.include.list", "column.exclude.list"),
                 ignore_builtin: p.get_bool("table.ignore.builtin").unwrap_or(true),
+                // Signals are read only when the source channel is enabled (Debezium's rule).
+                signal_table: p
+                    .get_string("signal.data.collection")
+                    .filter(|t| !t.trim().is_empty())
+                    .and_then(|t| parse_signal_table(t).ok())
+                    .filter(|_| {
+                        p.get_string("signal.enabled.channels")
+                            .unwrap_or("source")
+                            .split(',')
+                            .any(|c| c.trim().eq_ignore_ascii_case("source"))
+                    }),
             },
             snapshot_mode,
             locking_mode,
@@ -604,5 +629,25 @@ mod tests {
         );
         assert_eq!(c.snapshot_mode, SnapshotMode::Recovery);
         assert_eq!(c.mapping.bigint, BigintMode::Precise);
+    }
+
+    #[test]
+    fn signal_table_is_captured_and_must_be_database_dot_table() {
+        let c = MySqlConfig::parse(&props(&[
+            ("table.include.list", "shop.orders"),
+            ("signal.data.collection", "ops.debezium_signal"),
+        ]))
+        .unwrap();
+        assert!(c.filters.table_included("ops", "debezium_signal"));
+        assert!(!c.filters.table_included("ops", "other"));
+        let off = MySqlConfig::parse(&props(&[
+            ("signal.data.collection", "ops.debezium_signal"),
+            ("signal.enabled.channels", ""),
+        ]))
+        .unwrap();
+        assert_eq!(off.filters.signal_table, None, "the source channel is off");
+        let v = validate(&props(&[("signal.data.collection", "debezium_signal")]));
+        let errs = v.errors_by_field();
+        assert!(errs["signal.data.collection"][0].contains("<database>.<table>"));
     }
 }

@@ -13,6 +13,9 @@ pub struct Filters {
     pub tables: Selector,
     pub columns: Selector,
     pub ignore_builtin: bool,
+    /// `signal.data.collection` (database, table): captured whatever the lists say, as in
+    /// Debezium, but never snapshotted.
+    pub signal_table: Option<(String, String)>,
 }
 
 /// Databases that are never captured when `table.ignore.builtin` is on.
@@ -25,10 +28,18 @@ fn is_builtin_db(db: &str) -> bool {
 
 impl Filters {
     pub fn table_included(&self, db: &str, table: &str) -> bool {
+        if self.is_signal_table(db, table) {
+            return true;
+        }
         if self.ignore_builtin && is_builtin_db(db) {
             return false;
         }
         self.databases.accepts(db) && self.tables.accepts(&format!("{db}.{table}"))
+    }
+    pub fn is_signal_table(&self, db: &str, table: &str) -> bool {
+        self.signal_table
+            .as_ref()
+            .is_some_and(|(d, t)| d == db && t == table)
     }
     pub fn column_included(&self, db: &str, table: &str, column: &str) -> bool {
         self.columns.accepts(&format!("{db}.{table}.{column}"))

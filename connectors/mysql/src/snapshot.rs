@@ -176,6 +176,10 @@ pub struct Chunk {
     pub hi: Option<i64>,
     /// Only keys above this one (a resumed table).
     pub after: Option<i64>,
+    /// A signal's `additional-conditions` filter for the table: SQL ANDed to the chunk's own
+    /// conditions (trusted as Debezium trusts it: whoever may write the signal table may
+    /// read every captured table).
+    pub condition: Option<Arc<str>>,
 }
 
 pub fn quote_ident(s: &str) -> String {
@@ -187,11 +191,15 @@ impl Chunk {
     pub fn select_statement(&self, t: &SnapshotTable) -> String {
         let id = &t.schema.id;
         let table = format!("{}.{}", quote_ident(&id.db), quote_ident(&id.table));
+        let condition = self.condition.as_ref().map(|c| format!("({c})"));
         let Some((_, key)) = &t.int_key else {
-            return format!("SELECT * FROM {table}");
+            return match condition {
+                Some(c) => format!("SELECT * FROM {table} WHERE {c}"),
+                None => format!("SELECT * FROM {table}"),
+            };
         };
         let k = quote_ident(key);
-        let mut conds = Vec::new();
+        let mut conds: Vec<String> = condition.into_iter().collect();
         if let Some(a) = self.after {
             conds.push(format!("{k} > {a}"));
         }
@@ -237,6 +245,7 @@ pub async fn plan_table(
         lo: None,
         hi: None,
         after,
+        condition: None,
     }];
     let n = estimated.div_ceil(chunk_rows.max(1)).max(1);
     let Some((_, key)) = &t.int_key else {
@@ -271,6 +280,7 @@ pub async fn plan_table(
             lo: (i > 0).then(|| bound(i)),
             hi: (i + 1 < n).then(|| bound(i + 1)),
             after,
+            condition: None,
         })
         .collect())
 }

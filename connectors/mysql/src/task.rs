@@ -9,6 +9,9 @@
 //! agree need no lock at all; otherwise (and on MySQL) a global read lock is held only while the
 //! connections start (`snapshot.locking.mode` minimal). Streaming starts at that position
 //! (file/pos, or the MariaDB GTID position via `@slave_connect_state` when the offset has one).
+//! An `execute-snapshot` signal (a row inserted into `signal.data.collection`) stops the stream
+//! at its transaction's end, reads the tables it names like a resumed snapshot (a newer
+//! consistent snapshot, skip regions for the stream) and streams on after the signal.
 //!
 //! Durability invariants:
 //! - snapshot records are committed batch by batch with an offset that says which rows are in
@@ -23,6 +26,8 @@
 //!   resumes exactly there;
 //! - the binlog has no acknowledgement: `commit()` only records what is durable (for logs and
 //!   for `when_needed` decisions); the server keeps binlogs by its own retention.
+//! - a signal's request is in the offsets from its transaction's end until its read ends, so
+//!   a restart at any point runs or resumes it;
 //! - an event this connector cannot decode (compressed, unknown row format, undecodable value)
 //!   fails the task with a message; nothing is skipped silently.
 
@@ -42,6 +47,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStreamRequest, Conn, OptsBuilder, Value as MyValue};
 
 use crate::tls::SslMode;
+use headwater_connector_common::signal::{self as signals, Signal, SnapshotRequest};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
@@ -166,6 +172,8 @@ struct Snapshot {
     /// `snapshot.locking.mode=extended`: the connection holding the global read lock until the
     /// snapshot ends.
     lock_conn: Option<Conn>,
+    /// A signalled snapshot's request as JSON (`snapshot_signal` in its offsets).
+    signal: Option<String>,
     started: Instant,
 }
 
@@ -185,7 +193,20 @@ struct Resume {
     /// The table in progress and the last key of it in the log.
     table: Option<(String, Option<i64>)>,
     skips: Vec<SkipRegion>,
+    /// The request of a signalled snapshot.
+    signal: Option<SnapshotRequest>,
 }
+
+/// A signalled snapshot to start: the request, where streaming goes on after it (the end of
+/// the signal's transaction) and the regions of earlier snapshots the stream has not passed.
+struct Signalled {
+    request: SnapshotRequest,
+    start: Position,
+    skips: Vec<SkipRegion>,
+}
+
+/// How long a signal's condition is tried before its snapshot starts.
+const SIGNAL_CONDITION_PROBE: Duration = Duration::from_secs(5);
 
 /// The before and after images of one row (either may be absent).
 type RowImages = (Option<Vec<MyValue>>, Option<Vec<MyValue>>);
@@ -254,6 +275,8 @@ struct Txn {
     standalone: bool,
     events: i64,
     skip_dml: bool,
+    /// The execute-snapshot signals inserted in this transaction, merged into one request.
+    signal: Option<SnapshotRequest>,
 }
 
 enum Phase {
@@ -298,6 +321,10 @@ struct Inner {
     txmeta: Option<TransactionMetadata>,
     /// The processing time of the current poll (µs, ns), for envelopes' `ts_*`.
     now: (i64, i64),
+    /// An execute-snapshot request whose transaction has ended: the stream stops there and
+    /// the snapshot runs at the next poll. While it is set, boundary offsets carry it
+    /// (`snapshot_signal`), so a restart runs it.
+    pending_signal: Option<SnapshotRequest>,
 }
 
 /// The MySQL / MariaDB source task.
@@ -437,12 +464,14 @@ impl Inner {
             ),
             last_end: (0, 0),
             now: crate::event::now_micros_nanos(),
+            pending_signal: None,
             txmeta: cfg
                 .transaction_topic
                 .as_deref()
                 .map(|t| TransactionMetadata::new(&cfg.topic_prefix, t)),
             cfg,
         };
+        inner.check_signal_table().await?;
         inner.prepare(committed).await?;
         Ok(inner)
     }
@@ -463,6 +492,20 @@ impl Inner {
         let in_snapshot = committed.as_ref().is_some_and(|o| {
             o.contains_key("snapshot") && offset_bool(o, "snapshot_completed") != Some(true)
         });
+        // A signalled snapshot due (a stream offset) or under way (a snapshot offset).
+        let mut signal = committed.as_ref().and_then(|o| {
+            let text = offset_str(o, "snapshot_signal")?;
+            if o.contains_key("snapshot") && !in_snapshot {
+                return None;
+            }
+            match SnapshotRequest::from_json(text) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::warn!(error = %e, request = text, "the offset's execute-snapshot request is unreadable; streaming on without it");
+                    None
+                }
+            }
+        });
         let position_of = |o: &OffsetMap| {
             Some(Position {
                 file: offset_str(o, "file")?.to_owned(),
@@ -476,7 +519,9 @@ impl Inner {
             .and_then(position_of);
         // An unfinished snapshot of ours resumes at its next unfinished row, as long as the
         // binlog it started at is still on the server.
-        if in_snapshot && !matches!(mode, SnapshotMode::NoData | SnapshotMode::Recovery) {
+        if in_snapshot
+            && (signal.is_some() || !matches!(mode, SnapshotMode::NoData | SnapshotMode::Recovery))
+        {
             let o = committed.as_ref().expect("in_snapshot implies an offset");
             if let (Some(start), Some(done)) = (position_of(o), offset_str(o, "snapshot_done")) {
                 if self.binlog_available(&start.file).await? {
@@ -488,8 +533,9 @@ impl Inner {
                             .map(snapshots::decode_skips)
                             .unwrap_or_default(),
                         start,
+                        signal: signal.take(),
                     };
-                    return self.start_snapshot(Some(resume)).await;
+                    return self.start_snapshot(Some(resume), None).await;
                 }
                 tracing::warn!(file = %start.file, pos = start.pos, "the binlog an unfinished snapshot started at is gone: snapshotting again from the start (rows already in the log are emitted again)");
             }
@@ -510,7 +556,7 @@ impl Inner {
             }
         }
         if snapshot_needed {
-            self.start_snapshot(None).await
+            self.start_snapshot(None, None).await
         } else {
             let p = match resumable {
                 Some(p) => {
@@ -526,8 +572,170 @@ impl Inner {
                 None => self.current_position().await?,
             };
             self.set_position(p)?;
+            // A signal read before the stop whose snapshot had not committed anything yet.
+            if let Some(request) = signal.filter(|_| !in_snapshot) {
+                if self.check_signal(&request).await? {
+                    let signalled = Signalled {
+                        request,
+                        start: self.pos.clone(),
+                        skips: std::mem::take(&mut self.skips),
+                    };
+                    return self.start_snapshot(None, Some(signalled)).await;
+                }
+            }
             self.start_streaming().await
         }
+    }
+
+    /// With `signal.data.collection`: the table exists, or no signal could ever arrive.
+    async fn check_signal_table(&mut self) -> Result<(), ConnectError> {
+        let Some((db, table)) = self.cfg.filters.signal_table.clone() else {
+            return Ok(());
+        };
+        let found: Option<i64> = self
+            .sql
+            .exec_first(
+                "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
+                (&db, &table),
+            )
+            .await
+            .map_err(|e| my_err("looking up the signal table", e))?;
+        if found.is_none() {
+            return Err(ConnectError::config(format!(
+                "signal.data.collection names {db}.{table}, which does not exist: create it (CREATE TABLE {}.{} (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))) or remove the key",
+                quote_ident(&db),
+                quote_ident(&table)
+            )));
+        }
+        Ok(())
+    }
+
+    /// The tables a snapshot reads, in snapshot order: every captured table, or those a signal
+    /// names. The signal table itself is never read (as in Debezium).
+    async fn snapshot_tables(
+        &mut self,
+        request: Option<&SnapshotRequest>,
+    ) -> Result<Vec<TableId>, ConnectError> {
+        let mut ids = self.captured_tables().await?;
+        let f = &self.cfg.filters;
+        ids.retain(|id| {
+            !f.is_signal_table(&id.db, &id.table)
+                && request.is_none_or(|r| r.names(&id.to_string()))
+        });
+        Ok(ids)
+    }
+
+    /// Whether a signal's snapshot has anything to read, and its conditions are SQL the server
+    /// accepts for their tables (each tried with `LIMIT 1` on a connection of its own, for at
+    /// most 5 s). A refused request is logged and not acted on, so a bad signal cannot fail the
+    /// task on every restart; other errors (a lost connection, say) are returned.
+    async fn check_signal(&mut self, request: &SnapshotRequest) -> Result<bool, ConnectError> {
+        let tables = self.snapshot_tables(Some(request)).await?;
+        if tables.is_empty() {
+            tracing::warn!(collections = ?request.collections, "execute-snapshot signal: no captured table matches the request; nothing to read");
+            return Ok(false);
+        }
+        for id in &tables {
+            let name = id.to_string();
+            let Some(condition) = request.condition(&name) else {
+                continue;
+            };
+            let probe = format!(
+                "SELECT 1 FROM {}.{} WHERE ({condition}) LIMIT 1",
+                quote_ident(&id.db),
+                quote_ident(&id.table)
+            );
+            // A prepared statement: a condition holding a second statement is a syntax error
+            // there (the text protocol would run both).
+            let mut conn = connect(&self.cfg, &self.opts).await?;
+            let tried =
+                tokio::time::timeout(SIGNAL_CONDITION_PROBE, conn.exec_drop(probe.as_str(), ()))
+                    .await;
+            match tried {
+                Ok(Ok(())) => {
+                    let _ = conn.disconnect().await;
+                }
+                // The connection is dropped mid-query; the server ends the query with it.
+                Err(_) => {
+                    tracing::info!(table = %name, "execute-snapshot signal: the condition's trial did not end within 5 s; reading anyway");
+                }
+                Ok(Err(mysql_async::Error::Server(e)))
+                    if e.state.starts_with("42") || e.state.starts_with("22") =>
+                {
+                    let _ = conn.disconnect().await;
+                    tracing::warn!(table = %name, condition, error = %e, "execute-snapshot signal not acted on: its condition is refused by the server");
+                    return Ok(false);
+                }
+                Ok(Err(e)) => {
+                    return Err(my_err("trying an execute-snapshot signal's condition", e))
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Reads a row inserted into the signal table: its columns by position (id, type, data),
+    /// as Debezium reads them. An execute-snapshot request is kept on the open transaction
+    /// and acted on once it commits; `log` is written to the worker's log at once.
+    fn read_signal(&mut self, row: &[MyValue]) {
+        let text = |i: usize| match row.get(i) {
+            Some(MyValue::Bytes(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        };
+        let Some(kind) = text(1) else {
+            tracing::warn!(
+                "signal not acted on: its second column (the signal's type) is not text"
+            );
+            return;
+        };
+        let data = match text(2).map(|d| signals::data_from_text(&d)).transpose() {
+            Ok(d) => d.unwrap_or_default(),
+            Err(why) => {
+                tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
+                return;
+            }
+        };
+        match signals::parse(&kind, &data) {
+            Signal::ExecuteSnapshot(request) => {
+                if request.incremental {
+                    tracing::warn!(tables = ?request.collections, "execute-snapshot signal of type incremental: Headwater runs it as a blocking snapshot (streaming pauses until the tables are read)");
+                }
+                tracing::info!(tables = ?request.collections, conditions = ?request.conditions, "execute-snapshot signal: snapshotting the tables it names once its transaction commits, then streaming on after it");
+                if let Some(t) = self.txn.as_mut() {
+                    match &mut t.signal {
+                        Some(earlier) => earlier.merge(request),
+                        None => t.signal = Some(request),
+                    }
+                }
+            }
+            Signal::Log(message) => tracing::info!(message = %message, "log signal"),
+            Signal::Unsupported(kind, why) => {
+                tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
+            }
+        }
+    }
+
+    /// Acts on the pending execute-snapshot request at a transaction boundary: stops the
+    /// binlog stream and starts the snapshot of the tables it names (streaming starts again
+    /// after the signal's transaction once they are read), or streams on if the request names
+    /// no captured table or the server refuses its conditions.
+    async fn run_signal(&mut self) -> Result<(), ConnectError> {
+        let Some(request) = self.pending_signal.take() else {
+            return Ok(());
+        };
+        if !self.check_signal(&request).await? {
+            return Ok(());
+        }
+        if let Some(s) = self.stream.take() {
+            s.reader.abort();
+        }
+        self.table_ids.clear();
+        let signalled = Signalled {
+            request,
+            start: self.pos.clone(),
+            skips: std::mem::take(&mut self.skips),
+        };
+        self.start_snapshot(None, Some(signalled)).await
     }
 
     fn set_position(&mut self, p: Position) -> Result<(), ConnectError> {
@@ -758,8 +966,20 @@ impl Inner {
         Ok(n.flatten().unwrap_or(0))
     }
 
-    async fn start_snapshot(&mut self, resume: Option<Resume>) -> Result<(), ConnectError> {
-        let ids = self.captured_tables().await?;
+    /// Starts a snapshot: the initial one (every captured table), or a signal's (the tables it
+    /// names, read in a newer consistent snapshot while streaming goes on from the signal,
+    /// skipping the changes the read already holds), or resumes one of them.
+    async fn start_snapshot(
+        &mut self,
+        mut resume: Option<Resume>,
+        signalled: Option<Signalled>,
+    ) -> Result<(), ConnectError> {
+        let (request, signal_start) = match (signalled, resume.as_mut()) {
+            (Some(s), _) => (Some(s.request), Some((s.start, s.skips))),
+            (None, Some(r)) => (r.signal.take(), None),
+            (None, None) => (None, None),
+        };
+        let ids = self.snapshot_tables(request.as_ref()).await?;
         let (mut conns, snap_pos, lock_conn) = self
             .open_snapshot_connections(self.cfg.snapshot_max_threads.max(1))
             .await?;
@@ -781,16 +1001,18 @@ impl Inner {
             });
         }
         let resumed = resume.is_some();
-        // A resumed snapshot's schema-change records are in the log already.
-        let schema_records = if self.cfg.include_schema_changes && !resumed {
+        // A resumed snapshot's schema-change records are in the log already, and a signalled
+        // one's tables were described by the initial snapshot and the stream's DDL.
+        let schema_records = if self.cfg.include_schema_changes && !resumed && request.is_none() {
             let conn = &mut conns[0];
             self.snapshot_schema_records(conn, &ids, &snap_pos).await?
         } else {
             Vec::new()
         };
-        let (start, done, resume_at, mut skips) = match resume {
-            Some(r) => (r.start, r.done, r.table, r.skips),
-            None => (snap_pos.clone(), Vec::new(), None, Vec::new()),
+        let (start, done, resume_at, mut skips) = match (resume, signal_start) {
+            (Some(r), _) => (r.start, r.done, r.table, r.skips),
+            (None, Some((start, skips))) => (start, Vec::new(), None, skips),
+            (None, None) => (snap_pos.clone(), Vec::new(), None, Vec::new()),
         };
         // Plan the tables still to read, in order.
         let mut plan_tables = Vec::new();
@@ -805,8 +1027,13 @@ impl Inner {
                 .filter(|(table, _)| *table == name)
                 .and_then(|(_, a)| *a)
                 .filter(|_| t.int_key.is_some());
-            if resumed {
-                // Read at the newer snapshot: the stream skips its older changes.
+            let condition: Option<Arc<str>> = request
+                .as_ref()
+                .and_then(|r| r.condition(&name))
+                .map(Arc::from);
+            if resumed || request.is_some() {
+                // Read at a newer snapshot than where streaming starts: the stream skips its
+                // older changes.
                 skips.push(SkipRegion {
                     table: name,
                     after,
@@ -816,17 +1043,19 @@ impl Inner {
             }
             let rows = self.estimate_rows(&t.schema.id).await?;
             let i = plan_tables.len();
-            chunks.extend(
-                snapshots::plan_table(
-                    &mut conns[0],
-                    i,
-                    &t,
-                    after,
-                    rows,
-                    self.cfg.snapshot_chunk_rows,
-                )
-                .await?,
-            );
+            let mut planned = snapshots::plan_table(
+                &mut conns[0],
+                i,
+                &t,
+                after,
+                rows,
+                self.cfg.snapshot_chunk_rows,
+            )
+            .await?;
+            for chunk in &mut planned {
+                chunk.condition = condition.clone();
+            }
+            chunks.extend(planned);
             estimated.push(rows);
             plan_tables.push(t);
         }
@@ -838,12 +1067,17 @@ impl Inner {
             }
         }
         let threads = conns.len();
+        let kind = if request.is_some() {
+            "signalled"
+        } else {
+            "initial"
+        };
         match &resume_at {
             Some((t, after)) => {
-                tracing::info!(tables = plan_tables.len(), chunks = chunks.len(), threads, file = %start.file, pos = start.pos, snapshot_file = %snap_pos.file, snapshot_pos = snap_pos.pos, resume_table = %t, resume_after = ?after, done = done.len(), "resuming snapshot")
+                tracing::info!(kind, tables = plan_tables.len(), chunks = chunks.len(), threads, file = %start.file, pos = start.pos, snapshot_file = %snap_pos.file, snapshot_pos = snap_pos.pos, resume_table = %t, resume_after = ?after, done = done.len(), "resuming snapshot")
             }
             None => {
-                tracing::info!(tables = plan_tables.len(), chunks = chunks.len(), threads, file = %start.file, pos = start.pos, gtids = %start.gtids, "snapshot started")
+                tracing::info!(kind, tables = plan_tables.len(), chunks = chunks.len(), threads, snapshot_file = %snap_pos.file, snapshot_pos = snap_pos.pos, file = %start.file, pos = start.pos, gtids = %start.gtids, "snapshot started")
             }
         }
         let tables = Arc::new(plan_tables);
@@ -885,6 +1119,7 @@ impl Inner {
             source_blocks: vec![None; n],
             schema_records,
             lock_conn,
+            signal: request.map(|r| r.to_json()),
             started: Instant::now(),
         }));
         Ok(())
@@ -898,7 +1133,15 @@ impl Inner {
         if !s.start.gtids.is_empty() {
             o.insert("gtids".into(), s.start.gtids.clone().into());
         }
-        o.insert("snapshot".into(), "INITIAL".into());
+        let kind = if s.signal.is_some() {
+            "BLOCKING"
+        } else {
+            "INITIAL"
+        };
+        o.insert("snapshot".into(), kind.into());
+        if let Some(request) = &s.signal {
+            o.insert("snapshot_signal".into(), request.as_str().into());
+        }
         o.insert("ts_sec".into(), s.ts_sec.into());
         if tail.last {
             o.insert("snapshot_completed".into(), true.into());
@@ -1037,8 +1280,9 @@ impl Inner {
         }
         let start = s.start.clone();
         self.skips = std::mem::take(&mut s.skips);
+        let signalled = s.signal.is_some();
         drop(s);
-        if self.cfg.snapshot_mode == SnapshotMode::InitialOnly {
+        if self.cfg.snapshot_mode == SnapshotMode::InitialOnly && !signalled {
             self.phase = Phase::Done;
         } else {
             self.set_position(start)?;
@@ -1254,6 +1498,13 @@ impl Inner {
         self.now = crate::event::now_micros_nanos();
         match self.phase {
             Phase::Snapshot(_) => self.poll_snapshot().await,
+            Phase::Stream if self.pending_signal.is_some() => {
+                self.run_signal().await?;
+                match self.phase {
+                    Phase::Snapshot(_) => self.poll_snapshot().await,
+                    _ => self.poll_stream().await,
+                }
+            }
             Phase::Stream => self.poll_stream().await,
             Phase::Done => {
                 tokio::time::sleep(self.cfg.poll_interval).await;
@@ -1295,7 +1546,7 @@ impl Inner {
             // `_queued_bytes` goes back to the reader's budget once the message is handled.
             if self.handle(msg, &mut out).await? {
                 closed = true;
-                if out.len() >= self.cfg.max_batch_size {
+                if out.len() >= self.cfg.max_batch_size || self.pending_signal.is_some() {
                     break;
                 }
             } else if out.len() >= self.cfg.max_batch_size * 4 {
@@ -1303,7 +1554,10 @@ impl Inner {
             }
         }
         let at_boundary = self.txn.is_none() && self.held.is_none();
-        if at_boundary && self.heartbeats.as_ref().is_some_and(Heartbeats::due) {
+        if at_boundary
+            && self.pending_signal.is_none()
+            && self.heartbeats.as_ref().is_some_and(Heartbeats::due)
+        {
             self.heartbeat(&mut out).await?;
         }
         let boundary = if at_boundary {
@@ -1371,6 +1625,9 @@ impl Inner {
                 snapshots::encode_skips(&self.skips).into(),
             );
         }
+        if let Some(request) = &self.pending_signal {
+            o.insert("snapshot_signal".into(), request.to_json().into());
+        }
         o
     }
 
@@ -1381,8 +1638,8 @@ impl Inner {
         // a table definition (FLUSH TABLES, DDL, cache eviction): kept, they would pile up.
         self.table_ids.clear();
         let txn = self.txn.take();
-        if let Some(g) = txn.as_ref().and_then(|t| t.gtid.clone()) {
-            let _ = g; // applied when the GTID event arrived (see handle)
+        if let Some(request) = txn.and_then(|t| t.signal) {
+            self.pending_signal = Some(request);
         }
         self.pos.pos = hdr.next;
         self.pos.gtids = self.gtid_text();
@@ -1433,6 +1690,7 @@ impl Inner {
             standalone,
             events: 0,
             skip_dml,
+            signal: None,
         });
     }
 
@@ -1541,6 +1799,13 @@ impl Inner {
                 if skip {
                     return Ok(false);
                 }
+                if kind == RowKind::Insert && self.cfg.filters.is_signal_table(&id.db, &id.table) {
+                    for (_, after) in &rows {
+                        if let Some(values) = after {
+                            self.read_signal(values);
+                        }
+                    }
+                }
                 let ts = self
                     .schemas
                     .get(&id)
@@ -1626,6 +1891,9 @@ impl Inner {
                     return Ok(true);
                 }
                 if upper == "ROLLBACK" {
+                    if let Some(t) = self.txn.as_mut() {
+                        t.signal = None;
+                    }
                     self.end_txn(hdr, out);
                     return Ok(true);
                 }

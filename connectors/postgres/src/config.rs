@@ -275,7 +275,24 @@ pub fn config_def() -> ConfigDef {
         .define(key("flush.lsn.source", Boolean).default_null().doc("Deprecated: true = lsn.flush.mode connector, false = manual."))
         .define(key("message.prefix.include.list", String).default_null().validator(regex_list_validator()).doc("Logical decoding message prefixes to include."))
         .define(key("message.prefix.exclude.list", String).default_null().validator(regex_list_validator()).doc("Logical decoding message prefixes to exclude."));
-    headwater_connector_common::config::define_signal_keys(def, false)
+    let def = def.define(key("signal.data.collection", String).default_null().validator(Validator::custom(|v| match v {
+        ConfigValue::String(s) if !s.trim().is_empty() => parse_signal_table(s).map(|_| ()),
+        _ => Ok(()),
+    })).doc("The table (<schema>.<table>, columns id, type, data) whose inserted rows are signals: execute-snapshot (run as a blocking snapshot) and log. It is captured like an included table but never snapshotted."));
+    headwater_connector_common::config::define_signal_keys(def)
+}
+
+/// `signal.data.collection`: `<schema>.<table>` (Debezium's form for PostgreSQL), as written
+/// (names are matched exactly, as PostgreSQL stores them).
+fn parse_signal_table(s: &str) -> Result<(String, String), String> {
+    match s.trim().split_once('.') {
+        Some((schema, table))
+            if !schema.is_empty() && !table.is_empty() && !table.contains('.') =>
+        {
+            Ok((schema.to_owned(), table.to_owned()))
+        }
+        _ => Err(format!("{s:?} must be <schema>.<table>")),
+    }
 }
 
 fn parse_message_key_columns(s: &str) -> Result<Vec<(PatternList, Vec<String>)>, String> {
@@ -478,6 +495,16 @@ impl PostgresConfig {
                 tables: selector(&p, "table.include.list", "table.exclude.list"),
                 columns: selector(&p, "column.include.list", "column.exclude.list"),
                 ignore_builtin: p.get_bool("table.ignore.builtin").unwrap_or(true),
+                // Signals are read only when the source channel is enabled (Debezium's rule).
+                signal_table: p
+                    .get_string("signal.data.collection")
+                    .filter(|t| !t.trim().is_empty())
+                    .and_then(|t| parse_signal_table(t).ok())
+                    .filter(|_| {
+                        s("signal.enabled.channels")
+                            .split(',')
+                            .any(|c| c.trim().eq_ignore_ascii_case("source"))
+                    }),
             },
             slot_name: s("slot.name"),
             slot_drop_on_stop: p.get_bool("slot.drop.on.stop").unwrap_or(false),
@@ -622,5 +649,34 @@ mod tests {
         assert_eq!(c.message_key_columns.len(), 2);
         assert_eq!(c.message_key_columns[0].1, vec!["a", "b"]);
         assert!(c.filters.table_included("public", "Orders"));
+    }
+
+    #[test]
+    fn signal_table_is_captured_and_must_be_schema_dot_table() {
+        let mut p = base();
+        p.extend([
+            ("table.include.list", "public.orders"),
+            ("signal.data.collection", "ops.debezium_signal"),
+        ]);
+        let c = PostgresConfig::parse(&props(&p)).unwrap();
+        assert_eq!(
+            c.filters.signal_table,
+            Some(("ops".to_owned(), "debezium_signal".to_owned()))
+        );
+        assert!(c.filters.table_included("ops", "debezium_signal"));
+        assert!(!c.filters.table_included("ops", "other"));
+        p.push(("signal.enabled.channels", ""));
+        let off = PostgresConfig::parse(&props(&p)).unwrap();
+        assert_eq!(off.filters.signal_table, None, "the source channel is off");
+        for bad in ["debezium_signal", "a.b.c", ".x"] {
+            let mut p = base();
+            p.push(("signal.data.collection", bad));
+            let v = validate(&props(&p));
+            let errs = v.errors_by_field();
+            assert!(
+                errs["signal.data.collection"][0].contains("<schema>.<table>"),
+                "{bad}: {errs:?}"
+            );
+        }
     }
 }

@@ -13,6 +13,9 @@ pub struct Filters {
     pub tables: Selector,
     pub columns: Selector,
     pub ignore_builtin: bool,
+    /// `signal.data.collection` (schema, table): captured whatever the lists say, as in
+    /// Debezium, but never snapshotted.
+    pub signal_table: Option<(String, String)>,
 }
 
 /// Schemas that are never captured when `table.ignore.builtin` is on.
@@ -22,10 +25,18 @@ fn is_builtin_schema(schema: &str) -> bool {
 
 impl Filters {
     pub fn table_included(&self, schema: &str, table: &str) -> bool {
+        if self.is_signal_table(schema, table) {
+            return true;
+        }
         if self.ignore_builtin && is_builtin_schema(schema) {
             return false;
         }
         self.schemas.accepts(schema) && self.tables.accepts(&format!("{schema}.{table}"))
+    }
+    pub fn is_signal_table(&self, schema: &str, table: &str) -> bool {
+        self.signal_table
+            .as_ref()
+            .is_some_and(|(s, t)| s == schema && t == table)
     }
     pub fn column_included(&self, schema: &str, table: &str, column: &str) -> bool {
         self.columns.accepts(&format!("{schema}.{table}.{column}"))

@@ -150,6 +150,10 @@ pub struct Chunk {
     pub kind: ChunkKind,
     /// Only keys above this one (a resumed table).
     pub after: Option<i64>,
+    /// A signal's `additional-conditions` filter for the table: SQL ANDed to the chunk's own
+    /// conditions (trusted as Debezium trusts it: whoever may write the signal table may
+    /// read every captured table; the readers' transactions are read-only).
+    pub condition: Option<std::sync::Arc<str>>,
 }
 
 impl Chunk {
@@ -165,6 +169,9 @@ impl Chunk {
         let key = int_key(ts).map(|i| quote_ident(&ts.columns[i].def.name));
         if let (Some(a), Some(k)) = (self.after, &key) {
             conds.push(format!("{k} > {a}"));
+        }
+        if let Some(c) = &self.condition {
+            conds.push(format!("({c})"));
         }
         match &self.kind {
             ChunkKind::KeyRange { lo, hi } => {
@@ -267,6 +274,7 @@ pub async fn plan_table(
             of: 1,
             kind,
             after,
+            condition: None,
         }]
     };
     if let Some(ki) = int_key(ts) {
@@ -303,6 +311,7 @@ pub async fn plan_table(
                     hi: (i + 1 < n).then(|| bound(i + 1)),
                 },
                 after,
+                condition: None,
             })
             .collect());
     }
@@ -321,6 +330,7 @@ pub async fn plan_table(
                 hi: (i + 1 < n).then(|| bound(i + 1)),
             },
             after: None,
+            condition: None,
         })
         .collect())
 }

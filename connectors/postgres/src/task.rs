@@ -7,7 +7,10 @@
 //! snapshot of a temporary slot whose consistent point becomes the streaming start). Streaming
 //! reads the slot through the replication client; a reader task pushes messages into a bounded
 //! channel and answers keepalives, a ticker sends standby status updates even while the engine
-//! applies backpressure.
+//! applies backpressure. An `execute-snapshot` signal (a row inserted into
+//! `signal.data.collection`) stops the stream at its transaction's commit, copies the tables it
+//! names like a resumed snapshot (a temporary slot's snapshot, skip regions for the stream) and
+//! streams on from the end of the signal's transaction.
 //!
 //! Durability invariants:
 //! - the flush position sent to the server (`Shared::durable`) only moves forward, and only to
@@ -19,7 +22,9 @@
 //!   record that closes a `Boundary::Commit` batch carries the transaction's end LSN as
 //!   `lsn_proc` (the position streaming resumes from); the other records of a transaction
 //!   carry no offset (the engine commits only at boundaries, so only that one is ever stored);
-//! - every record of a source transaction is returned before a batch with `Boundary::Commit`.
+//! - every record of a source transaction is returned before a batch with `Boundary::Commit`;
+//! - a signal's request is in the offsets from its transaction's commit until its copy ends,
+//!   and the slot is not confirmed past the signal before the request is in an offset.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,6 +42,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
 use headwater_connector_common::heartbeat::Heartbeats;
+use headwater_connector_common::signal::{self as signals, Signal, SnapshotRequest};
 use headwater_connector_common::txmeta::TransactionMetadata;
 
 use crate::catalog::{self, quote_ident, quote_literal, TypeRegistry};
@@ -200,9 +206,30 @@ struct Snapshot {
     lsn: Lsn,
     tx_id: Option<i64>,
     ts_us: i64,
+    /// A signalled snapshot's request as JSON (`snapshot_signal` in its offsets).
+    signal: Option<String>,
     then_stream: bool,
     started: Instant,
 }
+
+/// What [`Inner::begin_snapshot`] starts.
+struct SnapshotStart<'a> {
+    /// The offset of an unfinished snapshot of the same kind, to resume after its last row.
+    resume: Option<&'a OffsetMap>,
+    /// A signal's request: only the tables it names, through its conditions.
+    signal: Option<SnapshotRequest>,
+    /// Where streaming starts after a signalled snapshot: the end of the signal's transaction.
+    stream_from: Option<Lsn>,
+    /// Regions of earlier snapshots the stream has not passed yet.
+    skips: Vec<SkipRegion>,
+    /// Whether the connector's slot exists (else the snapshot creates it and reads its
+    /// exported snapshot; if it exists, a temporary slot's).
+    slot_exists: bool,
+    then_stream: bool,
+}
+
+/// How long a signal's condition is tried before its snapshot starts.
+const SIGNAL_CONDITION_PROBE: Duration = Duration::from_secs(5);
 
 /// What the offset after a snapshot record says (computed for the last record of a batch).
 struct SnapshotTail {
@@ -222,6 +249,8 @@ struct Txn {
     begin_lsn: Lsn,
     ts_us: i64,
     records: usize,
+    /// The execute-snapshot signals inserted in this transaction, merged into one request.
+    signal: Option<SnapshotRequest>,
 }
 
 /// A captured relation: its schema and, per captured column, its tuple index.
@@ -282,6 +311,10 @@ struct Inner {
     /// The source block of the last event: ((its transaction's begin LSN, xid, commit time),
     /// table, block). Events of one transaction and table differ only in `sequence` and `lsn`.
     source_cache: Option<((Lsn, u32, i64), TableId, Struct)>,
+    /// An execute-snapshot request whose transaction has ended: the stream stops there and
+    /// the snapshot runs at the next poll. While it is set, stream offsets carry it
+    /// (`snapshot_signal`), so a restart runs it.
+    pending_signal: Option<SnapshotRequest>,
 }
 
 /// How often the stream looks for relations dropped from the catalog, and after how many new
@@ -576,10 +609,12 @@ impl Inner {
                 .map(|t| TransactionMetadata::new(&cfg.topic_prefix, t)),
             skips: Vec::new(),
             source_cache: None,
+            pending_signal: None,
             events,
             cfg,
         };
         inner.ensure_publication().await?;
+        inner.check_signal_table().await?;
         let offset = context.offset(&inner.events.partition).cloned();
         inner.prepare(offset).await?;
         if inner.cfg.heartbeat_interval > Duration::ZERO
@@ -659,6 +694,37 @@ impl Inner {
         Ok(())
     }
 
+    /// With `signal.data.collection`: the table exists and the publication publishes it, or
+    /// no signal could ever arrive.
+    async fn check_signal_table(&self) -> Result<(), ConnectError> {
+        let Some((schema, table)) = &self.cfg.filters.signal_table else {
+            return Ok(());
+        };
+        let qualified = format!("{}.{}", quote_ident(schema), quote_ident(table));
+        let row = self
+            .sql
+            .query_one(
+                "SELECT to_regclass($1) IS NOT NULL, EXISTS (SELECT 1 FROM pg_publication_tables WHERE pubname = $2 AND schemaname = $3 AND tablename = $4)",
+                &[&qualified, &self.cfg.publication_name, schema, table],
+            )
+            .await
+            .map_err(|e| sql_err("looking up the signal table", e))?;
+        let (exists, published): (bool, bool) = (row.get(0), row.get(1));
+        if !exists {
+            return Err(ConnectError::config(format!(
+                "signal.data.collection names {schema}.{table}, which does not exist: create it (CREATE TABLE {qualified} (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))) or remove the key"
+            )));
+        }
+        if !published {
+            return Err(ConnectError::config(format!(
+                "publication {:?} does not publish the signal table {schema}.{table}, so no signal would be read: ALTER PUBLICATION {} ADD TABLE {qualified}, or let the connector manage the publication (publication.autocreate.mode=filtered or all_tables)",
+                self.cfg.publication_name,
+                quote_ident(&self.cfg.publication_name)
+            )));
+        }
+        Ok(())
+    }
+
     async fn replication_client(&self, suffix: &str) -> Result<ReplicationClient, ConnectError> {
         let client = ReplicationClient::connect(&connect_options(&self.cfg, suffix))
             .await
@@ -699,7 +765,24 @@ impl Inner {
                 slot = read_slot(&self.sql, &slot_name).await?;
             }
         }
-        let completed = offset.as_ref().is_some_and(snapshot_completed);
+        // A signalled snapshot due or under way: its request is in the offset (the initial
+        // snapshot was complete before any signal was read).
+        let signal = offset.as_ref().and_then(|o| {
+            let text = offset_str(o, "snapshot_signal")?;
+            if o.contains_key("snapshot") && snapshot_completed(o) {
+                return None;
+            }
+            match SnapshotRequest::from_json(text) {
+                Ok(r) => Some((o, r)),
+                Err(e) => {
+                    tracing::warn!(error = %e, request = text, "the offset's execute-snapshot request is unreadable; streaming on without it");
+                    None
+                }
+            }
+        });
+        let completed = offset
+            .as_ref()
+            .is_some_and(|o| snapshot_completed(o) || o.contains_key("snapshot_signal"));
         let slot_usable = slot.as_ref().is_some_and(|s| !s.lost);
         let mode = self.cfg.snapshot_mode;
         if completed
@@ -742,157 +825,60 @@ impl Inner {
             let resume = offset
                 .as_ref()
                 .filter(|o| !snapshot_completed(o) && o.contains_key("snapshot_done"))
-                .filter(|_| slot.is_some())
-                .and_then(|o| Some((o, offset_i64(o, "lsn")?)));
-            let (lsn, snap_name, repl, temp) = if slot.is_none() {
-                let mut repl = self.replication_client("").await?;
-                let (lsn, name) = self.create_slot(&mut repl, &slot_name, false).await?;
-                (lsn, name, repl, false)
-            } else {
-                let tmp = format!(
-                    "hw_snap_{}_{}",
-                    std::process::id(),
-                    Lsn(crate::replication::pg_now_micros() as u64).0 % 1_000_000_000
-                );
-                let mut repl = self.replication_client("-snapshot").await?;
-                let (lsn, name) = self.create_slot(&mut repl, &tmp, true).await?;
-                (lsn, name, repl, true)
-            };
-            let tx_id: Option<i64> = self
-                .sql
-                .query_one(
-                    "SELECT txid_snapshot_xmin(txid_current_snapshot())::bigint",
-                    &[],
-                )
-                .await
-                .map_err(|e| sql_err("reading the snapshot transaction id", e))?
-                .get(0);
-            let mut done: Vec<String> = Vec::new();
-            let mut skips: Vec<SkipRegion> = Vec::new();
-            let mut resume_at: Option<(String, Option<i64>)> = None;
-            let mut stream_from = lsn;
-            if let Some((o, start)) = resume {
-                done = offset_str(o, "snapshot_done")
-                    .map(snapshots::decode_tables)
-                    .unwrap_or_default();
-                skips = offset_str(o, "snapshot_skip")
-                    .map(snapshots::decode_skips)
-                    .unwrap_or_default();
-                resume_at = offset_str(o, "snapshot_table")
-                    .map(|t| (t.to_owned(), offset_i64(o, "snapshot_after")));
-                stream_from = Lsn::from_i64(start);
-            }
-            let tables = self.captured_tables().await?;
-            let mut schemas = Vec::with_capacity(tables.len());
-            for (s, t) in tables {
-                if done.iter().any(|d| *d == format!("{s}.{t}")) {
-                    continue;
-                }
-                if let Some(ts) = self.table_schema_from_catalog(&s, &t).await? {
-                    if !ts.columns.is_empty() {
-                        schemas.push(ts);
-                    }
-                }
-            }
-            let mut chunks = Vec::new();
-            let mut estimated = Vec::with_capacity(schemas.len());
-            for (i, ts) in schemas.iter().enumerate() {
-                let name = ts.id.to_string();
-                let after = resume_at
-                    .as_ref()
-                    .filter(|(t, _)| *t == name)
-                    .and_then(|(_, a)| *a)
-                    .filter(|_| snapshots::int_key(ts).is_some());
-                if resume.is_some() {
-                    skips.push(SkipRegion {
-                        table: name,
-                        after,
-                        lsn,
-                    });
-                }
-                let (rows, pages) = snapshots::estimate_rows(&self.sql, ts).await?;
-                estimated.push(rows);
-                chunks.extend(
-                    snapshots::plan_table(
-                        &self.sql,
-                        i,
-                        ts,
-                        after,
-                        rows,
-                        pages,
-                        self.cfg.snapshot_chunk_rows,
-                    )
-                    .await?,
-                );
-            }
-            let threads = self.cfg.snapshot_max_threads.clamp(1, chunks.len().max(1));
-            let mut clients = Vec::with_capacity(threads);
-            for _ in 0..threads {
-                let (client, _conn) = connect_sql(&self.cfg).await?;
-                client
-                    .batch_execute(&format!(
-                        "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
-                        quote_literal(&snap_name)
-                    ))
-                    .await
-                    .map_err(|e| sql_err("importing the snapshot into a reader", e))?;
-                clients.push(client);
-            }
-            if temp {
-                repl.close().await;
-            } else {
-                self.repl = Some(repl);
-            }
-            self.start_lsn = stream_from;
-            match &resume_at {
-                Some((t, after)) => {
-                    tracing::info!(tables = schemas.len(), chunks = chunks.len(), threads, lsn = %stream_from, snapshot_lsn = %lsn, resume_table = %t, resume_after = ?after, done = done.len(), "resuming snapshot")
-                }
-                None => {
-                    tracing::info!(tables = schemas.len(), chunks = chunks.len(), threads, lsn = %lsn, "starting snapshot")
-                }
-            }
-            let tables = Arc::new(schemas);
-            let chunks = Arc::new(chunks);
-            let readers = Readers::start(
-                clients,
-                tables.clone(),
-                chunks.clone(),
-                self.cfg.mapping.clone(),
-                self.cfg.unavailable_placeholder.clone(),
-            );
-            let n = tables.len();
-            // `tables` are those still to copy; `done` were completed by an earlier run.
-            self.progress.start(
-                (n + done.len()) as u64,
-                estimated.iter().sum(),
-                done.len() as u64,
-                0,
-            );
-            self.phase = Phase::Snapshot(Box::new(Snapshot {
-                tables,
-                chunks,
-                readers,
-                current: None,
-                rows: Vec::new().into_iter(),
-                row_table: 0,
-                batch_now: crate::event::now_micros_nanos(),
-                pending: None,
-                seen: vec![false; n],
-                rows_done: vec![0; n],
-                estimated,
-                progress: self.progress.clone(),
-                done_json: snapshots::encode_tables(&done),
-                done,
-                source_blocks: vec![None; n],
-                skips_json: (!skips.is_empty()).then(|| snapshots::encode_skips(&skips)),
+                .filter(|o| !o.contains_key("snapshot_signal"))
+                .filter(|_| slot.is_some());
+            let skips = resume
+                .and_then(|o| offset_str(o, "snapshot_skip"))
+                .map(snapshots::decode_skips)
+                .unwrap_or_default();
+            self.begin_snapshot(SnapshotStart {
+                resume,
+                signal: None,
+                stream_from: None,
                 skips,
-                lsn: stream_from,
-                tx_id,
-                ts_us: crate::event::now_micros_nanos().0,
+                slot_exists: slot.is_some(),
                 then_stream: mode != SnapshotMode::InitialOnly,
-                started: Instant::now(),
-            }));
+            })
+            .await?;
+        } else if let Some((o, request)) = signal {
+            // A signalled snapshot was due or under way when the task stopped: it starts again
+            // (or resumes at its next unfinished row), then streaming goes on after the signal.
+            let resume = Some(o).filter(|o| o.contains_key("snapshot_done"));
+            let stream_from = match resume {
+                Some(_) => None,
+                None => Some(Lsn::from_i64(
+                    offset_i64(o, "lsn_proc")
+                        .or_else(|| offset_i64(o, "lsn"))
+                        .unwrap_or(0),
+                )),
+            };
+            let skips = offset_str(o, "snapshot_skip")
+                .map(snapshots::decode_skips)
+                .unwrap_or_default();
+            let start = SnapshotStart {
+                resume,
+                signal: Some(request),
+                stream_from,
+                skips,
+                slot_exists: true,
+                then_stream: true,
+            };
+            if resume.is_some()
+                || self
+                    .check_signal(start.signal.as_ref().expect("set"))
+                    .await?
+            {
+                self.begin_snapshot(start).await?;
+            } else {
+                self.skips = start.skips;
+                self.start_lsn = stream_from.unwrap_or(Lsn::INVALID).max(
+                    slot.as_ref()
+                        .and_then(|s| s.confirmed_flush)
+                        .unwrap_or(Lsn::INVALID),
+                );
+                self.phase = Phase::Streaming;
+                self.start_streaming(true).await?;
+            }
         } else {
             let from_offset = offset
                 .as_ref()
@@ -924,9 +910,246 @@ impl Inner {
                 .map(snapshots::decode_skips)
                 .unwrap_or_default();
             self.phase = Phase::Streaming;
-            self.start_streaming().await?;
+            self.start_streaming(true).await?;
         }
         Ok(())
+    }
+
+    /// Starts a snapshot: the initial one (every captured table), or a signal's (the tables it
+    /// names, read on a temporary slot's exported snapshot while streaming goes on from before
+    /// it, skipping the changes the copy already holds).
+    async fn begin_snapshot(&mut self, start: SnapshotStart<'_>) -> Result<(), ConnectError> {
+        let slot_name = self.cfg.slot_name.clone();
+        let resume = start.resume.and_then(|o| Some((o, offset_i64(o, "lsn")?)));
+        let (lsn, snap_name, repl, temp) = if !start.slot_exists {
+            let mut repl = self.replication_client("").await?;
+            let (lsn, name) = self.create_slot(&mut repl, &slot_name, false).await?;
+            (lsn, name, repl, false)
+        } else {
+            let tmp = format!(
+                "hw_snap_{}_{}",
+                std::process::id(),
+                Lsn(crate::replication::pg_now_micros() as u64).0 % 1_000_000_000
+            );
+            let mut repl = self.replication_client("-snapshot").await?;
+            let (lsn, name) = self.create_slot(&mut repl, &tmp, true).await?;
+            (lsn, name, repl, true)
+        };
+        let tx_id: Option<i64> = self
+            .sql
+            .query_one(
+                "SELECT txid_snapshot_xmin(txid_current_snapshot())::bigint",
+                &[],
+            )
+            .await
+            .map_err(|e| sql_err("reading the snapshot transaction id", e))?
+            .get(0);
+        let mut done: Vec<String> = Vec::new();
+        let mut skips = start.skips;
+        let mut resume_at: Option<(String, Option<i64>)> = None;
+        let mut stream_from = start.stream_from.unwrap_or(lsn);
+        if let Some((o, from)) = resume {
+            done = offset_str(o, "snapshot_done")
+                .map(snapshots::decode_tables)
+                .unwrap_or_default();
+            resume_at = offset_str(o, "snapshot_table")
+                .map(|t| (t.to_owned(), offset_i64(o, "snapshot_after")));
+            stream_from = Lsn::from_i64(from);
+        }
+        let request = start.signal;
+        let mut schemas = Vec::new();
+        for (s, t) in self.snapshot_tables(request.as_ref()).await? {
+            if done.iter().any(|d| *d == format!("{s}.{t}")) {
+                continue;
+            }
+            if let Some(ts) = self.table_schema_from_catalog(&s, &t).await? {
+                if !ts.columns.is_empty() {
+                    schemas.push(ts);
+                }
+            }
+        }
+        // Streaming starts before the copy's position when the snapshot resumes or was
+        // signalled: the changes the copy already holds are skipped then.
+        let regions = resume.is_some() || request.is_some();
+        let mut chunks = Vec::new();
+        let mut estimated = Vec::with_capacity(schemas.len());
+        for (i, ts) in schemas.iter().enumerate() {
+            let name = ts.id.to_string();
+            let after = resume_at
+                .as_ref()
+                .filter(|(t, _)| *t == name)
+                .and_then(|(_, a)| *a)
+                .filter(|_| snapshots::int_key(ts).is_some());
+            if regions {
+                skips.push(SkipRegion {
+                    table: name.clone(),
+                    after,
+                    lsn,
+                });
+            }
+            let condition: Option<Arc<str>> = request
+                .as_ref()
+                .and_then(|r| r.condition(&name))
+                .map(Arc::from);
+            let (rows, pages) = snapshots::estimate_rows(&self.sql, ts).await?;
+            estimated.push(rows);
+            let mut planned = snapshots::plan_table(
+                &self.sql,
+                i,
+                ts,
+                after,
+                rows,
+                pages,
+                self.cfg.snapshot_chunk_rows,
+            )
+            .await?;
+            for chunk in &mut planned {
+                chunk.condition = condition.clone();
+            }
+            chunks.extend(planned);
+        }
+        let threads = self.cfg.snapshot_max_threads.clamp(1, chunks.len().max(1));
+        let mut clients = Vec::with_capacity(threads);
+        for _ in 0..threads {
+            let (client, _conn) = connect_sql(&self.cfg).await?;
+            client
+                .batch_execute(&format!(
+                    "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT {}",
+                    quote_literal(&snap_name)
+                ))
+                .await
+                .map_err(|e| sql_err("importing the snapshot into a reader", e))?;
+            clients.push(client);
+        }
+        if temp {
+            repl.close().await;
+        } else {
+            self.repl = Some(repl);
+        }
+        self.start_lsn = stream_from;
+        let kind = if request.is_some() {
+            "signalled"
+        } else {
+            "initial"
+        };
+        match &resume_at {
+            Some((t, after)) => {
+                tracing::info!(kind, tables = schemas.len(), chunks = chunks.len(), threads, lsn = %stream_from, snapshot_lsn = %lsn, resume_table = %t, resume_after = ?after, done = done.len(), "resuming snapshot")
+            }
+            None => {
+                tracing::info!(kind, tables = schemas.len(), chunks = chunks.len(), threads, lsn = %stream_from, snapshot_lsn = %lsn, "starting snapshot")
+            }
+        }
+        let tables = Arc::new(schemas);
+        let chunks = Arc::new(chunks);
+        let readers = Readers::start(
+            clients,
+            tables.clone(),
+            chunks.clone(),
+            self.cfg.mapping.clone(),
+            self.cfg.unavailable_placeholder.clone(),
+        );
+        let n = tables.len();
+        // `tables` are those still to copy; `done` were completed by an earlier run.
+        self.progress.start(
+            (n + done.len()) as u64,
+            estimated.iter().sum(),
+            done.len() as u64,
+            0,
+        );
+        self.phase = Phase::Snapshot(Box::new(Snapshot {
+            tables,
+            chunks,
+            readers,
+            current: None,
+            rows: Vec::new().into_iter(),
+            row_table: 0,
+            batch_now: crate::event::now_micros_nanos(),
+            pending: None,
+            seen: vec![false; n],
+            rows_done: vec![0; n],
+            estimated,
+            progress: self.progress.clone(),
+            done_json: snapshots::encode_tables(&done),
+            done,
+            source_blocks: vec![None; n],
+            skips_json: (!skips.is_empty()).then(|| snapshots::encode_skips(&skips)),
+            skips,
+            lsn: stream_from,
+            tx_id,
+            ts_us: crate::event::now_micros_nanos().0,
+            signal: request.map(|r| r.to_json()),
+            then_stream: start.then_stream,
+            started: Instant::now(),
+        }));
+        Ok(())
+    }
+
+    /// The tables a snapshot copies, in snapshot order: every captured table, or those a
+    /// signal names. The signal table itself is never copied (as in Debezium).
+    async fn snapshot_tables(
+        &self,
+        request: Option<&SnapshotRequest>,
+    ) -> Result<Vec<(String, String)>, ConnectError> {
+        let mut tables = self.captured_tables().await?;
+        tables.retain(|(s, t)| {
+            !self.cfg.filters.is_signal_table(s, t)
+                && request.is_none_or(|r| r.names(&format!("{s}.{t}")))
+        });
+        Ok(tables)
+    }
+
+    /// Whether a signal's snapshot has anything to copy, and its conditions are SQL the server
+    /// accepts for their tables (each tried with `LIMIT 1`, for at most 5 s). A refused
+    /// request is logged and not acted on, so a bad signal cannot fail the task on every
+    /// restart; other errors (a lost connection, say) are returned.
+    async fn check_signal(&self, request: &SnapshotRequest) -> Result<bool, ConnectError> {
+        let tables = self.snapshot_tables(Some(request)).await?;
+        if tables.is_empty() {
+            tracing::warn!(collections = ?request.collections, "execute-snapshot signal: no captured table matches the request; nothing to copy");
+            return Ok(false);
+        }
+        for (s, t) in &tables {
+            let name = format!("{s}.{t}");
+            let Some(condition) = request.condition(&name) else {
+                continue;
+            };
+            let probe = format!(
+                "SELECT 1 FROM ONLY {}.{} WHERE ({condition}) LIMIT 1",
+                quote_ident(s),
+                quote_ident(t)
+            );
+            // One statement through the extended protocol (a condition holding a second
+            // statement is a syntax error there), in a read-only transaction whose statement
+            // timeout bounds the trial.
+            self.sql
+                .batch_execute(&format!(
+                    "BEGIN READ ONLY; SET LOCAL statement_timeout = {}",
+                    SIGNAL_CONDITION_PROBE.as_millis()
+                ))
+                .await
+                .map_err(|e| sql_err("trying an execute-snapshot signal's condition", e))?;
+            let tried = self.sql.query(probe.as_str(), &[]).await;
+            self.sql
+                .batch_execute("ROLLBACK")
+                .await
+                .map_err(|e| sql_err("trying an execute-snapshot signal's condition", e))?;
+            let Err(e) = tried else {
+                continue;
+            };
+            let code = e.code().map(|c| c.code().to_owned()).unwrap_or_default();
+            if code == "57014" {
+                // The statement timeout: the condition is valid SQL for the table.
+                tracing::info!(table = %name, "execute-snapshot signal: the condition's trial did not end within 5 s; copying anyway");
+            } else if code.starts_with("42") || code.starts_with("22") {
+                // Syntax errors, unknown columns, permissions (42), bad values (22).
+                tracing::warn!(table = %name, condition, error = %sql_err("", e), "execute-snapshot signal not acted on: its condition is refused by the server");
+                return Ok(false);
+            } else {
+                return Err(sql_err("trying an execute-snapshot signal's condition", e));
+            }
+        }
+        Ok(true)
     }
 
     /// Runs `create` (a CREATE_REPLICATION_SLOT on the walsender `pid`) while reporting what it
@@ -1082,7 +1305,9 @@ impl Inner {
         Ok(ts)
     }
 
-    async fn start_streaming(&mut self) -> Result<(), ConnectError> {
+    /// Starts the replication stream at `start_lsn`; `confirm_start` confirms that position
+    /// to the server at once (it holds nothing the connector still has to hand out).
+    async fn start_streaming(&mut self, confirm_start: bool) -> Result<(), ConnectError> {
         let repl = match self.repl.take() {
             Some(r) => r,
             None => self.replication_client("").await?,
@@ -1130,9 +1355,11 @@ impl Inner {
         self.skips.retain(|s| s.lsn > start);
         self.last_end = self.start_lsn;
         self.processed_pos = self.start_lsn;
-        self.shared
-            .durable
-            .fetch_max(self.start_lsn.0, Ordering::SeqCst);
+        if confirm_start {
+            self.shared
+                .durable
+                .fetch_max(self.start_lsn.0, Ordering::SeqCst);
+        }
         // The reader hands over chunks: every message one socket read delivered (at most a
         // third of `max.queue.size`), through a channel holding one chunk, while the task
         // holds at most one more. The reader so reads the socket again only once the task took
@@ -1308,6 +1535,13 @@ impl Inner {
         self.maybe_heartbeat().await?;
         match &self.phase {
             Phase::Snapshot(_) => self.poll_snapshot().await,
+            Phase::Streaming if self.pending_signal.is_some() => {
+                self.run_signal().await?;
+                match self.phase {
+                    Phase::Snapshot(_) => self.poll_snapshot().await,
+                    _ => self.poll_stream().await,
+                }
+            }
             Phase::Streaming => self.poll_stream().await,
             Phase::Done => {
                 tokio::time::sleep(self.cfg.poll_interval).await;
@@ -1338,7 +1572,15 @@ impl Inner {
         let mut o = OffsetMap::new();
         o.insert("last_snapshot_record".into(), tail.last.into());
         o.insert("lsn".into(), s.lsn.as_i64().into());
-        o.insert("snapshot".into(), "INITIAL".into());
+        let kind = if s.signal.is_some() {
+            "BLOCKING"
+        } else {
+            "INITIAL"
+        };
+        o.insert("snapshot".into(), kind.into());
+        if let Some(request) = &s.signal {
+            o.insert("snapshot_signal".into(), request.as_str().into());
+        }
         o.insert("snapshot_completed".into(), tail.last.into());
         o.insert("ts_usec".into(), s.ts_us.into());
         if let Some(x) = s.tx_id {
@@ -1454,7 +1696,9 @@ impl Inner {
         if snap.then_stream {
             self.phase = Phase::Streaming;
             self.start_lsn = snap.lsn;
-            self.start_streaming().await?;
+            // After a signalled snapshot the stream goes on from the signal's transaction,
+            // whose records may not be committed yet: only commits confirm that position.
+            self.start_streaming(snap.signal.is_none()).await?;
         } else {
             self.phase = Phase::Done;
         }
@@ -1580,7 +1824,7 @@ impl Inner {
         let mut out: Vec<SourceRecord> = Vec::new();
         let mut caught_up = true;
         loop {
-            if out.len() >= self.cfg.max_batch_size {
+            if out.len() >= self.cfg.max_batch_size || self.pending_signal.is_some() {
                 caught_up = false;
                 break;
             }
@@ -1680,6 +1924,7 @@ impl Inner {
         // keepalive past only uncaptured WAL).
         if self.txn.is_none()
             && self.held.is_none()
+            && self.pending_signal.is_none()
             && self.heartbeats.as_ref().is_some_and(Heartbeats::due)
         {
             let durable = Lsn(self.shared.durable.load(Ordering::SeqCst));
@@ -1737,6 +1982,80 @@ impl Inner {
         }
     }
 
+    /// Reads a row inserted into the signal table: its columns by position (id, type, data),
+    /// as Debezium reads them. An execute-snapshot request is kept on the open transaction
+    /// and acted on once it commits; `log` is written to the worker's log at once.
+    fn read_signal(&mut self, row: &TupleData) {
+        let text = |i: usize| match row.0.get(i) {
+            Some(TupleValue::Text(b) | TupleValue::Binary(b)) => {
+                // jsonb's binary form is a version byte (1) before the JSON text.
+                let b = b.strip_prefix(&[1u8]).unwrap_or(b);
+                Some(String::from_utf8_lossy(b).into_owned())
+            }
+            _ => None,
+        };
+        let Some(kind) = text(1) else {
+            tracing::warn!("signal not acted on: its second column (the signal's type) is null");
+            return;
+        };
+        let data = match text(2).map(|d| signals::data_from_text(&d)).transpose() {
+            Ok(d) => d.unwrap_or_default(),
+            Err(why) => {
+                tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
+                return;
+            }
+        };
+        match signals::parse(&kind, &data) {
+            Signal::ExecuteSnapshot(request) => {
+                if request.incremental {
+                    tracing::warn!(tables = ?request.collections, "execute-snapshot signal of type incremental: Headwater runs it as a blocking snapshot (streaming pauses until the tables are copied)");
+                }
+                tracing::info!(tables = ?request.collections, conditions = ?request.conditions, "execute-snapshot signal: snapshotting the tables it names once its transaction commits, then streaming on after it");
+                if let Some(t) = self.txn.as_mut() {
+                    match &mut t.signal {
+                        Some(earlier) => earlier.merge(request),
+                        None => t.signal = Some(request),
+                    }
+                }
+            }
+            Signal::Log(message) => tracing::info!(message = %message, "log signal"),
+            Signal::Unsupported(kind, why) => {
+                tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
+            }
+        }
+    }
+
+    /// Acts on the pending execute-snapshot request at a transaction boundary: stops the
+    /// stream and starts the snapshot of the tables it names (streaming starts again after
+    /// the signal's transaction once it is copied), or streams on if the request names no
+    /// captured table or the server refuses its conditions.
+    async fn run_signal(&mut self) -> Result<(), ConnectError> {
+        let Some(request) = self.pending_signal.take() else {
+            return Ok(());
+        };
+        if !self.check_signal(&request).await? {
+            return Ok(());
+        }
+        if let Some(s) = self.stream.take() {
+            s.reader.abort();
+            s.ticker.abort();
+            let _ = self.shared.send_status(&s.status).await;
+            s.status.close().await;
+        }
+        // A new replication session announces its relations again.
+        self.relations.clear();
+        self.source_cache = None;
+        let start = SnapshotStart {
+            resume: None,
+            signal: Some(request),
+            stream_from: Some(self.last_end),
+            skips: std::mem::take(&mut self.skips),
+            slot_exists: true,
+            then_stream: true,
+        };
+        self.begin_snapshot(start).await
+    }
+
     fn stream_offset(&self, lsn: Lsn) -> OffsetMap {
         let mut o = OffsetMap::new();
         o.insert("lsn".into(), lsn.as_i64().into());
@@ -1750,6 +2069,12 @@ impl Inner {
             o.insert(
                 "snapshot_skip".into(),
                 OffsetValue::String(snapshots::encode_skips(&self.skips)),
+            );
+        }
+        if let Some(request) = &self.pending_signal {
+            o.insert(
+                "snapshot_signal".into(),
+                OffsetValue::String(request.to_json()),
             );
         }
         o
@@ -1861,10 +2186,16 @@ impl Inner {
                     begin_lsn: wal_start,
                     ts_us,
                     records: 0,
+                    signal: None,
                 });
             }
             PgOutputMessage::Commit { end_lsn, .. } => {
                 let produced = self.txn.as_ref().map_or(0, |t| t.records);
+                let signal = self.txn.as_mut().and_then(|t| t.signal.take());
+                let signalled = signal.is_some();
+                if let Some(request) = signal {
+                    self.pending_signal = Some(request);
+                }
                 if let Some((mut h, lsn)) = self.held.take() {
                     let mut offset = self.stream_offset(lsn);
                     offset.insert("lsn_proc".into(), end_lsn.as_i64().into());
@@ -1891,6 +2222,11 @@ impl Inner {
                 }
                 self.txn = None;
                 self.last_end = end_lsn;
+                if signalled {
+                    // Not confirmed before the signal's snapshot is in the offsets: a restart
+                    // must read the signal again if nothing of it was committed.
+                    return Ok(());
+                }
                 self.processed_pos = end_lsn;
                 self.forget_dropped_relations(end_lsn).await;
                 if !self.skips.is_empty() {
@@ -1910,6 +2246,13 @@ impl Inner {
                     Some(x) => x,
                     None => return Ok(()),
                 };
+                if self
+                    .cfg
+                    .filters
+                    .is_signal_table(&ts.id.schema, &ts.id.table)
+                {
+                    self.read_signal(&new);
+                }
                 if self.cfg.skipped.create {
                     return Ok(());
                 }

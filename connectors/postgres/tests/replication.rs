@@ -8,7 +8,10 @@
 //! - an idle slot (WAL activity, but no captured change) keeps advancing its confirmed position;
 //! - transactions the server streams while they run (protocol 2) come out in commit order, once,
 //!   without rolled-back savepoints or aborted transactions, and leave no spill file behind;
-//! - slot creation blocked by an open transaction says which session it waits for.
+//! - slot creation blocked by an open transaction says which session it waits for;
+//! - an execute-snapshot signal copies the tables it names (through its condition) and streams
+//!   on after the signal, every row once, across restarts before and during the copy; a signal
+//!   whose condition the server refuses is logged and streaming goes on.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -992,4 +995,240 @@ async fn slot_creation_reports_the_transactions_it_waits_for() {
         .unwrap();
     assert_eq!(waiting.status(), None, "the wait is over");
     task.stop().await;
+}
+
+/// Polls (without committing) until a batch holds a record `pick` accepts; returns that batch.
+async fn poll_until(
+    task: &mut PostgresSourceTask,
+    pick: impl Fn(&headwater_api::SourceRecord) -> bool,
+) -> Vec<headwater_api::SourceRecord> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let b = task.poll().await.unwrap();
+        if b.records.iter().any(&pick) {
+            return b.records;
+        }
+        assert!(Instant::now() < deadline, "no such record arrived");
+    }
+}
+
+fn op_of(r: &headwater_api::SourceRecord) -> Option<String> {
+    Some(r.value.as_struct()?.get("op")?.as_str()?.to_owned())
+}
+
+fn offset_text(r: &headwater_api::SourceRecord, key: &str) -> Option<String> {
+    match r.source_offset.get(key)? {
+        headwater_api::OffsetValue::String(s) => Some(s.clone()),
+        other => Some(format!("{other:?}")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execute_snapshot_signal_copies_named_tables_once_across_restarts() {
+    let pg = PostgresServer::start().unwrap();
+    pg.create_database("sig").await.unwrap();
+    let db = pg.connect("sig").await.unwrap();
+    db.batch_execute(
+        "CREATE TABLE captured (id int PRIMARY KEY, status text NOT NULL);
+         INSERT INTO captured SELECT i, CASE WHEN i % 2 = 0 THEN 'open' ELSE 'closed' END FROM generate_series(1, 20) i;
+         CREATE TABLE other (id int PRIMARY KEY); INSERT INTO other SELECT generate_series(1, 5);
+         CREATE TABLE debezium_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));
+         INSERT INTO debezium_signal VALUES ('before', 'log', '{\"message\": \"not snapshotted\"}');",
+    )
+    .await
+    .unwrap();
+    let props = task_props(
+        &pg,
+        "sig",
+        &[
+            ("slot.name", "sig_slot"),
+            ("table.include.list", "public.captured,public.other"),
+            ("publication.autocreate.mode", "filtered"),
+            ("signal.data.collection", "public.debezium_signal"),
+            ("snapshot.fetch.size", "4"),
+            ("max.batch.size", "4"),
+            ("max.queue.size", "64"),
+        ],
+    );
+    let start = |offsets: Vec<(headwater_api::OffsetMap, headwater_api::OffsetMap)>| {
+        let props = props.clone();
+        async move {
+            let mut t = PostgresSourceTask::new();
+            let ctx = SourceTaskContext {
+                committed_offsets: offsets,
+                ..Default::default()
+            };
+            t.start(ctx, props).await.unwrap();
+            t
+        }
+    };
+    let mut t1 = start(Vec::new()).await;
+    let initial = drain(&mut t1, 25).await;
+    assert_eq!(ids(&initial, "r").len(), 25);
+    assert!(
+        initial
+            .iter()
+            .all(|r| !r.topic.ends_with("debezium_signal")),
+        "the signal table is not snapshotted"
+    );
+
+    // A condition the server refuses: logged, not acted on; streaming goes on.
+    db.batch_execute(
+        r#"INSERT INTO debezium_signal VALUES ('bad', 'execute-snapshot', '{"data-collections": ["public\\.captured"], "type": "blocking", "additional-conditions": [{"data-collection": "public.captured", "filter": "no_such_column = 1"}]}');
+           INSERT INTO debezium_signal VALUES ('sneaky', 'execute-snapshot', '{"data-collections": ["public\\.captured"], "additional-conditions": [{"data-collection": "public.captured", "filter": "true); DELETE FROM captured; SELECT (1"}]}');
+           INSERT INTO captured VALUES (100, 'closed');"#,
+    )
+    .await
+    .unwrap();
+    let mut after_bad = Vec::new();
+    while !ids(&after_bad, "c").contains(&100) {
+        after_bad.extend(drain(&mut t1, 1).await);
+    }
+    assert!(ids(&after_bad, "r").is_empty(), "{after_bad:?}");
+    assert!(
+        after_bad
+            .iter()
+            .any(|r| r.topic == "idle.public.debezium_signal" && op_of(r).as_deref() == Some("c")),
+        "the signal row itself is streamed, as in Debezium"
+    );
+    assert!(
+        after_bad
+            .iter()
+            .filter_map(|r| offset_text(r, "snapshot_signal"))
+            .any(|s| s.contains("no_such_column")),
+        "the bad signal was read as a request (and then refused)"
+    );
+    let rows: i64 = db
+        .query_one("SELECT count(*) FROM captured", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        rows, 21,
+        "a condition holding a second statement is refused, not run"
+    );
+
+    // The signal: only open rows of `captured`. Its transaction's record carries the request,
+    // and that is all that is committed before the task stops.
+    db.batch_execute(
+        r#"INSERT INTO debezium_signal VALUES ('resnap', 'execute-snapshot', '{"data-collections": ["public\\.capt.*"], "type": "blocking", "additional-conditions": [{"data-collection": "public.captured", "filter": "status = ''open''"}]}');"#,
+    )
+    .await
+    .unwrap();
+    let batch = poll_until(&mut t1, |r| r.topic == "idle.public.debezium_signal").await;
+    let last = batch.last().unwrap();
+    assert!(offset_text(last, "snapshot_signal").is_some_and(|s| s.contains("capt")));
+    let committed = vec![(last.source_partition.clone(), last.source_offset.clone())];
+    t1.stop().await;
+
+    // Changes before the copy starts: in the copy, never streamed as well.
+    for i in 21..=25 {
+        db.execute("INSERT INTO captured VALUES ($1, 'open')", &[&i])
+            .await
+            .unwrap();
+    }
+    let mut t2 = start(committed).await;
+    let first = poll_until(&mut t2, |r| op_of(r).as_deref() == Some("r")).await;
+    let mut copied = ids(&first, "r");
+    assert_eq!(copied, vec![2, 4, 6, 8], "key order, open rows only");
+    let last = first.last().unwrap();
+    assert_eq!(offset_text(last, "snapshot").as_deref(), Some("BLOCKING"));
+    assert!(offset_text(last, "snapshot_signal").is_some());
+    let committed = vec![(last.source_partition.clone(), last.source_offset.clone())];
+    t2.stop().await;
+
+    // A crash in the copy: it resumes after its last committed row, then streams on after the
+    // signal; rows written meanwhile come out once.
+    for i in 26..=28 {
+        db.execute("INSERT INTO captured VALUES ($1, 'open')", &[&i])
+            .await
+            .unwrap();
+    }
+    let mut t3 = start(committed).await;
+    let writer = {
+        let conn = pg.connect("sig").await.unwrap();
+        tokio::spawn(async move {
+            for i in 29..=35 {
+                conn.execute("INSERT INTO captured VALUES ($1, 'open')", &[&i])
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    let mut rest = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        rest.extend(drain(&mut t3, 1).await);
+        let mut seen = ids(&rest, "r");
+        seen.extend(ids(&rest, "c"));
+        if writer.is_finished() && seen.contains(&35) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "have {seen:?}");
+    }
+    writer.await.unwrap();
+    copied.extend(ids(&rest, "r"));
+    let mut seen = copied.clone();
+    seen.extend(ids(&rest, "c"));
+    seen.sort_unstable();
+    let mut expected: Vec<i32> = (2..=20).step_by(2).chain(21..=35).collect();
+    expected.sort_unstable();
+    assert_eq!(seen, expected, "every open row once, as copied or streamed");
+    assert!(
+        rest.iter()
+            .chain(&first)
+            .all(|r| !r.topic.ends_with(".other")),
+        "tables the signal does not name are not copied"
+    );
+    assert!(
+        ids(&rest, "r").iter().all(|i| *i > 8),
+        "the resumed copy starts after its last committed row"
+    );
+    let slots: i64 = db
+        .query_one("SELECT count(*) FROM pg_replication_slots", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 1, "the temporary snapshot slots are gone");
+    t3.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_table_the_publication_lacks_is_refused_at_start() {
+    let pg = PostgresServer::start().unwrap();
+    pg.create_database("nosig").await.unwrap();
+    let db = pg.connect("nosig").await.unwrap();
+    db.batch_execute(
+        "CREATE TABLE captured (id int PRIMARY KEY);
+         CREATE TABLE debezium_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));
+         CREATE PUBLICATION only_captured FOR TABLE captured;",
+    )
+    .await
+    .unwrap();
+    for (table, says) in [
+        (
+            "public.debezium_signal",
+            "does not publish the signal table",
+        ),
+        ("public.missing_signal", "does not exist"),
+    ] {
+        let mut t = PostgresSourceTask::new();
+        let err = t
+            .start(
+                SourceTaskContext::default(),
+                task_props(
+                    &pg,
+                    "nosig",
+                    &[
+                        ("slot.name", "nosig_slot"),
+                        ("publication.name", "only_captured"),
+                        ("publication.autocreate.mode", "disabled"),
+                        ("signal.data.collection", table),
+                    ],
+                ),
+            )
+            .await
+            .expect_err("refused");
+        assert!(err.to_string().contains(says), "{table}: {err}");
+    }
 }

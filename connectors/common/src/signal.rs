@@ -1,0 +1,271 @@
+//! Debezium's source signals, as every connector reads them: a row or document with three
+//! fields (an id, a type and the data, a JSON document), inserted into `signal.data.collection`
+//! and read from the change stream like any other change. The connectors turn their row into
+//! a type and a JSON value; this module says what the signal asks for.
+//!
+//! Built: `execute-snapshot` (each connector runs it as a blocking snapshot of the tables or
+//! collections it names) and `log`. Other types are [`Signal::Unsupported`], with the reason.
+//!
+//! Invariant: a request round-trips through [`SnapshotRequest::to_json`] and
+//! [`SnapshotRequest::from_json`], which is how an interrupted snapshot finds it in its offset.
+
+use serde_json::{json, Value};
+
+use crate::name_filter::PatternList;
+
+/// What a signal asks for.
+#[derive(Debug)]
+pub enum Signal {
+    ExecuteSnapshot(SnapshotRequest),
+    /// `log`: a message for the worker's log.
+    Log(String),
+    /// A signal this connector does not act on: its type, and why.
+    Unsupported(String, String),
+}
+
+/// An `execute-snapshot` signal's data.
+#[derive(Debug)]
+pub struct SnapshotRequest {
+    /// `data-collections`: regexes matched against qualified names (`schema.table`,
+    /// `db.table`, `db.collection`).
+    pub collections: Vec<String>,
+    /// `additional-conditions`: (a regex for the qualified name, the filter as text: a SQL
+    /// condition for tables, a JSON query for collections).
+    pub conditions: Vec<(String, String)>,
+    /// `type`: `incremental` (Debezium's default) or `blocking`.
+    pub incremental: bool,
+    matchers: PatternList,
+    condition_matchers: Vec<PatternList>,
+}
+
+impl SnapshotRequest {
+    /// Whether the request names `qualified` (a table's or collection's qualified name).
+    pub fn names(&self, qualified: &str) -> bool {
+        self.matchers.matches(qualified)
+    }
+
+    /// The index in `conditions` of the first condition whose pattern matches `qualified`.
+    pub fn condition_index(&self, qualified: &str) -> Option<usize> {
+        self.condition_matchers
+            .iter()
+            .position(|m| m.matches(qualified))
+    }
+
+    /// The filter text of the first condition whose pattern matches `qualified`.
+    pub fn condition(&self, qualified: &str) -> Option<&str> {
+        self.condition_index(qualified)
+            .map(|i| self.conditions[i].1.as_str())
+    }
+
+    /// Adds another request's tables and conditions to this one (several execute-snapshot
+    /// signals in one source transaction run as one snapshot). The result is blocking unless
+    /// both were incremental.
+    pub fn merge(&mut self, other: SnapshotRequest) {
+        self.collections.extend(other.collections);
+        self.conditions.extend(other.conditions);
+        self.incremental &= other.incremental;
+        self.matchers.extend(other.matchers);
+        self.condition_matchers.extend(other.condition_matchers);
+    }
+
+    /// The request as the offset of its snapshot keeps it.
+    pub fn to_json(&self) -> String {
+        json!({
+            "data-collections": self.collections,
+            "type": if self.incremental { "incremental" } else { "blocking" },
+            "additional-conditions": self.conditions.iter()
+                .map(|(c, f)| json!({"data-collection": c, "filter": f}))
+                .collect::<Vec<_>>(),
+        })
+        .to_string()
+    }
+
+    pub fn from_json(text: &str) -> Result<SnapshotRequest, String> {
+        let data: Value =
+            serde_json::from_str(text).map_err(|e| format!("its data is not JSON: {e}"))?;
+        SnapshotRequest::from_data(&data)
+    }
+
+    /// Reads an `execute-snapshot` signal's data document.
+    pub fn from_data(data: &Value) -> Result<SnapshotRequest, String> {
+        let collections: Vec<String> = match data.get("data-collections") {
+            Some(Value::Array(items)) if !items.is_empty() => items
+                .iter()
+                .map(|v| {
+                    v.as_str().map(|s| s.trim().to_owned()).ok_or_else(|| {
+                        "data-collections holds something other than a string".to_owned()
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+            _ => return Err("data-collections is missing or empty".into()),
+        };
+        let incremental = match data.get("type").and_then(Value::as_str) {
+            None => true,
+            Some(t) if t.eq_ignore_ascii_case("incremental") => true,
+            Some(t) if t.eq_ignore_ascii_case("blocking") => false,
+            Some(other) => {
+                return Err(format!(
+                    "snapshot type {other:?} is not incremental or blocking"
+                ))
+            }
+        };
+        let mut conditions = Vec::new();
+        if let Some(list) = data.get("additional-conditions") {
+            let Value::Array(items) = list else {
+                return Err("additional-conditions is not an array".into());
+            };
+            for item in items {
+                let (Some(collection), Some(filter)) = (
+                    item.get("data-collection").and_then(Value::as_str),
+                    item.get("filter"),
+                ) else {
+                    return Err("each additional condition needs data-collection and filter".into());
+                };
+                let filter = match filter {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                if filter.trim().is_empty() {
+                    return Err(format!("the filter of {collection} is empty"));
+                }
+                conditions.push((collection.trim().to_owned(), filter));
+            }
+        }
+        let literal_commas = |p: &str| p.replace(',', "\\,");
+        let joined = collections
+            .iter()
+            .map(|c| literal_commas(c))
+            .collect::<Vec<_>>()
+            .join(",");
+        let matchers = PatternList::parse(&joined)?;
+        let condition_matchers = conditions
+            .iter()
+            .map(|(c, _)| PatternList::parse(&literal_commas(c)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SnapshotRequest {
+            collections,
+            conditions,
+            incremental,
+            matchers,
+            condition_matchers,
+        })
+    }
+}
+
+/// Reads the data field's text: empty means no data, anything else must be JSON.
+pub fn data_from_text(text: &str) -> Result<Value, String> {
+    if text.trim().is_empty() {
+        return Ok(Value::Null);
+    }
+    serde_json::from_str(text).map_err(|e| format!("its data is not JSON: {e}"))
+}
+
+/// What a signal of type `kind` with `data` asks for.
+pub fn parse(kind: &str, data: &Value) -> Signal {
+    match kind {
+        "execute-snapshot" => match SnapshotRequest::from_data(data) {
+            Ok(r) => Signal::ExecuteSnapshot(r),
+            Err(e) => Signal::Unsupported(kind.to_owned(), e),
+        },
+        "log" => Signal::Log(
+            data.get("message")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+        ),
+        other => Signal::Unsupported(
+            other.to_owned(),
+            "Headwater acts on execute-snapshot and log signals only".into(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn execute_snapshot_round_trips_and_matches_names() {
+        let data = json!({
+            "data-collections": ["public\\.orders", "public\\.line.*"], "type": "BLOCKING",
+            "additional-conditions": [{"data-collection": "public.orders", "filter": "status = 'open'"}],
+        });
+        let Signal::ExecuteSnapshot(r) = parse("execute-snapshot", &data) else {
+            panic!("not a snapshot request");
+        };
+        assert!(!r.incremental);
+        assert!(r.names("public.orders") && r.names("PUBLIC.line_items"));
+        assert!(!r.names("public.customers"));
+        assert_eq!(r.condition("public.orders"), Some("status = 'open'"));
+        assert_eq!(r.condition("public.line_items"), None);
+        let again = SnapshotRequest::from_json(&r.to_json()).unwrap();
+        assert_eq!(again.collections, r.collections);
+        assert_eq!(again.conditions, r.conditions);
+        assert!(!again.incremental);
+    }
+
+    #[test]
+    fn merged_requests_name_both_and_keep_the_first_condition() {
+        let one = SnapshotRequest::from_data(&json!({"data-collections": ["a.x"],
+            "additional-conditions": [{"data-collection": "a.x", "filter": "id > 1"}]}))
+        .unwrap();
+        let mut merged = one;
+        merged.merge(
+            SnapshotRequest::from_data(&json!({"data-collections": ["b.y"], "type": "blocking",
+                "additional-conditions": [{"data-collection": "a.x", "filter": "id > 2"}]}))
+            .unwrap(),
+        );
+        assert!(merged.names("a.x") && merged.names("b.y") && !merged.names("c.z"));
+        assert_eq!(merged.condition("a.x"), Some("id > 1"));
+        assert!(!merged.incremental);
+        let again = SnapshotRequest::from_json(&merged.to_json()).unwrap();
+        assert!(again.names("b.y"));
+        assert_eq!(again.condition_index("a.x"), Some(0));
+    }
+
+    #[test]
+    fn other_signals_and_bad_data_say_why() {
+        assert!(matches!(
+            parse("execute-snapshot", &json!({"data-collections": ["x.y"]})),
+            Signal::ExecuteSnapshot(r) if r.incremental
+        ));
+        assert!(
+            matches!(parse("log", &json!({"message": "hello"})), Signal::Log(m) if m == "hello")
+        );
+        assert_eq!(data_from_text("  ").unwrap(), Value::Null);
+        assert!(data_from_text("{").unwrap_err().contains("not JSON"));
+        for (kind, data, says) in [
+            ("pause-snapshot", Value::Null, "execute-snapshot and log"),
+            (
+                "execute-snapshot",
+                json!({"data-collections": []}),
+                "missing or empty",
+            ),
+            (
+                "execute-snapshot",
+                json!({"data-collections": ["x.y"], "type": "fast"}),
+                "not incremental or blocking",
+            ),
+            (
+                "execute-snapshot",
+                json!({"data-collections": ["x.y"], "additional-conditions": [{"data-collection": "x.y", "filter": " "}]}),
+                "is empty",
+            ),
+            (
+                "execute-snapshot",
+                json!({"data-collections": ["x.y"], "additional-conditions": {"x": 1}}),
+                "not an array",
+            ),
+            (
+                "execute-snapshot",
+                json!({"data-collections": ["a("]}),
+                "a(",
+            ),
+        ] {
+            let Signal::Unsupported(_, why) = parse(kind, &data) else {
+                panic!("{kind} {data} accepted");
+            };
+            assert!(why.contains(says), "{kind} {data}: {why}");
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! Debezium's source signals against a real MariaDB: an `execute-snapshot` row inserted into
+//! `signal.data.collection` reads the tables it names (through its condition) in a newer
+//! consistent snapshot, then streaming goes on after the signal, every row once, across a
+//! restart before the read starts and one in the middle of it. A signal whose condition the
+//! server refuses is logged and streaming goes on; a missing signal table is refused at start.
+
+use std::time::{Duration, Instant};
+
+use headwater_api::plugin::{Boundary, SourceTask, SourceTaskContext};
+use headwater_api::{OffsetMap, OffsetValue, Properties, SourceRecord, Value};
+use headwater_connector_mysql::MySqlSourceTask;
+use headwater_tests::MariaDbServer;
+use mysql_async::prelude::Queryable;
+
+fn props(server: &MariaDbServer, extra: &[(&str, &str)]) -> Properties {
+    let mut p: Properties = [
+        ("connector.class", "mariadb"),
+        ("database.hostname", "127.0.0.1"),
+        ("database.port", &server.port().to_string()),
+        ("database.user", "root"),
+        ("database.server.id", "7101"),
+        ("topic.prefix", "cdc"),
+        ("table.include.list", "app.captured,app.other"),
+        ("include.schema.changes", "false"),
+        ("poll.interval.ms", "100"),
+        ("signal.data.collection", "app.debezium_signal"),
+        ("max.batch.size", "4"),
+        ("snapshot.max.threads", "1"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    for (k, v) in extra {
+        p.insert((*k).to_owned(), (*v).to_owned());
+    }
+    p
+}
+
+type Committed = Vec<(OffsetMap, OffsetMap)>;
+
+async fn start(p: Properties, committed: Committed) -> MySqlSourceTask {
+    let mut t = MySqlSourceTask::new();
+    let ctx = SourceTaskContext {
+        committed_offsets: committed,
+        ..Default::default()
+    };
+    t.start(ctx, p).await.unwrap();
+    t
+}
+
+/// Polls until `n` records arrived, committing at transaction boundaries like the engine.
+async fn drain(task: &mut MySqlSourceTask, n: usize) -> Vec<SourceRecord> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.len() < n {
+        let batch = task.poll().await.expect("poll");
+        got.extend(batch.records);
+        if batch.boundary == Boundary::Commit {
+            if let Some(last) = got.last() {
+                let c = (last.source_partition.clone(), last.source_offset.clone());
+                task.commit(std::slice::from_ref(&c)).await.unwrap();
+            }
+        }
+        assert!(Instant::now() < deadline, "{} of {n} records", got.len());
+    }
+    got
+}
+
+/// Polls (without committing) until a batch holds a record `pick` accepts; returns it.
+async fn poll_until(
+    task: &mut MySqlSourceTask,
+    pick: impl Fn(&SourceRecord) -> bool,
+) -> Vec<SourceRecord> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let b = task.poll().await.unwrap();
+        if b.records.iter().any(&pick) {
+            return b.records;
+        }
+        assert!(Instant::now() < deadline, "no such record arrived");
+    }
+}
+
+fn op_of(r: &SourceRecord) -> Option<String> {
+    Some(r.value.as_struct()?.get("op")?.as_str()?.to_owned())
+}
+
+fn ids(recs: &[SourceRecord], op: &str) -> Vec<i32> {
+    recs.iter()
+        .filter(|r| r.topic == "cdc.app.captured" && op_of(r).as_deref() == Some(op))
+        .filter_map(
+            |r| match r.value.as_struct()?.get("after")?.as_struct()?.get("id")? {
+                Value::Int32(i) => Some(*i),
+                _ => None,
+            },
+        )
+        .collect()
+}
+
+fn offset_text(r: &SourceRecord, key: &str) -> Option<String> {
+    match r.source_offset.get(key)? {
+        OffsetValue::String(s) => Some(s.clone()),
+        other => Some(format!("{other:?}")),
+    }
+}
+
+fn committed_at(r: &SourceRecord) -> Committed {
+    vec![(r.source_partition.clone(), r.source_offset.clone())]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execute_snapshot_signal_reads_named_tables_once_across_restarts() {
+    let server = MariaDbServer::start().unwrap();
+    server.create_database("app").await.unwrap();
+    let mut db = server.connect("app").await.unwrap();
+    let rows: Vec<String> = (1..=20)
+        .map(|i| format!("({i}, '{}')", if i % 2 == 0 { "open" } else { "closed" }))
+        .collect();
+    db.query_drop(format!(
+        "CREATE TABLE captured (id int PRIMARY KEY, status varchar(16) NOT NULL);
+         INSERT INTO captured VALUES {};
+         CREATE TABLE other (id int PRIMARY KEY); INSERT INTO other VALUES (1), (2), (3), (4), (5);
+         CREATE TABLE debezium_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));
+         INSERT INTO debezium_signal VALUES ('before', 'log', '{{\"message\": \"not snapshotted\"}}');",
+        rows.join(", ")
+    ))
+    .await
+    .unwrap();
+    let p = props(&server, &[]);
+    let mut t1 = start(p.clone(), Vec::new()).await;
+    let initial = drain(&mut t1, 25).await;
+    assert_eq!(
+        initial
+            .iter()
+            .filter(|r| op_of(r).as_deref() == Some("r"))
+            .count(),
+        25
+    );
+    assert!(
+        initial
+            .iter()
+            .all(|r| !r.topic.ends_with("debezium_signal")),
+        "the signal table is not snapshotted"
+    );
+
+    // A condition the server refuses: logged, not acted on; streaming goes on.
+    db.query_drop(
+        r#"INSERT INTO debezium_signal VALUES ('bad', 'execute-snapshot', '{"data-collections": ["app\\\\.captured"], "type": "blocking", "additional-conditions": [{"data-collection": "app.captured", "filter": "no_such_column = 1"}]}');
+           INSERT INTO debezium_signal VALUES ('sneaky', 'execute-snapshot', '{"data-collections": ["app\\\\.captured"], "additional-conditions": [{"data-collection": "app.captured", "filter": "true); DELETE FROM captured; SELECT (1"}]}');
+           INSERT INTO captured VALUES (100, 'closed');"#,
+    )
+    .await
+    .unwrap();
+    let mut after_bad = Vec::new();
+    while !ids(&after_bad, "c").contains(&100) {
+        after_bad.extend(drain(&mut t1, 1).await);
+    }
+    assert!(ids(&after_bad, "r").is_empty(), "{after_bad:?}");
+    assert!(
+        after_bad
+            .iter()
+            .any(|r| r.topic == "cdc.app.debezium_signal" && op_of(r).as_deref() == Some("c")),
+        "the signal row itself is streamed, as in Debezium"
+    );
+    assert!(
+        after_bad
+            .iter()
+            .filter_map(|r| offset_text(r, "snapshot_signal"))
+            .any(|s| s.contains("no_such_column")),
+        "the bad signal was read as a request (and then refused)"
+    );
+    let rows: Option<i64> = db
+        .query_first("SELECT count(*) FROM captured")
+        .await
+        .unwrap();
+    assert_eq!(
+        rows,
+        Some(21),
+        "a condition holding a second statement is refused, not run"
+    );
+
+    // The signal: only open rows of `captured`. Its transaction's record carries the request,
+    // and that is all that is committed before the task stops.
+    db.query_drop(
+        r#"INSERT INTO debezium_signal VALUES ('resnap', 'execute-snapshot', '{"data-collections": ["app\\\\.capt.*"], "type": "blocking", "additional-conditions": [{"data-collection": "app.captured", "filter": "status = ''open''"}]}');"#,
+    )
+    .await
+    .unwrap();
+    let batch = poll_until(&mut t1, |r| r.topic == "cdc.app.debezium_signal").await;
+    let last = batch.last().unwrap();
+    assert!(offset_text(last, "snapshot_signal").is_some_and(|s| s.contains("capt")));
+    let committed = committed_at(last);
+    t1.stop().await;
+
+    // Changes before the read starts: in the read, never streamed as well.
+    for i in 21..=25 {
+        db.exec_drop("INSERT INTO captured VALUES (?, 'open')", (i,))
+            .await
+            .unwrap();
+    }
+    let mut t2 = start(p.clone(), committed).await;
+    let first = poll_until(&mut t2, |r| op_of(r).as_deref() == Some("r")).await;
+    let mut read = ids(&first, "r");
+    assert_eq!(read, vec![2, 4, 6, 8], "key order, open rows only");
+    let last = first.last().unwrap();
+    assert_eq!(offset_text(last, "snapshot").as_deref(), Some("BLOCKING"));
+    assert!(offset_text(last, "snapshot_signal").is_some());
+    let committed = committed_at(last);
+    t2.stop().await;
+
+    // A crash in the read: it resumes after its last committed row, then streams on after the
+    // signal; rows written meanwhile come out once.
+    for i in 26..=28 {
+        db.exec_drop("INSERT INTO captured VALUES (?, 'open')", (i,))
+            .await
+            .unwrap();
+    }
+    let mut t3 = start(p.clone(), committed).await;
+    let writer = {
+        let mut conn = server.connect("app").await.unwrap();
+        tokio::spawn(async move {
+            for i in 29..=35 {
+                conn.exec_drop("INSERT INTO captured VALUES (?, 'open')", (i,))
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    let mut rest = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        rest.extend(drain(&mut t3, 1).await);
+        let mut seen = ids(&rest, "r");
+        seen.extend(ids(&rest, "c"));
+        if writer.is_finished() && seen.contains(&35) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "have {seen:?}");
+    }
+    writer.await.unwrap();
+    read.extend(ids(&rest, "r"));
+    let mut seen = read.clone();
+    seen.extend(ids(&rest, "c"));
+    seen.sort_unstable();
+    let mut expected: Vec<i32> = (2..=20).step_by(2).chain(21..=35).collect();
+    expected.sort_unstable();
+    assert_eq!(seen, expected, "every open row once, as read or streamed");
+    assert!(
+        rest.iter()
+            .chain(&first)
+            .all(|r| r.topic != "cdc.app.other"),
+        "tables the signal does not name are not read"
+    );
+    assert!(
+        ids(&rest, "r").iter().all(|i| *i > 8),
+        "the resumed read starts after its last committed row"
+    );
+    t3.stop().await;
+
+    // A signal table that does not exist is refused at start.
+    let mut t4 = MySqlSourceTask::new();
+    let err = t4
+        .start(
+            SourceTaskContext::default(),
+            props(&server, &[("signal.data.collection", "app.missing_signal")]),
+        )
+        .await
+        .expect_err("refused");
+    assert!(err.to_string().contains("does not exist"), "{err}");
+}
