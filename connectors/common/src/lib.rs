@@ -2,12 +2,14 @@
 //!
 //! - [`name_filter`]: Debezium's include/exclude lists (comma-separated, anchored,
 //!   case-insensitive regular expressions over qualified names).
+//! - [`column_mappers`]: Debezium's column truncation, masking and hashing.
 //! - [`config`]: `skipped.operations` and the include/exclude pair rule.
 //! - [`signal`]: Debezium's source signals (`execute-snapshot`, `log`).
 //! - [`heartbeat`]: Debezium's heartbeat records (`heartbeat.interval.ms`).
 //! - [`text`]: allocation-free number text for timestamps and times.
 //! - [`txmeta`]: Debezium's transaction metadata (`provide.transaction.metadata`).
 
+pub mod column_mappers;
 pub mod config;
 pub mod heartbeat;
 pub mod name_filter;

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, ConfigValue, Importance, Validator};
 use headwater_api::{ConfigValidation, Properties};
+use headwater_connector_common::column_mappers::{self, ColumnMappers};
 use headwater_connector_common::config::pair_check;
 pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
 
@@ -124,6 +125,8 @@ pub struct MySqlConfig {
     pub heartbeat_topic_prefix: String,
     /// `provide.transaction.metadata`: the transaction topic's suffix when on.
     pub transaction_topic: Option<String>,
+    /// `column.truncate.*`, `column.mask.*`: Debezium's column mappers.
+    pub column_mappers: ColumnMappers,
 }
 
 const SNAPSHOT_MODES: &[&str] = &[
@@ -349,6 +352,7 @@ fn tls_settings(props: &Properties) -> Option<TlsSettings> {
 /// Validates a configuration: every key's own checks plus the cross-field rules.
 pub fn validate(props: &Properties) -> ConfigValidation {
     let mut v = config_def().validate(props);
+    column_mappers::validate(&mut v, props);
     if let Some(tls) = tls_settings(props) {
         if let Err(message) = tls.check() {
             let field = ["database.ssl.truststore", "database.ssl.keystore"]
@@ -521,6 +525,7 @@ impl MySqlConfig {
                 .get_bool("provide.transaction.metadata")
                 .unwrap_or(false)
                 .then(|| s("topic.transaction")),
+            column_mappers: ColumnMappers::parse(props),
         })
     }
 

@@ -12,7 +12,8 @@ use headwater_api::logical::debezium;
 use headwater_api::{OffsetMap, Schema, SchemaBuilder, SchemaRef, SourceRecord, Struct, Value};
 
 use crate::config::Flavor;
-use crate::types::{self, ColumnSpec, MappingConfig, Origin, TypeError};
+use crate::types::{self, ColumnSpec, MappingConfig, MyType, Origin, TypeError};
+use headwater_connector_common::column_mappers::{ColumnKind, ColumnMappers, MappedColumn};
 
 /// `db.table`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -41,6 +42,9 @@ pub struct TableSchema {
     pub key_schema: Option<SchemaRef>,
     pub row_schema: SchemaRef,
     pub envelope_schema: SchemaRef,
+    /// Per row field, the column mapper (`column.truncate.*`, `column.mask.*`) of its values
+    /// in change events' row images; empty when no column has one.
+    pub mapped: Vec<Option<MappedColumn>>,
 }
 
 /// Replaces characters Kafka does not allow in topic names with `_` (as Debezium does).
@@ -118,6 +122,7 @@ pub enum EventError {
 impl TableSchema {
     /// Builds the schemas of a table version. `key_columns` names the key fields (primary key
     /// or `message.key.columns`); `included(column)` applies the column filters.
+    #[allow(clippy::too_many_arguments)]
     pub fn build(
         id: TableId,
         topic_prefix: &str,
@@ -125,6 +130,7 @@ impl TableSchema {
         key_columns: &[String],
         mapping: &MappingConfig,
         source: &SchemaRef,
+        mappers: &ColumnMappers,
         included: impl Fn(&str) -> bool,
     ) -> Result<TableSchema, EventError> {
         let topic = sanitize_topic(&format!("{topic_prefix}.{}.{}", id.db, id.table));
@@ -138,6 +144,7 @@ impl TableSchema {
         let mut fields = Vec::with_capacity(columns.len());
         let mut field_schemas = Vec::new();
         let mut names = Vec::new();
+        let mut mapped = Vec::new();
         for c in &columns {
             if !included(&c.name) {
                 fields.push(None);
@@ -150,9 +157,25 @@ impl TableSchema {
             if let Some(d) = &c.default {
                 b = b.default_value(d.clone());
             }
-            let schema = b.build_ref();
+            let mapper = if mappers.is_empty() {
+                None
+            } else {
+                let kind = match c.ty {
+                    MyType::Text(_) | MyType::Enum(_) | MyType::Set(_) => ColumnKind::Characters,
+                    MyType::Binary { .. } => ColumnKind::Bytes,
+                    _ => ColumnKind::Other,
+                };
+                mappers.for_column(&format!("{id}.{}", c.name), kind, c.length)
+            };
+            let schema = b.clone().build_ref();
+            // Keys keep the plain field schema; the row's gets the mapper's parameter.
+            let row_field = match mapper.as_ref().and_then(MappedColumn::schema_parameter) {
+                Some((k, v)) => b.parameter(k, v).build_ref(),
+                None => schema.clone(),
+            };
+            mapped.push(mapper);
             row = row
-                .try_field(c.name.clone(), schema.clone())
+                .try_field(c.name.clone(), row_field)
                 .map_err(|e| schema_err(e.message().to_owned()))?;
             fields.push(Some(field_schemas.len()));
             field_schemas.push(schema);
@@ -203,7 +226,37 @@ impl TableSchema {
             key_schema,
             row_schema,
             envelope_schema,
+            mapped: if mapped.iter().any(Option::is_some) {
+                mapped
+            } else {
+                Vec::new()
+            },
         })
+    }
+
+    /// A row image as change events carry it: each field with a mapper mapped (keys are
+    /// built from the unmapped row, as in Debezium).
+    pub fn map_row(&self, row: Struct) -> Struct {
+        if self.mapped.is_empty() {
+            return row;
+        }
+        let mut values = row.into_values();
+        for (m, v) in self.mapped.iter().zip(values.iter_mut()) {
+            let Some(m) = m else {
+                continue;
+            };
+            *v = match std::mem::replace(v, Value::Null) {
+                Value::String(s) => Value::String(m.map_text(Some(&s)).unwrap_or_default()),
+                Value::Bytes(mut b) => {
+                    let kept = m.map_bytes(&b).len();
+                    b.truncate(kept);
+                    Value::Bytes(b)
+                }
+                Value::Null => m.map_text(None).map_or(Value::Null, Value::String),
+                other => other,
+            };
+        }
+        Struct::from_trusted_values(self.row_schema.clone(), values)
     }
 
     /// Builds a row struct from one raw value per table column (in table order).
@@ -367,6 +420,8 @@ impl EventBuilder {
         // `now` is the processing time (µs, ns since 1970), read once per poll rather than per
         // event.
         let (us, ns) = now;
+        let before = before.map(|r| ts.map_row(r));
+        let after = after.map(|r| ts.map_row(r));
         // In the envelope schema's field order (see `TableSchema::build`): the row images are
         // of the table's row schema and `source` of this connector's source schema.
         let values = vec![
@@ -427,6 +482,7 @@ mod tests {
             unsigned: false,
             optional,
             default: None,
+            length: None,
         };
         let ts = TableSchema::build(
             TableId {
@@ -442,6 +498,7 @@ mod tests {
             &["id".to_owned()],
             &MappingConfig::default(),
             &b.source_schema,
+            &ColumnMappers::default(),
             |c| c != "skip",
         )
         .unwrap();

@@ -199,6 +199,7 @@ pub fn specs_from_table_map(
             unsigned,
             optional: nullable.get(i).as_deref().copied().unwrap_or(true),
             default: None,
+            length: None,
         });
     }
     let pk_names = pk
@@ -313,6 +314,7 @@ pub async fn load_table(
             unsigned: column_type.to_ascii_lowercase().contains("unsigned"),
             optional: nullable.eq_ignore_ascii_case("YES"),
             default: None,
+            length: declared_length(&data_type, &column_type),
         };
         spec.default = types::default_from_text(&spec, default.as_deref(), mapping);
         columns.push(spec);
@@ -332,12 +334,26 @@ pub async fn load_table(
     })
 }
 
-/// Copies information_schema's defaults onto TABLE_MAP columns whose name and type match.
+/// Copies information_schema's defaults and declared lengths onto TABLE_MAP columns whose
+/// name and type match.
 pub fn apply_defaults(specs: &mut [ColumnSpec], catalog: Option<&CatalogTable>) {
     let Some(cat) = catalog else { return };
     for s in specs.iter_mut() {
         if let Some(c) = cat.columns.iter().find(|c| c.same_column(s)) {
             s.default = c.default.clone();
+            s.length = c.length;
         }
     }
+}
+
+/// The declared length of `char(n)`, `varchar(n)`, `binary(n)` and `varbinary(n)` columns
+/// (`COLUMN_TYPE`), in characters or bytes.
+fn declared_length(data_type: &str, column_type: &str) -> Option<usize> {
+    let kind = data_type.to_ascii_lowercase();
+    if !matches!(kind.as_str(), "char" | "varchar" | "binary" | "varbinary") {
+        return None;
+    }
+    let open = column_type.find('(')?;
+    let close = column_type[open..].find(')')? + open;
+    column_type[open + 1..close].trim().parse().ok()
 }

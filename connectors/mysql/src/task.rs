@@ -519,9 +519,13 @@ impl Inner {
             .and_then(position_of);
         // An unfinished snapshot of ours resumes at its next unfinished row, as long as the
         // binlog it started at is still on the server.
-        if in_snapshot
-            && (signal.is_some() || !matches!(mode, SnapshotMode::NoData | SnapshotMode::Recovery))
-        {
+        // An unfinished signalled read resumes in every mode but `always` (which snapshots
+        // everything again anyway); an unfinished initial snapshot where snapshots are taken.
+        let resumes = match signal {
+            Some(_) => mode != SnapshotMode::Always,
+            None => !matches!(mode, SnapshotMode::NoData | SnapshotMode::Recovery),
+        };
+        if in_snapshot && resumes {
             let o = committed.as_ref().expect("in_snapshot implies an offset");
             if let (Some(start), Some(done)) = (position_of(o), offset_str(o, "snapshot_done")) {
                 if self.binlog_available(&start.file).await? {
@@ -828,6 +832,7 @@ impl Inner {
             &key,
             &self.cfg.mapping,
             &self.events.source_schema,
+            &self.cfg.column_mappers,
             |c| filters.column_included(&id.db, &id.table, c),
         )
         .map_err(|e| ConnectError::data(e.to_string()))
@@ -912,9 +917,12 @@ impl Inner {
             if threads > 1 {
                 tracing::info!("snapshot.locking.mode=none on MySQL: one snapshot connection (parallel readers need the brief global read lock)");
             }
+            // Without a lock the position can only be read apart from the snapshot: read first,
+            // so a transaction committed in between is in the snapshot and streamed again
+            // (twice, never lost).
             let mut c = connect(&self.cfg, &self.opts).await?;
-            Self::begin_consistent(&mut c).await?;
             let start = self.current_position().await?;
+            Self::begin_consistent(&mut c).await?;
             return Ok((vec![c], start, None));
         }
         let mut lock = connect(&self.cfg, &self.opts).await?;
@@ -1031,7 +1039,10 @@ impl Inner {
                 .as_ref()
                 .and_then(|r| r.condition(&name))
                 .map(Arc::from);
-            if resumed || request.is_some() {
+            // A filtered read holds only some rows: the stream cannot tell which of the
+            // table's changes it already holds, so it skips none of them (changes to read rows
+            // made during the read come out twice, as in Debezium).
+            if (resumed || request.is_some()) && condition.is_none() {
                 // Read at a newer snapshot than where streaming starts: the stream skips its
                 // older changes.
                 skips.push(SkipRegion {

@@ -109,6 +109,9 @@ pub struct ColumnSpec {
     pub optional: bool,
     /// The column's default (converted), when the server declares one that maps.
     pub default: Option<Value>,
+    /// The declared length of a character or binary column (`varchar(n)`), from the catalog
+    /// (TABLE_MAP events carry bytes, not characters); for column mappers.
+    pub length: Option<usize>,
 }
 
 impl ColumnSpec {
@@ -671,6 +674,7 @@ mod tests {
             unsigned,
             optional: true,
             default: None,
+            length: None,
         }
     }
 

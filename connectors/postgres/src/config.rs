@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, ConfigValue, Importance, Validator};
 use headwater_api::{ConfigValidation, Properties};
+use headwater_connector_common::column_mappers::{self, ColumnMappers};
 use headwater_connector_common::config::pair_check;
 pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
 
@@ -97,6 +98,8 @@ pub struct PostgresConfig {
     pub transaction_topic: Option<String>,
     pub lsn_flush_mode: LsnFlushMode,
     pub message_prefixes: Selector,
+    /// `column.truncate.*`, `column.mask.*`: Debezium's column mappers.
+    pub column_mappers: ColumnMappers,
 }
 
 const SNAPSHOT_MODES: &[&str] = &[
@@ -317,6 +320,7 @@ fn parse_message_key_columns(s: &str) -> Result<Vec<(PatternList, Vec<String>)>,
 /// Validates a configuration: every key's own checks plus the cross-field rules.
 pub fn validate(props: &Properties) -> ConfigValidation {
     let mut v = config_def().validate(props);
+    column_mappers::validate(&mut v, props);
     pair_check(&mut v, props, "schema.include.list", "schema.exclude.list");
     pair_check(&mut v, props, "table.include.list", "table.exclude.list");
     pair_check(&mut v, props, "column.include.list", "column.exclude.list");
@@ -560,6 +564,7 @@ impl PostgresConfig {
                 "message.prefix.include.list",
                 "message.prefix.exclude.list",
             ),
+            column_mappers: ColumnMappers::parse(props),
         })
     }
 }

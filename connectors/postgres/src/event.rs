@@ -16,7 +16,24 @@ use headwater_api::{
     OffsetMap, Schema, SchemaBuilder, SchemaRef, SchemaType, SourceRecord, Struct, Value,
 };
 
-use crate::types::{self, decode_binary, ColumnType, MappingConfig, TypeError};
+use crate::types::{self, decode_binary, ColumnType, MappingConfig, PgType, TypeError};
+use headwater_connector_common::column_mappers::{ColumnKind, ColumnMappers, MappedColumn};
+
+/// What a column mapper needs to know of a column's type: character data (text, varchar,
+/// bpchar, name, citext, `"char"`, enums; masks and hashes apply), byte strings (bytea;
+/// truncation applies), or other; and its declared length (`varchar(n)`, `char(n)`).
+fn mapper_kind(ct: &ColumnType) -> (ColumnKind, Option<usize>) {
+    let (info, typmod) = ct.resolved();
+    match info.kind {
+        PgType::Text => (
+            ColumnKind::Characters,
+            (typmod >= 4).then(|| (typmod - 4) as usize),
+        ),
+        PgType::Char | PgType::Enum(_) => (ColumnKind::Characters, None),
+        PgType::Bytea => (ColumnKind::Bytes, None),
+        _ => (ColumnKind::Other, None),
+    }
+}
 
 /// `schema.table`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -44,8 +61,12 @@ pub struct ColumnDef {
 #[derive(Clone, Debug)]
 pub struct EventColumn {
     pub def: ColumnDef,
-    /// The field schema in the row struct.
+    /// The column's field schema (in keys; in the row struct too unless a mapper adds a
+    /// parameter there).
     pub schema: SchemaRef,
+    /// The column mapper (`column.truncate.*`, `column.mask.*`) of its values in change
+    /// events' row images.
+    pub mapped: Option<MappedColumn>,
 }
 
 /// Schemas of one table version.
@@ -59,6 +80,8 @@ pub struct TableSchema {
     pub key_schema: Option<SchemaRef>,
     pub row_schema: SchemaRef,
     pub envelope_schema: SchemaRef,
+    /// Whether any column has a mapper (see [`TableSchema::map_row`]).
+    pub has_mappers: bool,
 }
 
 /// Replaces characters Kafka does not allow in topic names with `_` (as Debezium does).
@@ -142,6 +165,7 @@ impl TableSchema {
         key_columns: &[String],
         mapping: &MappingConfig,
         source: &SchemaRef,
+        mappers: &ColumnMappers,
     ) -> Result<TableSchema, EventError> {
         let topic = sanitize_topic(&format!("{topic_prefix}.{}.{}", id.schema, id.table));
         let schema_err = |detail: String| EventError::Schema {
@@ -173,15 +197,34 @@ impl TableSchema {
                     }
                 }
             }
+            let mapped = if mappers.is_empty() {
+                None
+            } else {
+                let (kind, length) = mapper_kind(&def.ct);
+                mappers.for_column(&format!("{id}.{}", def.name), kind, length)
+            };
             let schema = match builder.clone().try_build() {
                 Ok(s) => Arc::new(s),
                 Err(_) => plain,
             };
+            let row_field = match mapped.as_ref().and_then(MappedColumn::schema_parameter) {
+                Some((k, v)) => builder
+                    .parameter(k, v)
+                    .try_build()
+                    .map(Arc::new)
+                    .unwrap_or_else(|_| schema.clone()),
+                None => schema.clone(),
+            };
             row = row
-                .try_field(def.name.clone(), schema.clone())
+                .try_field(def.name.clone(), row_field)
                 .map_err(|e| schema_err(e.message().to_owned()))?;
-            columns.push(EventColumn { def, schema });
+            columns.push(EventColumn {
+                def,
+                schema,
+                mapped,
+            });
         }
+        let has_mappers = columns.iter().any(|c| c.mapped.is_some());
         let row_schema = row.build_ref();
         let mut key_fields = Vec::new();
         for k in key_columns {
@@ -225,7 +268,33 @@ impl TableSchema {
             key_schema,
             row_schema,
             envelope_schema,
+            has_mappers,
         })
+    }
+
+    /// A row image as change events carry it: each column with a mapper mapped (keys are
+    /// built from the unmapped row, as in Debezium).
+    pub fn map_row(&self, row: Struct) -> Struct {
+        if !self.has_mappers {
+            return row;
+        }
+        let mut values = row.into_values();
+        for (col, v) in self.columns.iter().zip(values.iter_mut()) {
+            let Some(m) = &col.mapped else {
+                continue;
+            };
+            *v = match std::mem::replace(v, Value::Null) {
+                Value::String(s) => Value::String(m.map_text(Some(&s)).unwrap_or_default()),
+                Value::Bytes(mut b) => {
+                    let kept = m.map_bytes(&b).len();
+                    b.truncate(kept);
+                    Value::Bytes(b)
+                }
+                Value::Null => m.map_text(None).map_or(Value::Null, Value::String),
+                other => other,
+            };
+        }
+        Struct::from_trusted_values(self.row_schema.clone(), values)
     }
 
     /// Whether `other` describes the same columns and key (so this version's schema objects
@@ -238,7 +307,7 @@ impl TableSchema {
                 .columns
                 .iter()
                 .zip(&other.columns)
-                .all(|(a, b)| a.def == b.def && a.schema == b.schema)
+                .all(|(a, b)| a.def == b.def && a.schema == b.schema && a.mapped == b.mapped)
     }
 
     /// Builds a row struct; `value(i)` gives the raw image of column `i` of `columns`.
@@ -465,6 +534,8 @@ impl EventBuilder {
         now: (i64, i64),
     ) -> Value {
         let (us, ns) = now;
+        let before = before.map(|r| ts.map_row(r));
+        let after = after.map(|r| ts.map_row(r));
         // In the envelope schema's field order (see `TableSchema::new`): the row images are of
         // the table's row schema and `source` of this connector's source schema.
         let values = vec![
@@ -553,6 +624,7 @@ mod tests {
             &["id".to_owned()],
             &MappingConfig::default(),
             &source,
+            &ColumnMappers::default(),
         )
         .unwrap();
         assert_eq!(ts.topic, "cdc.public.t");

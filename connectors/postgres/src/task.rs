@@ -694,6 +694,26 @@ impl Inner {
         Ok(())
     }
 
+    /// Waits until no walsender holds the slot: the one this task closed for a signalled
+    /// snapshot may still be exiting (START_REPLICATION would fail with 55006).
+    async fn wait_for_slot_release(&self) -> Result<(), ConnectError> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match read_slot(&self.sql, &self.cfg.slot_name).await? {
+                Some(s) if s.active_pid.is_some() && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Some(s) if s.active_pid.is_some() => {
+                    return Err(ConnectError::retriable(format!(
+                        "replication slot {:?} is still held by pid {:?} 30 s after the stream stopped",
+                        self.cfg.slot_name, s.active_pid
+                    )));
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+
     /// With `signal.data.collection`: the table exists and the publication publishes it, or
     /// no signal could ever arrive.
     async fn check_signal_table(&self) -> Result<(), ConnectError> {
@@ -980,17 +1000,20 @@ impl Inner {
                 .filter(|(t, _)| *t == name)
                 .and_then(|(_, a)| *a)
                 .filter(|_| snapshots::int_key(ts).is_some());
-            if regions {
+            let condition: Option<Arc<str>> = request
+                .as_ref()
+                .and_then(|r| r.condition(&name))
+                .map(Arc::from);
+            // A filtered copy holds only some rows: the stream cannot tell which of the
+            // table's changes it already holds, so it skips none of them (changes to copied
+            // rows made during the copy come out twice, as in Debezium).
+            if regions && condition.is_none() {
                 skips.push(SkipRegion {
                     table: name.clone(),
                     after,
                     lsn,
                 });
             }
-            let condition: Option<Arc<str>> = request
-                .as_ref()
-                .and_then(|r| r.condition(&name))
-                .map(Arc::from);
             let (rows, pages) = snapshots::estimate_rows(&self.sql, ts).await?;
             estimated.push(rows);
             let mut planned = snapshots::plan_table(
@@ -1293,6 +1316,7 @@ impl Inner {
             key,
             &self.cfg.mapping,
             &self.events.source_schema,
+            &self.cfg.column_mappers,
         )
         .map_err(|e| ConnectError::fatal(e.to_string()))?;
         if let Some(old) = self.schemas.get(&id) {
@@ -1354,8 +1378,8 @@ impl Inner {
         let start = self.start_lsn;
         self.skips.retain(|s| s.lsn > start);
         self.last_end = self.start_lsn;
-        self.processed_pos = self.start_lsn;
         if confirm_start {
+            self.processed_pos = self.start_lsn;
             self.shared
                 .durable
                 .fetch_max(self.start_lsn.0, Ordering::SeqCst);
@@ -1698,6 +1722,9 @@ impl Inner {
             self.start_lsn = snap.lsn;
             // After a signalled snapshot the stream goes on from the signal's transaction,
             // whose records may not be committed yet: only commits confirm that position.
+            if snap.signal.is_some() {
+                self.wait_for_slot_release().await?;
+            }
             self.start_streaming(snap.signal.is_none()).await?;
         } else {
             self.phase = Phase::Done;

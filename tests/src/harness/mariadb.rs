@@ -333,10 +333,17 @@ fn template_data_dir(bins: &Binaries) -> Result<PathBuf, HarnessError> {
     }
     let dir = support::make_temp_dir("headwater-mariadb-template-", None)?;
     let data = dir.path().join("data");
+    // The bootstrap's own temporary tables go to a directory of its own: in the shared /tmp,
+    // concurrent bootstraps of other test processes were seen to lose them ("Could not remove
+    // temporary table", then "Installation of system tables failed").
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir_all(&tmp)
+        .map_err(|e| HarnessError::io(format!("creating {}", tmp.display()), e))?;
     let mut cmd = Command::new(&bins.install_db);
     cmd.current_dir(dir.path())
         .arg("--no-defaults")
         .arg(format!("--datadir={}", data.display()))
+        .arg(format!("--tmpdir={}", tmp.display()))
         .args([
             "--auth-root-authentication-method=normal",
             "--skip-test-db",

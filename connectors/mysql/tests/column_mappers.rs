@@ -1,0 +1,183 @@
+//! Debezium's column mappers against a real MariaDB: `column.mask.with.<n>.chars`,
+//! `column.mask.hash.<algorithm>.with.salt.<salt>` and `column.truncate.to.<n>.chars` change
+//! the row images of snapshot and streamed events (a hash cut to the column's declared length),
+//! never the keys; the truncated field carries Debezium's `truncateLength` parameter.
+
+use std::time::{Duration, Instant};
+
+use headwater_api::plugin::{Boundary, SourceTask, SourceTaskContext};
+use headwater_api::{Properties, SourceRecord, Value};
+use headwater_connector_mysql::MySqlSourceTask;
+use headwater_tests::MariaDbServer;
+use mysql_async::prelude::Queryable;
+
+async fn drain(task: &mut MySqlSourceTask, n: usize) -> Vec<SourceRecord> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.len() < n {
+        let batch = task.poll().await.expect("poll");
+        got.extend(batch.records);
+        if batch.boundary == Boundary::Commit {
+            if let Some(last) = got.last() {
+                let c = (last.source_partition.clone(), last.source_offset.clone());
+                task.commit(std::slice::from_ref(&c)).await.unwrap();
+            }
+        }
+        assert!(Instant::now() < deadline, "{} of {n} records", got.len());
+    }
+    got
+}
+
+fn field(r: &SourceRecord, image: &str, column: &str) -> Option<Value> {
+    r.value
+        .as_struct()?
+        .get(image)?
+        .as_struct()?
+        .get(column)
+        .cloned()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn column_mappers_mask_hash_and_truncate_row_images_but_not_keys() {
+    let server = MariaDbServer::start().unwrap();
+    server.create_database("app").await.unwrap();
+    let mut db = server.connect("app").await.unwrap();
+    db.query_drop(
+        "CREATE TABLE users (email varchar(64) PRIMARY KEY, ssn varchar(11), token varchar(12), bio text, photo varbinary(32), age int);
+         INSERT INTO users VALUES ('a@example.com', '123-45-6789', 'secret', 'a long biography', x'0102030405', 41);",
+    )
+    .await
+    .unwrap();
+    let props: Properties = [
+        ("connector.class", "mariadb"),
+        ("database.hostname", "127.0.0.1"),
+        ("database.port", &server.port().to_string()),
+        ("database.user", "root"),
+        ("database.server.id", "7201"),
+        ("topic.prefix", "cdc"),
+        ("table.include.list", "app.users"),
+        ("include.schema.changes", "false"),
+        ("poll.interval.ms", "100"),
+        ("column.mask.with.4.chars", "app.users.(ssn|email|age)"),
+        (
+            "column.mask.hash.SHA-256.with.salt.pepper",
+            "app.users.token",
+        ),
+        (
+            "column.truncate.to.6.chars",
+            "app.users.bio,app.users.photo",
+        ),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    let mut task = MySqlSourceTask::new();
+    task.start(SourceTaskContext::default(), props)
+        .await
+        .unwrap();
+    let snap = drain(&mut task, 1).await;
+    db.query_drop(
+        "INSERT INTO users VALUES ('b@example.com', NULL, NULL, NULL, NULL, NULL);
+         UPDATE users SET bio = 'short' WHERE email = 'a@example.com';",
+    )
+    .await
+    .unwrap();
+    let stream = drain(&mut task, 2).await;
+    task.stop().await;
+
+    // v1 hashes the value as Java serialises a String: AC ED 00 05 74 <u16 length> <bytes>.
+    let token_hash = {
+        let mut java = vec![0xAC, 0xED, 0x00, 0x05, 0x74, 0x00, 0x06];
+        java.extend_from_slice(b"secret");
+        let mut salted = b"pepper".to_vec();
+        salted.extend_from_slice(&java);
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(&salted);
+        hex(&digest)[..12].to_owned()
+    };
+    for (r, what) in [(&snap[0], "snapshot"), (&stream[1], "update")] {
+        assert_eq!(
+            field(r, "after", "ssn"),
+            Some(Value::String("****".into())),
+            "{what}"
+        );
+        assert_eq!(
+            field(r, "after", "email"),
+            Some(Value::String("****".into())),
+            "{what}"
+        );
+        assert_eq!(
+            field(r, "after", "age"),
+            Some(Value::Int32(41)),
+            "{what}: not characters"
+        );
+        assert_eq!(
+            field(r, "after", "token"),
+            Some(Value::String(token_hash.clone())),
+            "{what}: cut to varchar(12)"
+        );
+        assert_eq!(
+            field(r, "after", "photo"),
+            Some(Value::Bytes(vec![1, 2, 3, 4, 5])),
+            "{what}"
+        );
+        let key = r.key.as_struct().unwrap();
+        assert_eq!(
+            key.get("email"),
+            Some(&Value::String("a@example.com".into())),
+            "{what}: keys are not masked"
+        );
+    }
+    assert_eq!(
+        field(&snap[0], "after", "bio"),
+        Some(Value::String("a long".into()))
+    );
+    assert_eq!(
+        field(&stream[1], "before", "bio"),
+        Some(Value::String("a long".into()))
+    );
+    assert_eq!(
+        field(&stream[1], "after", "bio"),
+        Some(Value::String("short".into()))
+    );
+    let inserted = &stream[0];
+    assert_eq!(
+        field(inserted, "after", "ssn"),
+        Some(Value::String("****".into())),
+        "a null is masked too, as in Debezium"
+    );
+    assert_eq!(
+        field(inserted, "after", "token"),
+        Some(Value::Null),
+        "a hashed null stays null"
+    );
+    let after = snap[0]
+        .value
+        .as_struct()
+        .unwrap()
+        .get("after")
+        .unwrap()
+        .as_struct()
+        .unwrap()
+        .schema()
+        .clone();
+    assert_eq!(
+        after
+            .field("bio")
+            .unwrap()
+            .schema()
+            .parameter("truncateLength"),
+        Some("6")
+    );
+    assert_eq!(
+        after
+            .field("ssn")
+            .unwrap()
+            .schema()
+            .parameter("truncateLength"),
+        None
+    );
+}
