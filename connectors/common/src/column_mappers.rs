@@ -6,16 +6,19 @@
 //!
 //! Semantics follow Debezium's `ColumnMappers`: rules are tried in Debezium's order (truncate,
 //! mask, hash, hash v2; keys of one kind by name) and the first whose list matches a column is
-//! its only mapper. Mappers change the value of change events' `before` and `after` images, not
-//! keys. Masks and hashes apply to character columns only; truncation to character and binary
-//! columns. A masked column's value is the mask even when the column is null (as in Debezium);
+//! its only mapper, even where it does nothing to the column's values. Mappers change the
+//! value of change events' `before` and `after` images, not keys. Masks and hashes change the
+//! values of character columns only, but mark every matched column's field `masked=true` in
+//! the value schema; truncation cuts any text or byte-string value (json, uuid and numbers as
+//! strings included) and adds `truncateLength` where the declared length may exceed the
+//! limit. A masked column's value is the mask even when the column is null (as in Debezium);
 //! a hashed null stays null. A hash is the lower-case hex digest of the salt followed by the
 //! value's bytes (v1: the bytes of the value serialised as a Java `String`, as Debezium's
 //! `ObjectOutputStream` writes it; v2: its UTF-8 bytes), cut to the column's declared length
 //! when it has one.
 //!
-//! `column.propagate.source.type` and `datatype.propagate.source.type` are refused by
-//! [`validate`] (not built), so no key is ever silently ignored.
+//! `column.propagate.source.type` and `datatype.propagate.source.type` with a value are
+//! refused by [`validate`] (not built), so no key is ever silently ignored.
 //!
 //! Invariant: [`ColumnMappers::parse`] accepts exactly what [`validate`] accepts.
 
@@ -107,20 +110,26 @@ pub struct MappedColumn {
     pub mapper: ColumnMapper,
     /// The column's declared length (characters), when it has one.
     pub length: Option<usize>,
+    /// Whether the mapper changes this column's values (a mask or hash matching a column that
+    /// is not character data only marks its schema).
+    pub maps_values: bool,
 }
 
 impl MappedColumn {
     /// The schema parameter Debezium adds to the column's field in the value schema:
-    /// `truncateLength` for a truncated column.
+    /// `truncateLength` for a truncated column, `masked` for a masked or hashed one.
     pub fn schema_parameter(&self) -> Option<(&'static str, String)> {
         match self.mapper {
             ColumnMapper::Truncate(n) => Some(("truncateLength", n.to_string())),
-            _ => None,
+            ColumnMapper::Mask(_) | ColumnMapper::Hash { .. } => Some(("masked", "true".into())),
         }
     }
 
-    /// Maps a character value (`None` is null).
+    /// Maps a text value (`None` is null); a column whose values the mapper keeps keeps them.
     pub fn map_text(&self, value: Option<&str>) -> Option<String> {
+        if !self.maps_values {
+            return value.map(str::to_owned);
+        }
         match &self.mapper {
             ColumnMapper::Truncate(n) => value.map(|s| truncate_utf16(s, *n).to_owned()),
             ColumnMapper::Mask(mask) => Some(mask.to_string()),
@@ -147,7 +156,7 @@ impl MappedColumn {
     /// Maps a byte-string value (only truncation applies to bytes).
     pub fn map_bytes<'a>(&self, value: &'a [u8]) -> &'a [u8] {
         match self.mapper {
-            ColumnMapper::Truncate(n) if value.len() > n => &value[..n],
+            ColumnMapper::Truncate(n) if self.maps_values && value.len() > n => &value[..n],
             _ => value,
         }
     }
@@ -275,6 +284,9 @@ fn parse_key(key: &str, value: &str) -> Option<Result<(PatternList, ColumnMapper
             )),
         }
     } else if NOT_BUILT.contains(&key) {
+        if value.trim().is_empty() {
+            return None;
+        }
         Err(format!(
             "{key} is not supported yet: the __debezium.source.column.* schema parameters are not written; remove the key"
         ))
@@ -334,7 +346,8 @@ impl ColumnMappers {
     }
 
     /// The mapper of the column `qualified` (`schema.table.column`) of `kind` with declared
-    /// `length`, if a rule matches it and applies to its kind.
+    /// `length`, if a rule matches it (see [`MappedColumn::maps_values`]). Truncation where
+    /// the declared length cannot exceed the limit is no mapper at all (Debezium's rule).
     pub fn for_column(
         &self,
         qualified: &str,
@@ -342,14 +355,17 @@ impl ColumnMappers {
         length: Option<usize>,
     ) -> Option<MappedColumn> {
         let (_, mapper) = self.rules.iter().find(|(p, _)| p.matches(qualified))?;
-        let applies = match mapper {
-            // Debezium truncates only where the declared length may exceed the limit.
-            ColumnMapper::Truncate(n) => kind != ColumnKind::Other && length.is_none_or(|l| l > *n),
+        let maps_values = match mapper {
+            ColumnMapper::Truncate(n) => length.is_none_or(|l| l > *n),
             ColumnMapper::Mask(_) | ColumnMapper::Hash { .. } => kind == ColumnKind::Characters,
         };
-        applies.then(|| MappedColumn {
+        if !maps_values && matches!(mapper, ColumnMapper::Truncate(_)) {
+            return None;
+        }
+        Some(MappedColumn {
             mapper: mapper.clone(),
             length,
+            maps_values,
         })
     }
 }
@@ -405,9 +421,22 @@ mod tests {
                 .is_none(),
             "a column declared no longer than the limit is left alone"
         );
-        assert!(m
+        let masked_number = m
             .for_column("public.users.ssn", ColumnKind::Other, None)
-            .is_none());
+            .unwrap();
+        assert_eq!(masked_number.map_text(Some("7")).as_deref(), Some("7"));
+        assert_eq!(
+            masked_number.schema_parameter(),
+            Some(("masked", "true".into())),
+            "a mask marks any matched column"
+        );
+        let truncated_json = m
+            .for_column("public.users.name", ColumnKind::Other, None)
+            .unwrap();
+        assert_eq!(
+            truncated_json.map_text(Some("{\"a\": 1}")).as_deref(),
+            Some("{\"a")
+        );
         assert!(m
             .for_column("public.users.id", ColumnKind::Characters, None)
             .is_none());
@@ -457,6 +486,7 @@ mod tests {
             ("column.mask.with.x.chars", "a.b.c"),
             ("column.truncate.to.5.chars", "a.b.("),
             ("column.propagate.source.type", "a.b.c"),
+            ("datatype.propagate.source.type", " "),
             ("column.mask.hash.SHA-256", "a.b.c"),
             ("column.mask.hash.MD5.with.salt.s", "a.b.c"),
         ]);
@@ -469,6 +499,10 @@ mod tests {
         assert!(errs["column.propagate.source.type"][0].contains("not supported yet"));
         assert!(errs["column.mask.hash.SHA-256"][0].contains("with.salt"));
         assert!(!errs.contains_key("column.mask.hash.MD5.with.salt.s"));
+        assert!(
+            !errs.contains_key("datatype.propagate.source.type"),
+            "an empty value is a no-op"
+        );
         assert_eq!(ColumnMappers::parse(&p).rules.len(), 1);
     }
 }

@@ -45,6 +45,89 @@ pub fn define_signal_keys(def: ConfigDef) -> ConfigDef {
     )
 }
 
+/// A Debezium key whose non-default values Headwater does not build: set to anything but one
+/// of `accepted` (compared case-insensitively; empty always passes), it is refused with
+/// `why`, because ignoring it would silently change what is emitted.
+pub struct Unbuilt {
+    pub key: &'static str,
+    pub accepted: &'static [&'static str],
+    pub why: &'static str,
+}
+
+/// Keys every Debezium source shares that change what is emitted and that Headwater only has
+/// in their default form.
+pub const COMMON_UNBUILT: &[Unbuilt] = &[
+    Unbuilt {
+        key: "converters",
+        accepted: &[],
+        why: "custom converters are Java classes; Headwater's type mapping is Debezium's default one (see the connector's page)",
+    },
+    Unbuilt {
+        key: "post.processors",
+        accepted: &[],
+        why: "post processors are Java classes",
+    },
+    Unbuilt {
+        key: "topic.delimiter",
+        accepted: &["."],
+        why: "topic names use Debezium's default delimiter; rename topics with the RegexRouter transform instead",
+    },
+    Unbuilt {
+        key: "topic.heartbeat.name",
+        accepted: &[],
+        why: "heartbeat topics are <topic.heartbeat.prefix>.<topic.prefix>; rename them with the RegexRouter transform instead",
+    },
+    Unbuilt {
+        key: "schema.name.adjustment.mode",
+        accepted: &["none"],
+        why: "schema names are not adjusted yet; keep topic.prefix and table names to letters, digits and _ for Avro",
+    },
+    Unbuilt {
+        key: "field.name.adjustment.mode",
+        accepted: &["none"],
+        why: "field names are not adjusted yet",
+    },
+    Unbuilt {
+        key: "transaction.metadata.factory",
+        accepted: &["io.debezium.pipeline.txmetadata.DefaultTransactionMetadataFactory"],
+        why: "transaction metadata is Debezium's default form",
+    },
+    Unbuilt {
+        key: "event.processing.failure.handling.mode",
+        accepted: &["fail"],
+        why: "warn and skip would drop events; an event that cannot be processed fails the task",
+    },
+];
+
+/// Defines each of `keys` with a validator refusing what Headwater does not build (see
+/// [`Unbuilt`]).
+pub fn define_unbuilt_keys(mut def: ConfigDef, keys: &'static [Unbuilt]) -> ConfigDef {
+    for k in keys {
+        let accepted = k.accepted;
+        let (key, why) = (k.key, k.why);
+        let doc = if accepted.is_empty() {
+            format!("Refused when set: {why}.")
+        } else {
+            format!("Only {} is supported: {why}.", accepted.join(" or "))
+        };
+        def = def.define(
+            ConfigKey::new(key, ConfigType::String)
+                .default_null()
+                .validator(Validator::custom(move |v| {
+                    let text = v.to_config_string();
+                    let text = text.trim();
+                    if text.is_empty() || accepted.iter().any(|a| a.eq_ignore_ascii_case(text)) {
+                        Ok(())
+                    } else {
+                        Err(format!("{key}={text} is not supported: {why}"))
+                    }
+                }))
+                .doc(doc),
+        );
+    }
+    def
+}
+
 /// Operations that can be skipped (`skipped.operations`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SkippedOps {
@@ -111,6 +194,39 @@ mod tests {
         assert_eq!(refused[0].0, "signal.enabled.channels");
         assert!(refused[0].1.contains("\"kafka\""), "{refused:?}");
         assert!(def.key("signal.data.collection").is_none());
+    }
+
+    #[test]
+    fn unbuilt_keys_pass_only_their_default() {
+        const KEYS: &[Unbuilt] = &[
+            Unbuilt {
+                key: "topic.delimiter",
+                accepted: &["."],
+                why: "not built",
+            },
+            Unbuilt {
+                key: "converters",
+                accepted: &[],
+                why: "classes",
+            },
+        ];
+        let def = define_unbuilt_keys(ConfigDef::new(), KEYS);
+        let errors = |kv: &[(&str, &str)]| {
+            let p: Properties = kv
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            let v = def.validate(&p);
+            v.errors_by_field()
+                .into_iter()
+                .map(|(k, e)| (k.to_owned(), e.join(" ")))
+                .collect::<Vec<_>>()
+        };
+        assert!(errors(&[("topic.delimiter", "."), ("converters", "")]).is_empty());
+        let e = errors(&[("topic.delimiter", "_"), ("converters", "isbn")]);
+        assert_eq!(e.len(), 2);
+        assert!(e[0].1.contains("converters=isbn is not supported: classes"));
+        assert!(e[1].1.contains("topic.delimiter=_ is not supported"));
     }
 
     #[test]

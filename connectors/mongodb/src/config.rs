@@ -377,8 +377,38 @@ pub fn config_def() -> ConfigDef {
         .define(key("max.batch.size", Int).default_str("2048").validator(Validator::at_least(1.0)).doc("Maximum records per poll."))
         .define(key("max.queue.size", Int).default_str("8192").validator(Validator::at_least(1.0)).doc("Maximum change events buffered ahead of poll."))
         .define(key("poll.interval.ms", Long).default_str("500").validator(Validator::at_least(0.0)).doc("How long poll waits for new changes."));
+    let def = headwater_connector_common::config::define_unbuilt_keys(
+        def,
+        headwater_connector_common::config::COMMON_UNBUILT,
+    );
+    let def = headwater_connector_common::config::define_unbuilt_keys(def, MONGODB_UNBUILT);
     headwater_connector_common::config::define_signal_keys(def)
 }
+
+/// Debezium MongoDB keys that change what is emitted and that Headwater has only in their
+/// default form.
+const MONGODB_UNBUILT: &[headwater_connector_common::config::Unbuilt] = &[
+    headwater_connector_common::config::Unbuilt {
+        key: "topic.naming.strategy",
+        accepted: &["io.debezium.schema.DefaultTopicNamingStrategy"],
+        why: "topics are named <topic.prefix>.<database>.<collection>; rename them with the RegexRouter transform instead",
+    },
+    headwater_connector_common::config::Unbuilt {
+        key: "sourceinfo.struct.maker",
+        accepted: &["io.debezium.connector.mongodb.MongoDbSourceInfoStructMaker"],
+        why: "the source block is Debezium's default one",
+    },
+    headwater_connector_common::config::Unbuilt {
+        key: "json.serialization.mode",
+        accepted: &["legacy"],
+        why: "documents are written in Debezium's default extended JSON",
+    },
+    headwater_connector_common::config::Unbuilt {
+        key: "capture.start.op.time",
+        accepted: &["-1"],
+        why: "without an offset, streaming starts where the snapshot (or no_data) starts it",
+    },
+];
 
 /// Validates a configuration: every key's own checks plus the cross-field rules.
 pub fn validate(props: &Properties) -> ConfigValidation {

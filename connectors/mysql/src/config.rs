@@ -14,7 +14,7 @@ use std::time::Duration;
 use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, ConfigValue, Importance, Validator};
 use headwater_api::{ConfigValidation, Properties};
 use headwater_connector_common::column_mappers::{self, ColumnMappers};
-use headwater_connector_common::config::pair_check;
+use headwater_connector_common::config::{pair_check, Unbuilt, COMMON_UNBUILT};
 pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
 
 use crate::filters::{Filters, PatternList, Selector};
@@ -110,6 +110,10 @@ pub struct MySqlConfig {
     pub mapping: MappingConfig,
     pub tombstones_on_delete: bool,
     pub skipped: SkippedOps,
+    /// `snapshot.include.collection.list`: the captured tables the initial snapshot reads.
+    pub snapshot_tables: Option<PatternList>,
+    /// `skip.messages.without.change`.
+    pub skip_unchanged: bool,
     pub message_key_columns: Vec<(PatternList, Vec<String>)>,
     pub gtid_sources: Selector,
     pub max_batch_size: usize,
@@ -293,8 +297,46 @@ pub fn config_def() -> ConfigDef {
         ConfigValue::String(s) if !s.trim().is_empty() => parse_signal_table(s).map(|_| ()),
         _ => Ok(()),
     })).doc("The table (<database>.<table>, columns id, type, data) whose inserted rows are signals: execute-snapshot (run as a blocking snapshot) and log. It is captured like an included table but never snapshotted."));
+    let def = def
+        .define(key("snapshot.include.collection.list", String).default_null().validator(regex_list_validator()).doc("Regexes for database.table of the captured tables the initial snapshot copies (default: all); the others are only streamed. Signalled snapshots copy what the signal names."))
+        .define(key("skip.messages.without.change", Boolean).default_str("false").doc("Skip update events whose captured columns did not change (needs the old row image: the binlog's full row images have it)."));
+    let def = headwater_connector_common::config::define_unbuilt_keys(def, COMMON_UNBUILT);
+    let def = headwater_connector_common::config::define_unbuilt_keys(def, MYSQL_UNBUILT);
     headwater_connector_common::config::define_signal_keys(def)
 }
+
+/// Debezium MySQL/MariaDB keys that change what is emitted and that Headwater has only in
+/// their default form (see [`Unbuilt`]).
+const MYSQL_UNBUILT: &[Unbuilt] = &[
+    Unbuilt {
+        key: "topic.naming.strategy",
+        accepted: &["io.debezium.schema.DefaultTopicNamingStrategy"],
+        why: "topics are named <topic.prefix>.<database>.<table>; rename them with the RegexRouter transform instead",
+    },
+    Unbuilt {
+        key: "sourceinfo.struct.maker",
+        accepted: &[
+            "io.debezium.connector.mysql.MySqlSourceInfoStructMaker",
+            "io.debezium.connector.mariadb.MariaDbSourceInfoStructMaker",
+        ],
+        why: "the source block is Debezium's default one",
+    },
+    Unbuilt {
+        key: "snapshot.select.statement.overrides",
+        accepted: &[],
+        why: "snapshots read whole tables; limit them with snapshot.include.collection.list, or read filtered rows with an execute-snapshot signal's additional-conditions",
+    },
+    Unbuilt {
+        key: "snapshot.query.mode",
+        accepted: &["select_all"],
+        why: "snapshots read whole tables",
+    },
+    Unbuilt {
+        key: "include.schema.comments",
+        accepted: &["false"],
+        why: "column comments are not read",
+    },
+];
 
 /// `signal.data.collection`: `<database>.<table>` (Debezium's form for MySQL), matched exactly.
 fn parse_signal_table(s: &str) -> Result<(String, String), String> {
@@ -504,6 +546,11 @@ impl MySqlConfig {
             mapping,
             tombstones_on_delete: p.get_bool("tombstones.on.delete").unwrap_or(true),
             skipped: parse_skipped(&s("skipped.operations")).unwrap_or_default(),
+            snapshot_tables: p
+                .get_string("snapshot.include.collection.list")
+                .filter(|l| !l.trim().is_empty())
+                .and_then(|l| PatternList::parse(l).ok()),
+            skip_unchanged: p.get_bool("skip.messages.without.change").unwrap_or(false),
             message_key_columns: p
                 .get_string("message.key.columns")
                 .map(|s| parse_message_key_columns(s).unwrap_or_default())
@@ -604,6 +651,9 @@ mod tests {
             ("skipped.operations", "x"),
             ("heartbeat.interval.ms", "-1"),
             ("event.deserialization.failure.handling.mode", "skip"),
+            ("snapshot.select.statement.overrides", "a.b"),
+            ("include.schema.comments", "true"),
+            ("column.mask.with.x.chars", "a.b.c"),
         ]);
         p.remove("database.server.id");
         let v = validate(&p);
@@ -616,6 +666,9 @@ mod tests {
             "database.ssl.mode",
             "table.exclude.list",
             "skipped.operations",
+            "snapshot.select.statement.overrides",
+            "include.schema.comments",
+            "column.mask.with.x.chars",
             "heartbeat.interval.ms",
             "event.deserialization.failure.handling.mode",
         ] {

@@ -165,7 +165,13 @@ impl TableSchema {
                     MyType::Binary { .. } => ColumnKind::Bytes,
                     _ => ColumnKind::Other,
                 };
-                mappers.for_column(&format!("{id}.{}", c.name), kind, c.length)
+                // Debezium's DDL reader gives ENUM a length of 1 and SET one of 2n-1.
+                let length = match &c.ty {
+                    MyType::Enum(_) => Some(1),
+                    MyType::Set(options) => Some((2 * options.len()).saturating_sub(1)),
+                    _ => c.length,
+                };
+                mappers.for_column(&format!("{id}.{}", c.name), kind, length)
             };
             let schema = b.clone().build_ref();
             // Keys keep the plain field schema; the row's gets the mapper's parameter.

@@ -614,17 +614,23 @@ impl Inner {
         Ok(())
     }
 
-    /// The tables a snapshot reads, in snapshot order: every captured table, or those a signal
-    /// names. The signal table itself is never read (as in Debezium).
+    /// The tables a snapshot reads, in snapshot order: the captured tables
+    /// `snapshot.include.collection.list` names (all by default), or those a signal names. The
+    /// signal table itself is never read (as in Debezium).
     async fn snapshot_tables(
         &mut self,
         request: Option<&SnapshotRequest>,
     ) -> Result<Vec<TableId>, ConnectError> {
         let mut ids = self.captured_tables().await?;
         let f = &self.cfg.filters;
+        let initial = self.cfg.snapshot_tables.as_ref();
         ids.retain(|id| {
+            let name = id.to_string();
             !f.is_signal_table(&id.db, &id.table)
-                && request.is_none_or(|r| r.names(&id.to_string()))
+                && match request {
+                    Some(r) => r.names(&name),
+                    None => initial.is_none_or(|l| l.matches(&name)),
+                }
         });
         Ok(ids)
     }
@@ -1980,6 +1986,12 @@ impl Inner {
             }
             RowKind::Update => {
                 if skipped.update {
+                    return;
+                }
+                if self.cfg.skip_unchanged
+                    && before.as_ref().map(Struct::values) == after.as_ref().map(Struct::values)
+                {
+                    // skip.messages.without.change: no captured column changed.
                     return;
                 }
                 let old_key = before.as_ref().and_then(|b| ts.key_of(b));

@@ -47,8 +47,9 @@ async fn column_mappers_mask_hash_and_truncate_row_images_but_not_keys() {
     server.create_database("app").await.unwrap();
     let mut db = server.connect("app").await.unwrap();
     db.query_drop(
-        "CREATE TABLE users (email varchar(64) PRIMARY KEY, ssn varchar(11), token varchar(12), bio text, photo varbinary(32), age int);
-         INSERT INTO users VALUES ('a@example.com', '123-45-6789', 'secret', 'a long biography', x'0102030405', 41);",
+        "CREATE TABLE users (email varchar(64) PRIMARY KEY, ssn varchar(11), token varchar(12), bio text, photo varbinary(32), age int, note text);
+         INSERT INTO users VALUES ('a@example.com', '123-45-6789', 'secret', 'a long biography', x'0102030405', 41, 'n');
+         CREATE TABLE notes (id int PRIMARY KEY); INSERT INTO notes VALUES (1);",
     )
     .await
     .unwrap();
@@ -59,7 +60,10 @@ async fn column_mappers_mask_hash_and_truncate_row_images_but_not_keys() {
         ("database.user", "root"),
         ("database.server.id", "7201"),
         ("topic.prefix", "cdc"),
-        ("table.include.list", "app.users"),
+        ("table.include.list", "app.users,app.notes"),
+        ("column.exclude.list", "app.users.note"),
+        ("snapshot.include.collection.list", "app.users"),
+        ("skip.messages.without.change", "true"),
         ("include.schema.changes", "false"),
         ("poll.interval.ms", "100"),
         ("column.mask.with.4.chars", "app.users.(ssn|email|age)"),
@@ -80,14 +84,26 @@ async fn column_mappers_mask_hash_and_truncate_row_images_but_not_keys() {
         .await
         .unwrap();
     let snap = drain(&mut task, 1).await;
+    assert_eq!(
+        snap.len(),
+        1,
+        "snapshot.include.collection.list leaves notes out"
+    );
     db.query_drop(
-        "INSERT INTO users VALUES ('b@example.com', NULL, NULL, NULL, NULL, NULL);
-         UPDATE users SET bio = 'short' WHERE email = 'a@example.com';",
+        "UPDATE users SET note = 'changed' WHERE email = 'a@example.com';
+         INSERT INTO users VALUES ('b@example.com', NULL, NULL, NULL, NULL, NULL, NULL);
+         UPDATE users SET bio = 'short' WHERE email = 'a@example.com';
+         INSERT INTO notes VALUES (2);",
     )
     .await
     .unwrap();
-    let stream = drain(&mut task, 2).await;
+    let stream = drain(&mut task, 3).await;
     task.stop().await;
+    assert_eq!(
+        stream.iter().map(|r| r.topic.as_str()).collect::<Vec<_>>(),
+        ["cdc.app.users", "cdc.app.users", "cdc.app.notes"],
+        "an update of excluded columns only is skipped (skip.messages.without.change); notes is streamed"
+    );
 
     // v1 hashes the value as Java serialises a String: AC ED 00 05 74 <u16 length> <bytes>.
     let token_hash = {
@@ -178,6 +194,22 @@ async fn column_mappers_mask_hash_and_truncate_row_images_but_not_keys() {
             .unwrap()
             .schema()
             .parameter("truncateLength"),
+        None
+    );
+    for masked in ["age", "token", "ssn", "email"] {
+        assert_eq!(
+            after.field(masked).unwrap().schema().parameter("masked"),
+            Some("true"),
+            "{masked}"
+        );
+    }
+    let key = snap[0].key.as_struct().unwrap();
+    assert_eq!(
+        key.schema()
+            .field("email")
+            .unwrap()
+            .schema()
+            .parameter("masked"),
         None
     );
 }

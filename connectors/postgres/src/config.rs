@@ -12,7 +12,7 @@ use std::time::Duration;
 use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, ConfigValue, Importance, Validator};
 use headwater_api::{ConfigValidation, Properties};
 use headwater_connector_common::column_mappers::{self, ColumnMappers};
-use headwater_connector_common::config::pair_check;
+use headwater_connector_common::config::{pair_check, Unbuilt, COMMON_UNBUILT};
 pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
 
 use crate::filters::{Filters, PatternList, Selector};
@@ -84,6 +84,10 @@ pub struct PostgresConfig {
     pub unavailable_placeholder: String,
     pub tombstones_on_delete: bool,
     pub skipped: SkippedOps,
+    /// `snapshot.include.collection.list`: the captured tables the initial snapshot copies.
+    pub snapshot_tables: Option<PatternList>,
+    /// `skip.messages.without.change`.
+    pub skip_unchanged: bool,
     /// `message.key.columns`: (table pattern, key columns).
     pub message_key_columns: Vec<(PatternList, Vec<String>)>,
     pub max_batch_size: usize,
@@ -282,8 +286,66 @@ pub fn config_def() -> ConfigDef {
         ConfigValue::String(s) if !s.trim().is_empty() => parse_signal_table(s).map(|_| ()),
         _ => Ok(()),
     })).doc("The table (<schema>.<table>, columns id, type, data) whose inserted rows are signals: execute-snapshot (run as a blocking snapshot) and log. It is captured like an included table but never snapshotted."));
+    let def = def
+        .define(key("snapshot.include.collection.list", String).default_null().validator(regex_list_validator()).doc("Regexes for schema.table of the captured tables the initial snapshot copies (default: all); the others are only streamed. Signalled snapshots copy what the signal names."))
+        .define(key("skip.messages.without.change", Boolean).default_str("false").doc("Skip update events whose captured columns did not change (needs the old row image: REPLICA IDENTITY FULL)."));
+    let def = headwater_connector_common::config::define_unbuilt_keys(def, COMMON_UNBUILT);
+    let def = headwater_connector_common::config::define_unbuilt_keys(def, POSTGRES_UNBUILT);
     headwater_connector_common::config::define_signal_keys(def)
 }
+
+/// Debezium PostgreSQL keys that change what is emitted and that Headwater has only in their
+/// default form (see [`Unbuilt`]).
+const POSTGRES_UNBUILT: &[Unbuilt] = &[
+    Unbuilt {
+        key: "topic.naming.strategy",
+        accepted: &[
+            "io.debezium.schema.SchemaTopicNamingStrategy",
+            "io.debezium.schema.DefaultTopicNamingStrategy",
+        ],
+        why: "topics are named <topic.prefix>.<schema>.<table>; rename them with the RegexRouter transform instead",
+    },
+    Unbuilt {
+        key: "sourceinfo.struct.maker",
+        accepted: &["io.debezium.connector.postgresql.PostgresSourceInfoStructMaker"],
+        why: "the source block is Debezium's default one",
+    },
+    Unbuilt {
+        key: "snapshot.select.statement.overrides",
+        accepted: &[],
+        why: "snapshots copy whole tables; limit them with snapshot.include.collection.list, or copy filtered rows with an execute-snapshot signal's additional-conditions",
+    },
+    Unbuilt {
+        key: "snapshot.query.mode",
+        accepted: &["select_all"],
+        why: "snapshots copy whole tables",
+    },
+    Unbuilt {
+        key: "publish.via.partition.root",
+        accepted: &["false"],
+        why: "changes of partitions are emitted under each partition's own table",
+    },
+    Unbuilt {
+        key: "replica.identity.autoset.values",
+        accepted: &[],
+        why: "the connector does not change REPLICA IDENTITY; set it with ALTER TABLE ... REPLICA IDENTITY",
+    },
+    Unbuilt {
+        key: "xmin.fetch.interval.ms",
+        accepted: &["0"],
+        why: "source.xmin is not filled",
+    },
+    Unbuilt {
+        key: "offset.mismatch.strategy",
+        accepted: &["no_validation"],
+        why: "streaming resumes at the later of the committed offset and the slot's confirmed position",
+    },
+    Unbuilt {
+        key: "slot.failover",
+        accepted: &["false"],
+        why: "failover slots are not created",
+    },
+];
 
 /// `signal.data.collection`: `<schema>.<table>` (Debezium's form for PostgreSQL), as written
 /// (names are matched exactly, as PostgreSQL stores them).
@@ -535,6 +597,11 @@ impl PostgresConfig {
             unavailable_placeholder: s("unavailable.value.placeholder"),
             tombstones_on_delete: p.get_bool("tombstones.on.delete").unwrap_or(true),
             skipped: parse_skipped(&s("skipped.operations")).unwrap_or_default(),
+            snapshot_tables: p
+                .get_string("snapshot.include.collection.list")
+                .filter(|l| !l.trim().is_empty())
+                .and_then(|l| PatternList::parse(l).ok()),
+            skip_unchanged: p.get_bool("skip.messages.without.change").unwrap_or(false),
             message_key_columns: p
                 .get_string("message.key.columns")
                 .map(|m| parse_message_key_columns(m).unwrap_or_default())
@@ -617,6 +684,13 @@ mod tests {
             ("database.sslmode", "verify-full"),
             ("database.sslrootcert", "/nonexistent/root.crt"),
             ("time.precision.mode", "nanoseconds"),
+            ("converters", "isbn"),
+            ("topic.delimiter", "_"),
+            ("publish.via.partition.root", "true"),
+            (
+                "topic.naming.strategy",
+                "io.debezium.schema.DefaultTopicNamingStrategy",
+            ),
         ]);
         let v = validate(&props(&p));
         let errs = v.errors_by_field();
@@ -630,6 +704,13 @@ mod tests {
             "{errs:?}"
         );
         assert!(errs["time.precision.mode"][0].contains("not supported yet"));
+        assert!(errs["converters"][0].contains("converters=isbn is not supported"));
+        assert!(errs["topic.delimiter"][0].contains("RegexRouter"));
+        assert!(errs["publish.via.partition.root"][0].contains("not supported"));
+        assert!(
+            !errs.contains_key("topic.naming.strategy"),
+            "Debezium's default strategies name topics as Headwater does"
+        );
         assert!(PostgresConfig::parse(&props(&p)).is_err());
         let mut p = base();
         p.retain(|(k, _)| *k != "topic.prefix");

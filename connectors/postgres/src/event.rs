@@ -20,16 +20,19 @@ use crate::types::{self, decode_binary, ColumnType, MappingConfig, PgType, TypeE
 use headwater_connector_common::column_mappers::{ColumnKind, ColumnMappers, MappedColumn};
 
 /// What a column mapper needs to know of a column's type: character data (text, varchar,
-/// bpchar, name, citext, `"char"`, enums; masks and hashes apply), byte strings (bytea;
-/// truncation applies), or other; and its declared length (`varchar(n)`, `char(n)`).
+/// bpchar, name, `"char"`, enums: JDBC's character types, which masks and hashes change),
+/// byte strings (bytea), or other (citext among them: an extension type, JDBC's OTHER); and
+/// its declared length (`varchar(n)`, `char(n)`, 1 for `"char"`, as pgjdbc reports them).
 fn mapper_kind(ct: &ColumnType) -> (ColumnKind, Option<usize>) {
     let (info, typmod) = ct.resolved();
     match info.kind {
+        PgType::Text if info.name == "citext" => (ColumnKind::Other, None),
         PgType::Text => (
             ColumnKind::Characters,
             (typmod >= 4).then(|| (typmod - 4) as usize),
         ),
-        PgType::Char | PgType::Enum(_) => (ColumnKind::Characters, None),
+        PgType::Char => (ColumnKind::Characters, Some(1)),
+        PgType::Enum(_) => (ColumnKind::Characters, None),
         PgType::Bytea => (ColumnKind::Bytes, None),
         _ => (ColumnKind::Other, None),
     }

@@ -1108,16 +1108,25 @@ impl Inner {
         Ok(())
     }
 
-    /// The tables a snapshot copies, in snapshot order: every captured table, or those a
-    /// signal names. The signal table itself is never copied (as in Debezium).
+    /// The tables a snapshot copies, in snapshot order: the captured tables
+    /// `snapshot.include.collection.list` names (all by default), or those a signal names.
+    /// The signal table itself is never copied (as in Debezium).
     async fn snapshot_tables(
         &self,
         request: Option<&SnapshotRequest>,
     ) -> Result<Vec<(String, String)>, ConnectError> {
         let mut tables = self.captured_tables().await?;
         tables.retain(|(s, t)| {
+            let name = format!("{s}.{t}");
             !self.cfg.filters.is_signal_table(s, t)
-                && request.is_none_or(|r| r.names(&format!("{s}.{t}")))
+                && match request {
+                    Some(r) => r.names(&name),
+                    None => self
+                        .cfg
+                        .snapshot_tables
+                        .as_ref()
+                        .is_none_or(|l| l.matches(&name)),
+                }
         });
         Ok(tables)
     }
@@ -2314,6 +2323,15 @@ impl Inner {
                 };
                 let after =
                     self.row_of(&ts, &map, &new, before.as_ref().filter(|_| old.is_some()))?;
+                if self.cfg.skip_unchanged
+                    && old.is_some()
+                    && before
+                        .as_ref()
+                        .is_some_and(|b| b.values() == after.values())
+                {
+                    // skip.messages.without.change: no captured column changed.
+                    return Ok(());
+                }
                 let new_key = ts.key_of(&after);
                 let old_key = before.as_ref().and_then(|b| ts.key_of(b));
                 let (skip_old, skip_new) = (

@@ -1276,7 +1276,8 @@ async fn column_mappers_mask_hash_and_truncate_row_images_but_not_keys() {
     db.batch_execute(
         "CREATE TABLE users (email varchar(64) PRIMARY KEY, ssn text, token varchar(10), bio text, photo bytea, age int);
          ALTER TABLE users REPLICA IDENTITY FULL;
-         INSERT INTO users VALUES ('a@example.com', '123-45-6789', 'secret', 'a long biography', '\\x0102030405', 41);",
+         INSERT INTO users VALUES ('a@example.com', '123-45-6789', 'secret', 'a long biography', '\\x0102030405', 41);
+         CREATE TABLE notes (id int PRIMARY KEY); INSERT INTO notes VALUES (1);",
     )
     .await
     .unwrap();
@@ -1288,7 +1289,9 @@ async fn column_mappers_mask_hash_and_truncate_row_images_but_not_keys() {
             "masks",
             &[
                 ("slot.name", "masks_slot"),
-                ("table.include.list", "public.users"),
+                ("table.include.list", "public.users,public.notes"),
+                ("snapshot.include.collection.list", "public.users"),
+                ("skip.messages.without.change", "true"),
                 ("column.mask.with.4.chars", "public.users.(ssn|email|age)"),
                 (
                     "column.mask.hash.v2.SHA-256.with.salt.pepper",
@@ -1304,14 +1307,26 @@ async fn column_mappers_mask_hash_and_truncate_row_images_but_not_keys() {
     .await
     .unwrap();
     let snap = drain(&mut task, 1).await;
+    assert_eq!(
+        snap.len(),
+        1,
+        "snapshot.include.collection.list leaves notes out"
+    );
     db.batch_execute(
-        "INSERT INTO users VALUES ('b@example.com', NULL, NULL, NULL, NULL, NULL);
-         UPDATE users SET bio = 'short' WHERE email = 'a@example.com';",
+        "UPDATE users SET age = age WHERE email = 'a@example.com';
+         INSERT INTO users VALUES ('b@example.com', NULL, NULL, NULL, NULL, NULL);
+         UPDATE users SET bio = 'short' WHERE email = 'a@example.com';
+         INSERT INTO notes VALUES (2);",
     )
     .await
     .unwrap();
-    let stream = drain(&mut task, 2).await;
+    let stream = drain(&mut task, 3).await;
     task.stop().await;
+    assert_eq!(
+        stream.iter().map(|r| r.topic.as_str()).collect::<Vec<_>>(),
+        ["idle.public.users", "idle.public.users", "idle.public.notes"],
+        "the update that changed nothing is skipped (skip.messages.without.change); notes is streamed"
+    );
 
     let field = |r: &headwater_api::SourceRecord, image: &str, col: &str| {
         r.value
@@ -1369,6 +1384,25 @@ async fn column_mappers_mask_hash_and_truncate_row_images_but_not_keys() {
         .schema()
         .clone();
     let bio = after_schema.field("bio").unwrap().schema();
+    for masked in ["age", "token", "ssn"] {
+        assert_eq!(
+            after_schema
+                .field(masked)
+                .unwrap()
+                .schema()
+                .parameter("masked"),
+            Some("true"),
+            "{masked}"
+        );
+    }
+    assert_eq!(
+        key.schema()
+            .field("email")
+            .unwrap()
+            .schema()
+            .parameter("masked"),
+        None
+    );
     assert_eq!(bio.parameter("truncateLength"), Some("6"));
     assert_eq!(
         key.schema()
