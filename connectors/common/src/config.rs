@@ -128,6 +128,28 @@ pub fn define_unbuilt_keys(mut def: ConfigDef, keys: &'static [Unbuilt]) -> Conf
     def
 }
 
+/// `snapshot.select.statement.overrides`: the tables it lists (qualified names, compared
+/// exactly) and, for each, the statement of its `snapshot.select.statement.overrides.<table>`
+/// key. The error names a listed table without a statement.
+pub fn parse_snapshot_overrides(props: &Properties) -> Result<Vec<(String, String)>, String> {
+    const KEY: &str = "snapshot.select.statement.overrides";
+    let Some(list) = props.get(KEY) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for table in crate::name_filter::split_list(list) {
+        let statement = props
+            .get(&format!("{KEY}.{table}"))
+            .map(|s| s.trim().trim_end_matches(';').trim())
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                format!("{table} is listed, but {KEY}.{table} (its SELECT statement) is not set")
+            })?;
+        out.push((table, statement.to_owned()));
+    }
+    Ok(out)
+}
+
 /// Operations that can be skipped (`skipped.operations`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SkippedOps {
@@ -227,6 +249,40 @@ mod tests {
         assert_eq!(e.len(), 2);
         assert!(e[0].1.contains("converters=isbn is not supported: classes"));
         assert!(e[1].1.contains("topic.delimiter=_ is not supported"));
+    }
+
+    #[test]
+    fn snapshot_overrides_need_a_statement_per_listed_table() {
+        let p: Properties = [
+            ("snapshot.select.statement.overrides", "public.a, public.b"),
+            (
+                "snapshot.select.statement.overrides.public.a",
+                "SELECT * FROM public.a WHERE x > 1;",
+            ),
+            (
+                "snapshot.select.statement.overrides.public.b",
+                "SELECT * FROM public.b",
+            ),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        let o = parse_snapshot_overrides(&p).unwrap();
+        assert_eq!(
+            o,
+            vec![
+                (
+                    "public.a".to_owned(),
+                    "SELECT * FROM public.a WHERE x > 1".to_owned()
+                ),
+                ("public.b".to_owned(), "SELECT * FROM public.b".to_owned()),
+            ]
+        );
+        let mut missing = p.clone();
+        missing.remove("snapshot.select.statement.overrides.public.b");
+        assert!(parse_snapshot_overrides(&missing)
+            .unwrap_err()
+            .contains("public.b is listed"));
     }
 
     #[test]

@@ -114,6 +114,8 @@ pub struct MySqlConfig {
     pub snapshot_tables: Option<PatternList>,
     /// `skip.messages.without.change`.
     pub skip_unchanged: bool,
+    /// `snapshot.select.statement.overrides`: (database.table, its SELECT).
+    pub snapshot_overrides: Vec<(String, String)>,
     pub message_key_columns: Vec<(PatternList, Vec<String>)>,
     pub gtid_sources: Selector,
     pub max_batch_size: usize,
@@ -299,6 +301,7 @@ pub fn config_def() -> ConfigDef {
     })).doc("The table (<database>.<table>, columns id, type, data) whose inserted rows are signals: execute-snapshot (run as a blocking snapshot) and log. It is captured like an included table but never snapshotted."));
     let def = def
         .define(key("snapshot.include.collection.list", String).default_null().validator(regex_list_validator()).doc("Regexes for database.table of the captured tables the initial snapshot copies (default: all); the others are only streamed. Signalled snapshots copy what the signal names."))
+        .define(key("snapshot.select.statement.overrides", String).default_null().doc("Tables (database.table) whose initial snapshot runs the SELECT of snapshot.select.statement.overrides.<database>.<table> instead of reading the whole table; it must return the table's columns in table order (SELECT * ...)."))
         .define(key("skip.messages.without.change", Boolean).default_str("false").doc("Skip update events whose captured columns did not change (needs the old row image: the binlog's full row images have it)."));
     let def = headwater_connector_common::config::define_unbuilt_keys(def, COMMON_UNBUILT);
     let def = headwater_connector_common::config::define_unbuilt_keys(def, MYSQL_UNBUILT);
@@ -320,11 +323,6 @@ const MYSQL_UNBUILT: &[Unbuilt] = &[
             "io.debezium.connector.mariadb.MariaDbSourceInfoStructMaker",
         ],
         why: "the source block is Debezium's default one",
-    },
-    Unbuilt {
-        key: "snapshot.select.statement.overrides",
-        accepted: &[],
-        why: "snapshots read whole tables; limit them with snapshot.include.collection.list, or read filtered rows with an execute-snapshot signal's additional-conditions",
     },
     Unbuilt {
         key: "snapshot.query.mode",
@@ -395,6 +393,9 @@ fn tls_settings(props: &Properties) -> Option<TlsSettings> {
 pub fn validate(props: &Properties) -> ConfigValidation {
     let mut v = config_def().validate(props);
     column_mappers::validate(&mut v, props);
+    if let Err(e) = headwater_connector_common::config::parse_snapshot_overrides(props) {
+        v.add_error("snapshot.select.statement.overrides", e);
+    }
     if let Some(tls) = tls_settings(props) {
         if let Err(message) = tls.check() {
             let field = ["database.ssl.truststore", "database.ssl.keystore"]
@@ -551,6 +552,8 @@ impl MySqlConfig {
                 .filter(|l| !l.trim().is_empty())
                 .and_then(|l| PatternList::parse(l).ok()),
             skip_unchanged: p.get_bool("skip.messages.without.change").unwrap_or(false),
+            snapshot_overrides: headwater_connector_common::config::parse_snapshot_overrides(props)
+                .unwrap_or_default(),
             message_key_columns: p
                 .get_string("message.key.columns")
                 .map(|s| parse_message_key_columns(s).unwrap_or_default())
@@ -652,6 +655,7 @@ mod tests {
             ("heartbeat.interval.ms", "-1"),
             ("event.deserialization.failure.handling.mode", "skip"),
             ("snapshot.select.statement.overrides", "a.b"),
+            ("snapshot.query.mode", "custom"),
             ("include.schema.comments", "true"),
             ("column.mask.with.x.chars", "a.b.c"),
         ]);
@@ -667,6 +671,7 @@ mod tests {
             "table.exclude.list",
             "skipped.operations",
             "snapshot.select.statement.overrides",
+            "snapshot.query.mode",
             "include.schema.comments",
             "column.mask.with.x.chars",
             "heartbeat.interval.ms",

@@ -180,6 +180,8 @@ pub struct Chunk {
     /// conditions (trusted as Debezium trusts it: whoever may write the signal table may
     /// read every captured table).
     pub condition: Option<Arc<str>>,
+    /// `snapshot.select.statement.overrides.<table>`: the SELECT read instead of the table.
+    pub source: Option<Arc<str>>,
 }
 
 pub fn quote_ident(s: &str) -> String {
@@ -190,7 +192,10 @@ impl Chunk {
     /// The `SELECT` of this chunk.
     pub fn select_statement(&self, t: &SnapshotTable) -> String {
         let id = &t.schema.id;
-        let table = format!("{}.{}", quote_ident(&id.db), quote_ident(&id.table));
+        let table = match &self.source {
+            Some(select) => format!("({select}) AS hw_override"),
+            None => format!("{}.{}", quote_ident(&id.db), quote_ident(&id.table)),
+        };
         let condition = self.condition.as_ref().map(|c| format!("({c})"));
         let Some((_, key)) = &t.int_key else {
             return match condition {
@@ -246,6 +251,7 @@ pub async fn plan_table(
         hi: None,
         after,
         condition: None,
+        source: None,
     }];
     let n = estimated.div_ceil(chunk_rows.max(1)).max(1);
     let Some((_, key)) = &t.int_key else {
@@ -281,6 +287,7 @@ pub async fn plan_table(
             hi: (i + 1 < n).then(|| bound(i + 1)),
             after,
             condition: None,
+            source: None,
         })
         .collect())
 }

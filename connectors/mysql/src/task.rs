@@ -1048,7 +1048,17 @@ impl Inner {
             // A filtered read holds only some rows: the stream cannot tell which of the
             // table's changes it already holds, so it skips none of them (changes to read rows
             // made during the read come out twice, as in Debezium).
-            if (resumed || request.is_some()) && condition.is_none() {
+            // The initial snapshot reads snapshot.select.statement.overrides where given.
+            let source: Option<Arc<str>> = match &request {
+                Some(_) => None,
+                None => self
+                    .cfg
+                    .snapshot_overrides
+                    .iter()
+                    .find(|(t, _)| *t == name)
+                    .map(|(_, sql)| Arc::from(sql.as_str())),
+            };
+            if (resumed || request.is_some()) && condition.is_none() && source.is_none() {
                 // Read at a newer snapshot than where streaming starts: the stream skips its
                 // older changes.
                 skips.push(SkipRegion {
@@ -1071,6 +1081,7 @@ impl Inner {
             .await?;
             for chunk in &mut planned {
                 chunk.condition = condition.clone();
+                chunk.source = source.clone();
             }
             chunks.extend(planned);
             estimated.push(rows);

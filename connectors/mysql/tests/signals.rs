@@ -303,3 +303,44 @@ async fn execute_snapshot_signal_reads_named_tables_once_across_restarts() {
         .expect_err("refused");
     assert!(err.to_string().contains("does not exist"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_select_statement_overrides_filter_the_initial_snapshot() {
+    let server = MariaDbServer::start().unwrap();
+    server.create_database("app").await.unwrap();
+    let mut db = server.connect("app").await.unwrap();
+    let rows: Vec<String> = (1..=10).map(|i| format!("({i}, 'open')")).collect();
+    db.query_drop(format!(
+        "CREATE TABLE captured (id int PRIMARY KEY, status varchar(16) NOT NULL);
+         INSERT INTO captured VALUES {};
+         CREATE TABLE other (id int PRIMARY KEY); INSERT INTO other VALUES (1), (2), (3);
+         CREATE TABLE debezium_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));",
+        rows.join(", ")
+    ))
+    .await
+    .unwrap();
+    let p = props(
+        &server,
+        &[
+            ("snapshot.chunk.rows", "2"),
+            ("snapshot.select.statement.overrides", "app.captured"),
+            (
+                "snapshot.select.statement.overrides.app.captured",
+                "SELECT * FROM app.captured WHERE id % 2 = 0",
+            ),
+        ],
+    );
+    let mut task = start(p, Vec::new()).await;
+    let snap = drain(&mut task, 8).await;
+    assert_eq!(
+        ids(&snap, "r"),
+        vec![2, 4, 6, 8, 10],
+        "the override's rows, in key order"
+    );
+    assert_eq!(
+        snap.iter().filter(|r| r.topic == "cdc.app.other").count(),
+        3,
+        "other tables are read whole"
+    );
+    task.stop().await;
+}

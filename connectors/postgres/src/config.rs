@@ -88,6 +88,8 @@ pub struct PostgresConfig {
     pub snapshot_tables: Option<PatternList>,
     /// `skip.messages.without.change`.
     pub skip_unchanged: bool,
+    /// `snapshot.select.statement.overrides`: (schema.table, its SELECT).
+    pub snapshot_overrides: Vec<(String, String)>,
     /// `message.key.columns`: (table pattern, key columns).
     pub message_key_columns: Vec<(PatternList, Vec<String>)>,
     pub max_batch_size: usize,
@@ -288,6 +290,7 @@ pub fn config_def() -> ConfigDef {
     })).doc("The table (<schema>.<table>, columns id, type, data) whose inserted rows are signals: execute-snapshot (run as a blocking snapshot) and log. It is captured like an included table but never snapshotted."));
     let def = def
         .define(key("snapshot.include.collection.list", String).default_null().validator(regex_list_validator()).doc("Regexes for schema.table of the captured tables the initial snapshot copies (default: all); the others are only streamed. Signalled snapshots copy what the signal names."))
+        .define(key("snapshot.select.statement.overrides", String).default_null().doc("Tables (schema.table) whose initial snapshot runs the SELECT of snapshot.select.statement.overrides.<schema>.<table> instead of reading the whole table; it must return the table's captured columns."))
         .define(key("skip.messages.without.change", Boolean).default_str("false").doc("Skip update events whose captured columns did not change (needs the old row image: REPLICA IDENTITY FULL)."));
     let def = headwater_connector_common::config::define_unbuilt_keys(def, COMMON_UNBUILT);
     let def = headwater_connector_common::config::define_unbuilt_keys(def, POSTGRES_UNBUILT);
@@ -309,11 +312,6 @@ const POSTGRES_UNBUILT: &[Unbuilt] = &[
         key: "sourceinfo.struct.maker",
         accepted: &["io.debezium.connector.postgresql.PostgresSourceInfoStructMaker"],
         why: "the source block is Debezium's default one",
-    },
-    Unbuilt {
-        key: "snapshot.select.statement.overrides",
-        accepted: &[],
-        why: "snapshots copy whole tables; limit them with snapshot.include.collection.list, or copy filtered rows with an execute-snapshot signal's additional-conditions",
     },
     Unbuilt {
         key: "snapshot.query.mode",
@@ -383,6 +381,9 @@ fn parse_message_key_columns(s: &str) -> Result<Vec<(PatternList, Vec<String>)>,
 pub fn validate(props: &Properties) -> ConfigValidation {
     let mut v = config_def().validate(props);
     column_mappers::validate(&mut v, props);
+    if let Err(e) = headwater_connector_common::config::parse_snapshot_overrides(props) {
+        v.add_error("snapshot.select.statement.overrides", e);
+    }
     pair_check(&mut v, props, "schema.include.list", "schema.exclude.list");
     pair_check(&mut v, props, "table.include.list", "table.exclude.list");
     pair_check(&mut v, props, "column.include.list", "column.exclude.list");
@@ -602,6 +603,8 @@ impl PostgresConfig {
                 .filter(|l| !l.trim().is_empty())
                 .and_then(|l| PatternList::parse(l).ok()),
             skip_unchanged: p.get_bool("skip.messages.without.change").unwrap_or(false),
+            snapshot_overrides: headwater_connector_common::config::parse_snapshot_overrides(props)
+                .unwrap_or_default(),
             message_key_columns: p
                 .get_string("message.key.columns")
                 .map(|m| parse_message_key_columns(m).unwrap_or_default())

@@ -154,6 +154,8 @@ pub struct Chunk {
     /// conditions (trusted as Debezium trusts it: whoever may write the signal table may
     /// read every captured table; the readers' transactions are read-only).
     pub condition: Option<std::sync::Arc<str>>,
+    /// `snapshot.select.statement.overrides.<table>`: the SELECT read instead of the table.
+    pub source: Option<std::sync::Arc<str>>,
 }
 
 impl Chunk {
@@ -205,11 +207,17 @@ impl Chunk {
         } else {
             format!(" WHERE {}", conds.join(" AND "))
         };
+        let from = match &self.source {
+            Some(select) => format!("({select}) AS hw_override"),
+            None => format!(
+                "ONLY {}.{}",
+                quote_ident(&ts.id.schema),
+                quote_ident(&ts.id.table)
+            ),
+        };
         format!(
-            "COPY (SELECT {} FROM ONLY {}.{}{filter}{order}) TO STDOUT (FORMAT binary)",
+            "COPY (SELECT {} FROM {from}{filter}{order}) TO STDOUT (FORMAT binary)",
             cols.join(", "),
-            quote_ident(&ts.id.schema),
-            quote_ident(&ts.id.table)
         )
     }
 }
@@ -275,6 +283,7 @@ pub async fn plan_table(
             kind,
             after,
             condition: None,
+            source: None,
         }]
     };
     if let Some(ki) = int_key(ts) {
@@ -312,6 +321,7 @@ pub async fn plan_table(
                 },
                 after,
                 condition: None,
+                source: None,
             })
             .collect());
     }
@@ -331,6 +341,7 @@ pub async fn plan_table(
             },
             after: None,
             condition: None,
+            source: None,
         })
         .collect())
 }

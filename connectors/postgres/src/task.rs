@@ -1004,10 +1004,20 @@ impl Inner {
                 .as_ref()
                 .and_then(|r| r.condition(&name))
                 .map(Arc::from);
+            // The initial snapshot reads snapshot.select.statement.overrides where given.
+            let source: Option<Arc<str>> = match &request {
+                Some(_) => None,
+                None => self
+                    .cfg
+                    .snapshot_overrides
+                    .iter()
+                    .find(|(t, _)| *t == name)
+                    .map(|(_, sql)| Arc::from(sql.as_str())),
+            };
             // A filtered copy holds only some rows: the stream cannot tell which of the
             // table's changes it already holds, so it skips none of them (changes to copied
             // rows made during the copy come out twice, as in Debezium).
-            if regions && condition.is_none() {
+            if regions && condition.is_none() && source.is_none() {
                 skips.push(SkipRegion {
                     table: name.clone(),
                     after,
@@ -1028,6 +1038,7 @@ impl Inner {
             .await?;
             for chunk in &mut planned {
                 chunk.condition = condition.clone();
+                chunk.source = source.clone();
             }
             chunks.extend(planned);
         }
