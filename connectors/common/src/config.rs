@@ -78,16 +78,6 @@ pub const COMMON_UNBUILT: &[Unbuilt] = &[
         why: "heartbeat topics are <topic.heartbeat.prefix>.<topic.prefix>; rename them with the RegexRouter transform instead",
     },
     Unbuilt {
-        key: "schema.name.adjustment.mode",
-        accepted: &["none"],
-        why: "schema names are not adjusted yet; keep topic.prefix and table names to letters, digits and _ for Avro",
-    },
-    Unbuilt {
-        key: "field.name.adjustment.mode",
-        accepted: &["none"],
-        why: "field names are not adjusted yet",
-    },
-    Unbuilt {
         key: "transaction.metadata.factory",
         accepted: &["io.debezium.pipeline.txmetadata.DefaultTransactionMetadataFactory"],
         why: "transaction metadata is Debezium's default form",
@@ -96,6 +86,35 @@ pub const COMMON_UNBUILT: &[Unbuilt] = &[
         key: "event.processing.failure.handling.mode",
         accepted: &["fail"],
         why: "warn and skip would drop events; an event that cannot be processed fails the task",
+    },
+];
+
+/// `schema.name.adjustment.mode` and `field.name.adjustment.mode` as a connector that builds
+/// `avro` (not `avro_unicode`) has them.
+pub const NAME_ADJUSTMENT_AVRO: &[Unbuilt] = &[
+    Unbuilt {
+        key: "schema.name.adjustment.mode",
+        accepted: &["none", "avro"],
+        why: "avro_unicode is not built; avro replaces characters Avro does not allow with _",
+    },
+    Unbuilt {
+        key: "field.name.adjustment.mode",
+        accepted: &["none", "avro"],
+        why: "avro_unicode is not built; avro replaces characters Avro does not allow with _",
+    },
+];
+
+/// The two adjustment keys of a connector that does not adjust names.
+pub const NAME_ADJUSTMENT_NONE: &[Unbuilt] = &[
+    Unbuilt {
+        key: "schema.name.adjustment.mode",
+        accepted: &["none"],
+        why: "this connector does not adjust schema names; set scrub.invalid.names=true on the AvroConverter instead",
+    },
+    Unbuilt {
+        key: "field.name.adjustment.mode",
+        accepted: &["none"],
+        why: "this connector does not adjust field names; set scrub.invalid.names=true on the AvroConverter instead",
     },
 ];
 

@@ -3,6 +3,7 @@
 //! - [`name_filter`]: Debezium's include/exclude lists (comma-separated, anchored,
 //!   case-insensitive regular expressions over qualified names).
 //! - [`column_mappers`]: Debezium's column truncation, masking and hashing.
+//! - [`name_adjust`]: Debezium's `avro` schema and field name adjustment.
 //! - [`config`]: `skipped.operations` and the include/exclude pair rule.
 //! - [`signal`]: Debezium's source signals (`execute-snapshot`, `log`).
 //! - [`heartbeat`]: Debezium's heartbeat records (`heartbeat.interval.ms`).
@@ -12,6 +13,7 @@
 pub mod column_mappers;
 pub mod config;
 pub mod heartbeat;
+pub mod name_adjust;
 pub mod name_filter;
 pub mod signal;
 pub mod text;

@@ -16,6 +16,7 @@ use headwater_api::{ConfigValidation, Properties};
 use headwater_connector_common::column_mappers::{self, ColumnMappers};
 use headwater_connector_common::config::{pair_check, Unbuilt, COMMON_UNBUILT};
 pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
+use headwater_connector_common::name_adjust::NameAdjustments;
 
 use crate::filters::{Filters, PatternList, Selector};
 use crate::tls::{SslMode, TlsSettings};
@@ -133,6 +134,8 @@ pub struct MySqlConfig {
     pub transaction_topic: Option<String>,
     /// `column.truncate.*`, `column.mask.*`: Debezium's column mappers.
     pub column_mappers: ColumnMappers,
+    /// `schema.name.adjustment.mode`, `field.name.adjustment.mode`.
+    pub names: NameAdjustments,
 }
 
 const SNAPSHOT_MODES: &[&str] = &[
@@ -305,6 +308,10 @@ pub fn config_def() -> ConfigDef {
         .define(key("skip.messages.without.change", Boolean).default_str("false").doc("Skip update events whose captured columns did not change (needs the old row image: the binlog's full row images have it)."));
     let def = headwater_connector_common::config::define_unbuilt_keys(def, COMMON_UNBUILT);
     let def = headwater_connector_common::config::define_unbuilt_keys(def, MYSQL_UNBUILT);
+    let def = headwater_connector_common::config::define_unbuilt_keys(
+        def,
+        headwater_connector_common::config::NAME_ADJUSTMENT_AVRO,
+    );
     headwater_connector_common::config::define_signal_keys(def)
 }
 
@@ -576,6 +583,7 @@ impl MySqlConfig {
                 .unwrap_or(false)
                 .then(|| s("topic.transaction")),
             column_mappers: ColumnMappers::parse(props),
+            names: NameAdjustments::from_props(props),
         })
     }
 

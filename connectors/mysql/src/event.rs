@@ -14,6 +14,7 @@ use headwater_api::{OffsetMap, Schema, SchemaBuilder, SchemaRef, SourceRecord, S
 use crate::config::Flavor;
 use crate::types::{self, ColumnSpec, MappingConfig, MyType, Origin, TypeError};
 use headwater_connector_common::column_mappers::{ColumnKind, ColumnMappers, MappedColumn};
+use headwater_connector_common::name_adjust::NameAdjustments;
 
 /// `db.table`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -131,6 +132,7 @@ impl TableSchema {
         mapping: &MappingConfig,
         source: &SchemaRef,
         mappers: &ColumnMappers,
+        adjust: NameAdjustments,
         included: impl Fn(&str) -> bool,
     ) -> Result<TableSchema, EventError> {
         let topic = sanitize_topic(&format!("{topic_prefix}.{}.{}", id.db, id.table));
@@ -139,11 +141,11 @@ impl TableSchema {
             detail,
         };
         let mut row = SchemaBuilder::struct_()
-            .name(format!("{topic}.Value"))
+            .name(adjust.schema.schema_name(&format!("{topic}.Value")))
             .optional();
         let mut fields = Vec::with_capacity(columns.len());
         let mut field_schemas = Vec::new();
-        let mut names = Vec::new();
+        let mut column_names = Vec::new();
         let mut mapped = Vec::new();
         for c in &columns {
             if !included(&c.name) {
@@ -181,16 +183,16 @@ impl TableSchema {
             };
             mapped.push(mapper);
             row = row
-                .try_field(c.name.clone(), row_field)
+                .try_field(adjust.field.field_name(&c.name), row_field)
                 .map_err(|e| schema_err(e.message().to_owned()))?;
             fields.push(Some(field_schemas.len()));
             field_schemas.push(schema);
-            names.push(c.name.clone());
+            column_names.push(c.name.clone());
         }
         let row_schema = row.build_ref();
         let mut key_fields = Vec::new();
         for k in key_columns {
-            match names.iter().position(|n| n == k) {
+            match column_names.iter().position(|n| n == k) {
                 Some(i) => key_fields.push(i),
                 None => {
                     return Err(schema_err(format!(
@@ -202,16 +204,20 @@ impl TableSchema {
         let key_schema = if key_fields.is_empty() {
             None
         } else {
-            let mut kb = SchemaBuilder::struct_().name(format!("{topic}.Key"));
+            let mut kb =
+                SchemaBuilder::struct_().name(adjust.schema.schema_name(&format!("{topic}.Key")));
             for &i in &key_fields {
                 kb = kb
-                    .try_field(names[i].clone(), field_schemas[i].clone())
+                    .try_field(
+                        adjust.field.field_name(&column_names[i]),
+                        field_schemas[i].clone(),
+                    )
                     .map_err(|e| schema_err(e.message().to_owned()))?;
             }
             Some(kb.build_ref())
         };
         let envelope_schema = SchemaBuilder::struct_()
-            .name(format!("{topic}.Envelope"))
+            .name(adjust.schema.schema_name(&format!("{topic}.Envelope")))
             .version(2)
             .field("before", row_schema.clone())
             .field("after", row_schema.clone())
@@ -505,6 +511,7 @@ mod tests {
             &MappingConfig::default(),
             &b.source_schema,
             &ColumnMappers::default(),
+            NameAdjustments::default(),
             |c| c != "skip",
         )
         .unwrap();

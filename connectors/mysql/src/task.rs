@@ -839,6 +839,7 @@ impl Inner {
             &self.cfg.mapping,
             &self.events.source_schema,
             &self.cfg.column_mappers,
+            self.cfg.names,
             |c| filters.column_included(&id.db, &id.table, c),
         )
         .map_err(|e| ConnectError::data(e.to_string()))

@@ -14,6 +14,7 @@ use headwater_api::{ConfigValidation, Properties};
 use headwater_connector_common::column_mappers::{self, ColumnMappers};
 use headwater_connector_common::config::{pair_check, Unbuilt, COMMON_UNBUILT};
 pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
+use headwater_connector_common::name_adjust::NameAdjustments;
 
 use crate::filters::{Filters, PatternList, Selector};
 use crate::replication::SslMode;
@@ -106,6 +107,8 @@ pub struct PostgresConfig {
     pub message_prefixes: Selector,
     /// `column.truncate.*`, `column.mask.*`: Debezium's column mappers.
     pub column_mappers: ColumnMappers,
+    /// `schema.name.adjustment.mode`, `field.name.adjustment.mode`.
+    pub names: NameAdjustments,
 }
 
 const SNAPSHOT_MODES: &[&str] = &[
@@ -294,6 +297,10 @@ pub fn config_def() -> ConfigDef {
         .define(key("skip.messages.without.change", Boolean).default_str("false").doc("Skip update events whose captured columns did not change (needs the old row image: REPLICA IDENTITY FULL)."));
     let def = headwater_connector_common::config::define_unbuilt_keys(def, COMMON_UNBUILT);
     let def = headwater_connector_common::config::define_unbuilt_keys(def, POSTGRES_UNBUILT);
+    let def = headwater_connector_common::config::define_unbuilt_keys(
+        def,
+        headwater_connector_common::config::NAME_ADJUSTMENT_AVRO,
+    );
     headwater_connector_common::config::define_signal_keys(def)
 }
 
@@ -635,6 +642,7 @@ impl PostgresConfig {
                 "message.prefix.exclude.list",
             ),
             column_mappers: ColumnMappers::parse(props),
+            names: NameAdjustments::from_props(props),
         })
     }
 }

@@ -18,6 +18,7 @@ use headwater_api::{
 
 use crate::types::{self, decode_binary, ColumnType, MappingConfig, PgType, TypeError};
 use headwater_connector_common::column_mappers::{ColumnKind, ColumnMappers, MappedColumn};
+use headwater_connector_common::name_adjust::NameAdjustments;
 
 /// What a column mapper needs to know of a column's type: character data (text, varchar,
 /// bpchar, name, `"char"`, enums: JDBC's character types, which masks and hashes change),
@@ -161,6 +162,7 @@ pub enum EventError {
 impl TableSchema {
     /// Builds the schemas of a table. `key_columns` names the key fields (primary key or
     /// `message.key.columns`); columns whose type is not mapped are left out (with a warning).
+    #[allow(clippy::too_many_arguments)]
     pub fn build(
         id: TableId,
         topic_prefix: &str,
@@ -169,6 +171,7 @@ impl TableSchema {
         mapping: &MappingConfig,
         source: &SchemaRef,
         mappers: &ColumnMappers,
+        names: NameAdjustments,
     ) -> Result<TableSchema, EventError> {
         let topic = sanitize_topic(&format!("{topic_prefix}.{}.{}", id.schema, id.table));
         let schema_err = |detail: String| EventError::Schema {
@@ -177,7 +180,7 @@ impl TableSchema {
         };
         let mut columns = Vec::with_capacity(defs.len());
         let mut row = SchemaBuilder::struct_()
-            .name(format!("{topic}.Value"))
+            .name(names.schema.schema_name(&format!("{topic}.Value")))
             .optional();
         for def in defs {
             let Some(builder) = types::column_schema(&def.ct, mapping) else {
@@ -219,7 +222,7 @@ impl TableSchema {
                 None => schema.clone(),
             };
             row = row
-                .try_field(def.name.clone(), row_field)
+                .try_field(names.field.field_name(&def.name), row_field)
                 .map_err(|e| schema_err(e.message().to_owned()))?;
             columns.push(EventColumn {
                 def,
@@ -243,16 +246,20 @@ impl TableSchema {
         let key_schema = if key_fields.is_empty() {
             None
         } else {
-            let mut kb = SchemaBuilder::struct_().name(format!("{topic}.Key"));
+            let mut kb =
+                SchemaBuilder::struct_().name(names.schema.schema_name(&format!("{topic}.Key")));
             for &i in &key_fields {
                 kb = kb
-                    .try_field(columns[i].def.name.clone(), columns[i].schema.clone())
+                    .try_field(
+                        names.field.field_name(&columns[i].def.name),
+                        columns[i].schema.clone(),
+                    )
                     .map_err(|e| schema_err(e.message().to_owned()))?;
             }
             Some(kb.build_ref())
         };
         let envelope_schema = SchemaBuilder::struct_()
-            .name(format!("{topic}.Envelope"))
+            .name(names.schema.schema_name(&format!("{topic}.Envelope")))
             .version(2)
             .field("before", row_schema.clone())
             .field("after", row_schema.clone())
@@ -628,6 +635,7 @@ mod tests {
             &MappingConfig::default(),
             &source,
             &ColumnMappers::default(),
+            NameAdjustments::default(),
         )
         .unwrap();
         assert_eq!(ts.topic, "cdc.public.t");

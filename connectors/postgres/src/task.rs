@@ -1337,6 +1337,7 @@ impl Inner {
             &self.cfg.mapping,
             &self.events.source_schema,
             &self.cfg.column_mappers,
+            self.cfg.names,
         )
         .map_err(|e| ConnectError::fatal(e.to_string()))?;
         if let Some(old) = self.schemas.get(&id) {

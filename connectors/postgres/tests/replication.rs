@@ -1521,3 +1521,60 @@ async fn snapshot_select_statement_overrides_filter_the_initial_snapshot() {
     );
     task.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn avro_name_adjustment_renames_schemas_and_fields() {
+    let pg = PostgresServer::start().unwrap();
+    pg.create_database("names").await.unwrap();
+    let db = pg.connect("names").await.unwrap();
+    db.batch_execute(
+        r#"CREATE TABLE "order-lines" (id int PRIMARY KEY, "first name" text, "9lives" int);
+           INSERT INTO "order-lines" VALUES (1, 'Ada', 9);"#,
+    )
+    .await
+    .unwrap();
+    let mut task = PostgresSourceTask::new();
+    task.start(
+        SourceTaskContext::default(),
+        task_props(
+            &pg,
+            "names",
+            &[
+                ("slot.name", "names_slot"),
+                ("topic.prefix", "my-server"),
+                ("table.include.list", "public.order-lines"),
+                ("schema.name.adjustment.mode", "avro"),
+                ("field.name.adjustment.mode", "avro"),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    let snap = drain(&mut task, 1).await;
+    task.stop().await;
+    let r = &snap[0];
+    assert_eq!(
+        r.topic, "my-server.public.order-lines",
+        "topics keep their names"
+    );
+    let value = r.value.as_struct().unwrap();
+    assert_eq!(
+        value.schema().name(),
+        Some("my_server.public.order_lines.Envelope")
+    );
+    let after = value.get("after").unwrap().as_struct().unwrap();
+    assert_eq!(
+        after.schema().name(),
+        Some("my_server.public.order_lines.Value")
+    );
+    assert_eq!(
+        after.get("first_name"),
+        Some(&headwater_api::Value::String("Ada".into()))
+    );
+    assert_eq!(after.get("_9lives"), Some(&headwater_api::Value::Int32(9)));
+    let key = r.key.as_struct().unwrap();
+    assert_eq!(
+        key.schema().name(),
+        Some("my_server.public.order_lines.Key")
+    );
+}

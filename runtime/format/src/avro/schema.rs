@@ -158,7 +158,7 @@ impl<'a> ToAvro<'a> {
             Ok(scrub(part))
         } else {
             Err(DataError::new(format!(
-                "{what} '{whole}' is not a valid Avro name (each dot-separated part must match [A-Za-z_][A-Za-z0-9_]*): set scrub.invalid.names=true on the AvroConverter (Headwater's source connectors do not adjust names: schema.name.adjustment.mode is not supported), or rename the topic prefix, table or column"
+                "{what} '{whole}' is not a valid Avro name (each dot-separated part must match [A-Za-z_][A-Za-z0-9_]*): set schema.name.adjustment.mode=avro and field.name.adjustment.mode=avro on the PostgreSQL or MySQL source connector, or scrub.invalid.names=true on the AvroConverter"
             )))
         }
     }
