@@ -157,6 +157,12 @@ pub fn parse_snapshot_overrides(props: &Properties) -> Result<Vec<(String, Strin
     };
     let mut out = Vec::new();
     for table in crate::name_filter::split_list(list) {
+        // Debezium parses entries as table ids: quoted parts lose their quotes.
+        let table = table
+            .split('.')
+            .map(|p| p.trim().trim_matches(|c| c == '"' || c == '`'))
+            .collect::<Vec<_>>()
+            .join(".");
         let statement = props
             .get(&format!("{KEY}.{table}"))
             .map(|s| s.trim().trim_end_matches(';').trim())

@@ -193,14 +193,27 @@ impl Chunk {
     pub fn select_statement(&self, t: &SnapshotTable) -> String {
         let id = &t.schema.id;
         let table = match &self.source {
-            Some(select) => format!("({select}) AS hw_override"),
+            // On its own line: a trailing `--` comment must not swallow the parenthesis.
+            Some(select) => format!("({select}\n) AS hw_override"),
             None => format!("{}.{}", quote_ident(&id.db), quote_ident(&id.table)),
+        };
+        // An override's columns are taken by name, in table order (rows are decoded by
+        // position).
+        let star = match &self.source {
+            Some(_) => t
+                .schema
+                .columns
+                .iter()
+                .map(|c| quote_ident(&c.name))
+                .collect::<Vec<_>>()
+                .join(", "),
+            None => "*".to_owned(),
         };
         let condition = self.condition.as_ref().map(|c| format!("({c})"));
         let Some((_, key)) = &t.int_key else {
             return match condition {
-                Some(c) => format!("SELECT * FROM {table} WHERE {c}"),
-                None => format!("SELECT * FROM {table}"),
+                Some(c) => format!("SELECT {star} FROM {table} WHERE {c}"),
+                None => format!("SELECT {star} FROM {table}"),
             };
         };
         let k = quote_ident(key);
@@ -219,7 +232,7 @@ impl Chunk {
         } else {
             format!(" WHERE {}", conds.join(" AND "))
         };
-        format!("SELECT * FROM {table}{filter} ORDER BY {k}")
+        format!("SELECT {star} FROM {table}{filter} ORDER BY {k}")
     }
 }
 

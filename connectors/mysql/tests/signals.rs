@@ -326,7 +326,7 @@ async fn snapshot_select_statement_overrides_filter_the_initial_snapshot() {
             ("snapshot.select.statement.overrides", "app.captured"),
             (
                 "snapshot.select.statement.overrides.app.captured",
-                "SELECT * FROM app.captured WHERE id % 2 = 0",
+                "SELECT status, id FROM app.captured WHERE id % 2 = 0 -- columns by name",
             ),
         ],
     );

@@ -309,11 +309,8 @@ pub fn config_def() -> ConfigDef {
 const POSTGRES_UNBUILT: &[Unbuilt] = &[
     Unbuilt {
         key: "topic.naming.strategy",
-        accepted: &[
-            "io.debezium.schema.SchemaTopicNamingStrategy",
-            "io.debezium.schema.DefaultTopicNamingStrategy",
-        ],
-        why: "topics are named <topic.prefix>.<schema>.<table>; rename them with the RegexRouter transform instead",
+        accepted: &["io.debezium.schema.SchemaTopicNamingStrategy"],
+        why: "topics are named <topic.prefix>.<schema>.<table> (Debezium's default SchemaTopicNamingStrategy; DefaultTopicNamingStrategy drops the schema on PostgreSQL); rename them with the RegexRouter transform instead",
     },
     Unbuilt {
         key: "sourceinfo.struct.maker",
@@ -342,8 +339,13 @@ const POSTGRES_UNBUILT: &[Unbuilt] = &[
     },
     Unbuilt {
         key: "offset.mismatch.strategy",
-        accepted: &["no_validation"],
+        accepted: &["no_validation", "trust_greater_lsn"],
         why: "streaming resumes at the later of the committed offset and the slot's confirmed position",
+    },
+    Unbuilt {
+        key: "include.schema.comments",
+        accepted: &["false"],
+        why: "column comments are not read",
     },
     Unbuilt {
         key: "slot.failover",
@@ -719,9 +721,15 @@ mod tests {
         assert!(errs["topic.delimiter"][0].contains("RegexRouter"));
         assert!(errs["publish.via.partition.root"][0].contains("not supported"));
         assert!(
-            !errs.contains_key("topic.naming.strategy"),
-            "Debezium's default strategies name topics as Headwater does"
+            errs["topic.naming.strategy"][0].contains("drops the schema"),
+            "DefaultTopicNamingStrategy names PostgreSQL topics <prefix>.<table>"
         );
+        let mut ok = base();
+        ok.push((
+            "topic.naming.strategy",
+            "io.debezium.schema.SchemaTopicNamingStrategy",
+        ));
+        assert!(PostgresConfig::parse(&props(&ok)).is_ok());
         assert!(PostgresConfig::parse(&props(&p)).is_err());
         let mut p = base();
         p.retain(|(k, _)| *k != "topic.prefix");

@@ -208,7 +208,8 @@ impl Chunk {
             format!(" WHERE {}", conds.join(" AND "))
         };
         let from = match &self.source {
-            Some(select) => format!("({select}) AS hw_override"),
+            // On its own line: a trailing `--` comment must not swallow the parenthesis.
+            Some(select) => format!("({select}\n) AS hw_override"),
             None => format!(
                 "ONLY {}.{}",
                 quote_ident(&ts.id.schema),

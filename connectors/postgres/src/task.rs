@@ -1036,6 +1036,18 @@ impl Inner {
                 self.cfg.snapshot_chunk_rows,
             )
             .await?;
+            if source.is_some() && snapshots::int_key(ts).is_none() {
+                // Page chunks filter on ctid, which an override's rows do not have.
+                planned = vec![snapshots::Chunk {
+                    table: i,
+                    index: 0,
+                    of: 1,
+                    kind: snapshots::ChunkKind::Whole,
+                    after: None,
+                    condition: None,
+                    source: None,
+                }];
+            }
             for chunk in &mut planned {
                 chunk.condition = condition.clone();
                 chunk.source = source.clone();

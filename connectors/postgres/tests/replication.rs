@@ -1469,7 +1469,8 @@ async fn snapshot_select_statement_overrides_filter_the_initial_snapshot() {
     let db = pg.connect("over").await.unwrap();
     db.batch_execute(
         "CREATE TABLE t (id int PRIMARY KEY, v text); INSERT INTO t SELECT i, 'v' || i FROM generate_series(1, 10) i;
-         CREATE TABLE u (id int PRIMARY KEY); INSERT INTO u SELECT generate_series(1, 3);",
+         CREATE TABLE u (id int PRIMARY KEY); INSERT INTO u SELECT generate_series(1, 3);
+         CREATE TABLE w (name text PRIMARY KEY, pad text); ALTER TABLE w ALTER COLUMN pad SET STORAGE PLAIN; INSERT INTO w SELECT chr(96 + i), repeat('x', 3000) FROM generate_series(1, 6) i;",
     )
     .await
     .unwrap();
@@ -1481,9 +1482,16 @@ async fn snapshot_select_statement_overrides_filter_the_initial_snapshot() {
             "over",
             &[
                 ("slot.name", "over_slot"),
-                ("table.include.list", "public.t,public.u"),
+                ("table.include.list", "public.t,public.u,public.w"),
                 ("snapshot.chunk.rows", "2"),
-                ("snapshot.select.statement.overrides", "public.t"),
+                (
+                    "snapshot.select.statement.overrides",
+                    "public.t,\"public\".\"w\"",
+                ),
+                (
+                    "snapshot.select.statement.overrides.public.w",
+                    "SELECT * FROM public.w WHERE name <> 'b' -- not b",
+                ),
                 (
                     "snapshot.select.statement.overrides.public.t",
                     "SELECT * FROM public.t WHERE id % 2 = 0",
@@ -1493,7 +1501,7 @@ async fn snapshot_select_statement_overrides_filter_the_initial_snapshot() {
     )
     .await
     .unwrap();
-    let snap = drain(&mut task, 8).await;
+    let snap = drain(&mut task, 13).await;
     let of = |topic: &str| -> Vec<i32> {
         snap.iter()
             .filter(|r| r.topic == topic)
@@ -1509,6 +1517,19 @@ async fn snapshot_select_statement_overrides_filter_the_initial_snapshot() {
         of("idle.public.u"),
         vec![1, 2, 3],
         "other tables are read whole"
+    );
+    let w: Vec<String> = snap
+        .iter()
+        .filter(|r| r.topic == "idle.public.w")
+        .filter_map(|r| {
+            let after = r.value.as_struct()?.get("after")?.as_struct()?;
+            after.get("name")?.as_str().map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(
+        w,
+        ["a", "c", "d", "e", "f"],
+        "a table without an integer key is read through its override in one chunk"
     );
     db.execute("INSERT INTO t VALUES (11, 'v11')", &[])
         .await
