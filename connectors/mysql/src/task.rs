@@ -47,7 +47,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStreamRequest, Conn, OptsBuilder, Value as MyValue};
 
 use crate::tls::SslMode;
-use headwater_connector_common::signal::{self as signals, Signal, SnapshotRequest};
+use headwater_connector_common::signal::{self as signals, SnapshotRequest};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
@@ -692,37 +692,7 @@ impl Inner {
             Some(MyValue::Bytes(b)) => Some(String::from_utf8_lossy(b).into_owned()),
             _ => None,
         };
-        let Some(kind) = text(1) else {
-            tracing::warn!(
-                "signal not acted on: its second column (the signal's type) is not text"
-            );
-            return;
-        };
-        let data = match text(2).map(|d| signals::data_from_text(&d)).transpose() {
-            Ok(d) => d.unwrap_or_default(),
-            Err(why) => {
-                tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
-                return;
-            }
-        };
-        match signals::parse(&kind, &data) {
-            Signal::ExecuteSnapshot(request) => {
-                if request.incremental {
-                    tracing::warn!(tables = ?request.collections, "execute-snapshot signal of type incremental: Headwater runs it as a blocking snapshot (streaming pauses until the tables are read)");
-                }
-                tracing::info!(tables = ?request.collections, conditions = ?request.conditions, "execute-snapshot signal: snapshotting the tables it names once its transaction commits, then streaming on after it");
-                if let Some(t) = self.txn.as_mut() {
-                    match &mut t.signal {
-                        Some(earlier) => earlier.merge(request),
-                        None => t.signal = Some(request),
-                    }
-                }
-            }
-            Signal::Log(message) => tracing::info!(message = %message, "log signal"),
-            Signal::Unsupported(kind, why) => {
-                tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
-            }
-        }
+        signals::read_row_signal(text(1), text(2), self.txn.as_mut().map(|t| &mut t.signal));
     }
 
     /// Acts on the pending execute-snapshot request at a transaction boundary: stops the
