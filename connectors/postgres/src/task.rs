@@ -511,6 +511,13 @@ fn offset_bool(o: &OffsetMap, k: &str) -> Option<bool> {
 }
 
 /// Whether a committed offset says the snapshot is complete.
+/// Whether a snapshot reader's error is the server refusing the statement or a value (SQLSTATE
+/// class 42 or 22), not a failure a retry could mend.
+fn refused_by_server(e: &ConnectError) -> bool {
+    e.kind() == headwater_api::ErrorKind::Fatal
+        && (e.message().contains("(SQLSTATE 22") || e.message().contains("(SQLSTATE 42"))
+}
+
 fn snapshot_completed(o: &OffsetMap) -> bool {
     if !o.contains_key("snapshot") {
         return true;
@@ -692,6 +699,36 @@ impl Inner {
             })?;
         }
         Ok(())
+    }
+
+    /// Gives up a signalled snapshot whose copy the server refused part-way (a condition that
+    /// fails on some rows only, say: the trial before the copy saw none of them), so a bad
+    /// signal cannot fail the task on every restart. The records handed out stay; streaming
+    /// goes on after the signal, skipping changes only for the tables copied completely. A
+    /// restart before a streamed offset is committed resumes the copy and gives it up again.
+    async fn abandon_signalled_snapshot(
+        &mut self,
+        mut snap: Box<Snapshot>,
+        error: ConnectError,
+    ) -> Result<SourceBatch, ConnectError> {
+        tracing::error!(error = %error.message(), request = snap.signal.as_deref().unwrap_or_default(), "execute-snapshot signal abandoned: the server refused part of its copy; streaming goes on after the signal");
+        snap.progress.finish();
+        let unfinished: Vec<String> = snap
+            .tables
+            .iter()
+            .map(|t| t.id.to_string())
+            .filter(|name| !snap.done.contains(name))
+            .collect();
+        let mut skips = std::mem::take(&mut snap.skips);
+        skips.retain(|r| !unfinished.contains(&r.table));
+        self.skips = skips;
+        let from = snap.lsn;
+        drop(snap);
+        self.phase = Phase::Streaming;
+        self.start_lsn = from;
+        self.wait_for_slot_release().await?;
+        self.start_streaming(false).await?;
+        Ok(SourceBatch::empty())
     }
 
     /// Waits until no walsender holds the slot: the one this task closed for a signalled
@@ -1729,6 +1766,9 @@ impl Inner {
         let result = self.fill_snapshot(&mut snap, &mut out, limit).await;
         let finished = match result {
             Ok(f) => f,
+            Err(e) if snap.signal.is_some() && refused_by_server(&e) => {
+                return self.abandon_signalled_snapshot(snap, e).await;
+            }
             Err(e) => {
                 self.phase = Phase::Snapshot(snap);
                 return Err(e);
