@@ -41,7 +41,7 @@ pub fn define_signal_keys(def: ConfigDef) -> ConfigDef {
         ConfigKey::new("incremental.snapshot.chunk.size", ConfigType::Int)
             .default_str("1024")
             .validator(Validator::at_least(1.0))
-            .doc("Accepted; unused (incremental snapshot requests run as blocking snapshots)."),
+            .doc("Rows per chunk of an incremental snapshot (PostgreSQL; the MySQL and MongoDB connectors run incremental requests as blocking snapshots and accept the key unused)."),
     )
 }
 

@@ -184,6 +184,58 @@ pub fn parse(kind: &str, data: &Value) -> Signal {
     }
 }
 
+/// The signals that steer an incremental snapshot, for the connectors that run one (PostgreSQL):
+/// Debezium's watermarks and its `stop-snapshot`, `pause-snapshot` and `resume-snapshot`.
+#[derive(Debug)]
+pub enum IncrementalSignal {
+    /// `snapshot-window-open`: the chunk id (the row's id without its `-open` suffix).
+    WindowOpen(String),
+    /// `snapshot-window-close`: the chunk id (the row's id without its `-close` suffix).
+    WindowClose(String),
+    /// `stop-snapshot` of an incremental snapshot: the tables to drop from it (`None`: all).
+    Stop(Option<SnapshotRequest>),
+    /// `pause-snapshot`: no new chunk is read until `resume-snapshot`.
+    Pause,
+    /// `resume-snapshot`.
+    Resume,
+}
+
+/// Reads a signal that steers an incremental snapshot (`id` is the signal row's id); `None`
+/// for every other type, which [`parse`] reads. `Some(Err)` says why one is not acted on.
+pub fn parse_incremental(
+    id: Option<&str>,
+    kind: &str,
+    data: &Value,
+) -> Option<Result<IncrementalSignal, String>> {
+    let of_incremental = || {
+        match data.get("type").and_then(Value::as_str) {
+        None => Ok(()),
+        Some(t) if t.eq_ignore_ascii_case("incremental") => Ok(()),
+        Some(t) => Err(format!(
+            "{kind} acts on incremental snapshots only, not on type {t:?} (a blocking snapshot cannot be stopped or paused)"
+        )),
+    }
+    };
+    let chunk_id = |suffix: &str| match id {
+        Some(id) => Ok(id.strip_suffix(suffix).unwrap_or(id).to_owned()),
+        None => Err(format!(
+            "{kind}: the signal's id (first column) is not text"
+        )),
+    };
+    Some(match kind {
+        "snapshot-window-open" => chunk_id("-open").map(IncrementalSignal::WindowOpen),
+        "snapshot-window-close" => chunk_id("-close").map(IncrementalSignal::WindowClose),
+        "stop-snapshot" => of_incremental().and_then(|()| match data.get("data-collections") {
+            None | Some(Value::Null) => Ok(IncrementalSignal::Stop(None)),
+            Some(Value::Array(items)) if items.is_empty() => Ok(IncrementalSignal::Stop(None)),
+            Some(_) => SnapshotRequest::from_data(data).map(|r| IncrementalSignal::Stop(Some(r))),
+        }),
+        "pause-snapshot" => of_incremental().map(|()| IncrementalSignal::Pause),
+        "resume-snapshot" => of_incremental().map(|()| IncrementalSignal::Resume),
+        _ => return None,
+    })
+}
+
 /// Acts on a row inserted into a relational connector's signal table, given its type and
 /// data columns as text: a `log` signal is logged, one not acted on is logged with the reason,
 /// and an execute-snapshot request is merged into `pending` (the open transaction's), to run
@@ -265,6 +317,41 @@ mod tests {
         let again = SnapshotRequest::from_json(&merged.to_json()).unwrap();
         assert!(again.names("b.y"));
         assert_eq!(again.condition_index("a.x"), None);
+    }
+
+    #[test]
+    fn incremental_signals_are_read_with_their_ids() {
+        let open = parse_incremental(Some("c1-open"), "snapshot-window-open", &Value::Null);
+        assert!(matches!(open, Some(Ok(IncrementalSignal::WindowOpen(id))) if id == "c1"));
+        let close = parse_incremental(Some("c1-close"), "snapshot-window-close", &json!({}));
+        assert!(matches!(close, Some(Ok(IncrementalSignal::WindowClose(id))) if id == "c1"));
+        let all = parse_incremental(Some("s"), "stop-snapshot", &json!({"type": "INCREMENTAL"}));
+        assert!(matches!(all, Some(Ok(IncrementalSignal::Stop(None)))));
+        let some = parse_incremental(
+            Some("s"),
+            "stop-snapshot",
+            &json!({"data-collections": ["public\\.a"], "type": "incremental"}),
+        );
+        let Some(Ok(IncrementalSignal::Stop(Some(r)))) = some else {
+            panic!("{some:?}");
+        };
+        assert!(r.names("public.a") && !r.names("public.b"));
+        assert!(matches!(
+            parse_incremental(None, "pause-snapshot", &Value::Null),
+            Some(Ok(IncrementalSignal::Pause))
+        ));
+        assert!(matches!(
+            parse_incremental(None, "resume-snapshot", &json!({"type": "incremental"})),
+            Some(Ok(IncrementalSignal::Resume))
+        ));
+        let blocking = parse_incremental(None, "pause-snapshot", &json!({"type": "blocking"}));
+        assert!(matches!(blocking, Some(Err(why)) if why.contains("incremental snapshots only")));
+        assert!(matches!(
+            parse_incremental(None, "snapshot-window-open", &Value::Null),
+            Some(Err(why)) if why.contains("id")
+        ));
+        assert!(parse_incremental(Some("x"), "execute-snapshot", &Value::Null).is_none());
+        assert!(parse_incremental(Some("x"), "log", &Value::Null).is_none());
     }
 
     #[test]

@@ -81,6 +81,8 @@ pub struct PostgresConfig {
     pub snapshot_fetch_size: usize,
     pub snapshot_max_threads: usize,
     pub snapshot_chunk_rows: u64,
+    /// `incremental.snapshot.chunk.size`: rows per chunk of an incremental snapshot.
+    pub incremental_chunk_size: usize,
     pub mapping: MappingConfig,
     pub unavailable_placeholder: String,
     pub tombstones_on_delete: bool,
@@ -603,6 +605,10 @@ impl PostgresConfig {
             snapshot_fetch_size: long("snapshot.fetch.size").max(1) as usize,
             snapshot_max_threads: long("snapshot.max.threads").max(1) as usize,
             snapshot_chunk_rows: long("snapshot.chunk.rows").max(1) as u64,
+            incremental_chunk_size: p
+                .get_long("incremental.snapshot.chunk.size")
+                .unwrap_or(1024)
+                .clamp(1, 1 << 20) as usize,
             mapping,
             unavailable_placeholder: s("unavailable.value.placeholder"),
             tombstones_on_delete: p.get_bool("tombstones.on.delete").unwrap_or(true),

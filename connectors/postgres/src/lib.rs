@@ -23,6 +23,7 @@ pub mod config;
 pub mod connector;
 pub mod event;
 pub mod filters;
+pub mod incremental;
 pub mod lsn;
 pub mod pgoutput;
 pub mod replication;

@@ -48,6 +48,7 @@ use headwater_connector_common::txmeta::TransactionMetadata;
 use crate::catalog::{self, quote_ident, quote_literal, TypeRegistry};
 use crate::config::{LsnFlushMode, PostgresConfig, PublicationAutocreate, SnapshotMode};
 use crate::event::{ColumnDef, EventBuilder, RawColumn, SourceInfo, TableId, TableSchema};
+use crate::incremental::{self, Progress, TableRequest, Window};
 use crate::lsn::Lsn;
 use crate::pgoutput::{self, Decoder, PgOutputMessage, Relation, TupleData, TupleValue};
 use crate::replication::{
@@ -208,6 +209,8 @@ struct Snapshot {
     ts_us: i64,
     /// A signalled snapshot's request as JSON (`snapshot_signal` in its offsets).
     signal: Option<String>,
+    /// An incremental snapshot's progress when this one started (`incremental_snapshot`).
+    incremental: Option<String>,
     then_stream: bool,
     started: Instant,
 }
@@ -315,7 +318,29 @@ struct Inner {
     /// the snapshot runs at the next poll. While it is set, stream offsets carry it
     /// (`snapshot_signal`), so a restart runs it.
     pending_signal: Option<SnapshotRequest>,
+    /// An incremental snapshot under way (see [`crate::incremental`]); stream offsets carry it.
+    incremental: Option<Progress>,
+    /// Its chunk read between watermarks, until the stream reaches the close watermark.
+    window: Option<Window>,
+    /// The incremental snapshot changed since an offset handed out last carried it: until one
+    /// does, no position past the change is confirmed to the server.
+    incremental_dirty: bool,
+    /// Chunks read by this task (part of each chunk id).
+    chunks_read: u64,
 }
+
+/// What reading an incremental snapshot's chunk came to.
+enum ChunkOutcome {
+    /// A chunk waits in the window for its close watermark.
+    Held,
+    /// The table has no rows left (or is skipped): the next one starts.
+    TableDone,
+    /// The incremental snapshot cannot go on (see the log).
+    Abandoned,
+}
+
+/// The offset key of an incremental snapshot's progress ([`Progress::to_json`]).
+const INCREMENTAL_OFFSET: &str = "incremental_snapshot";
 
 /// How often the stream looks for relations dropped from the catalog, and after how many new
 /// relations it looks sooner.
@@ -617,6 +642,10 @@ impl Inner {
             skips: Vec::new(),
             source_cache: None,
             pending_signal: None,
+            incremental: None,
+            window: None,
+            incremental_dirty: false,
+            chunks_read: 0,
             events,
             cfg,
         };
@@ -837,6 +866,24 @@ impl Inner {
                 }
             }
         });
+        // An incremental request read before the stop is started again while streaming; a
+        // blocking one runs (or resumes) as a snapshot below.
+        let (signal, incremental_request) = match signal {
+            Some((o, r)) if r.incremental && !o.contains_key("snapshot_done") => {
+                (None, Some((o, r)))
+            }
+            other => (other, None),
+        };
+        self.incremental = offset
+            .as_ref()
+            .and_then(|o| offset_str(o, INCREMENTAL_OFFSET))
+            .and_then(|text| match Progress::from_json(text) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::warn!(error = %e, progress = text, "the offset's incremental snapshot is unreadable; it is not resumed");
+                    None
+                }
+            });
         let completed = offset
             .as_ref()
             .is_some_and(|o| snapshot_completed(o) || o.contains_key("snapshot_signal"));
@@ -897,6 +944,24 @@ impl Inner {
                 then_stream: mode != SnapshotMode::InitialOnly,
             })
             .await?;
+        } else if let Some((o, request)) = incremental_request {
+            // Streaming goes on from the signal's transaction; the request starts at once.
+            self.skips = offset_str(o, "snapshot_skip")
+                .map(snapshots::decode_skips)
+                .unwrap_or_default();
+            self.start_lsn = Lsn::from_i64(
+                offset_i64(o, "lsn_proc")
+                    .or_else(|| offset_i64(o, "lsn"))
+                    .unwrap_or(0),
+            )
+            .max(
+                slot.as_ref()
+                    .and_then(|s| s.confirmed_flush)
+                    .unwrap_or(Lsn::INVALID),
+            );
+            self.pending_signal = Some(request);
+            self.phase = Phase::Streaming;
+            self.start_streaming(true).await?;
         } else if let Some((o, request)) = signal {
             // A signalled snapshot was due or under way when the task stopped: it starts again
             // (or resumes at its next unfinished row), then streaming goes on after the signal.
@@ -1162,6 +1227,7 @@ impl Inner {
             tx_id,
             ts_us: crate::event::now_micros_nanos().0,
             signal: request.map(|r| r.to_json()),
+            incremental: self.incremental.as_ref().map(Progress::to_json),
             then_stream: start.then_stream,
             started: Instant::now(),
         }));
@@ -1633,10 +1699,16 @@ impl Inner {
                 self.run_signal().await?;
                 match self.phase {
                     Phase::Snapshot(_) => self.poll_snapshot().await,
-                    _ => self.poll_stream().await,
+                    _ => {
+                        self.advance_incremental().await?;
+                        self.poll_stream().await
+                    }
                 }
             }
-            Phase::Streaming => self.poll_stream().await,
+            Phase::Streaming => {
+                self.advance_incremental().await?;
+                self.poll_stream().await
+            }
             Phase::Done => {
                 tokio::time::sleep(self.cfg.poll_interval).await;
                 Ok(SourceBatch::empty())
@@ -1697,6 +1769,9 @@ impl Inner {
         }
         if let Some(j) = &s.skips_json {
             o.insert("snapshot_skip".into(), OffsetValue::String(j.clone()));
+        }
+        if let Some(j) = &s.incremental {
+            o.insert(INCREMENTAL_OFFSET.into(), OffsetValue::String(j.clone()));
         }
         o
     }
@@ -2039,6 +2114,7 @@ impl Inner {
                 let partition = self.events.partition.clone();
                 if let Some(h) = self.heartbeats.as_mut() {
                     out.push(h.record(partition, offset));
+                    self.incremental_dirty = false;
                 }
             }
         }
@@ -2084,17 +2160,350 @@ impl Inner {
 
     /// Reads a row inserted into the signal table: its columns by position (id, type, data),
     /// as Debezium reads them. An execute-snapshot request is kept on the open transaction
-    /// and acted on once it commits; `log` is written to the worker's log at once.
-    fn read_signal(&mut self, row: &TupleData) {
+    /// and acted on once it commits; the incremental snapshot's watermarks and its stop, pause
+    /// and resume signals act at once; `log` is written to the worker's log.
+    fn read_signal(&mut self, row: &TupleData, wal_start: Lsn, out: &mut Vec<SourceRecord>) {
         let text = |i: usize| match row.0.get(i) {
             Some(TupleValue::Text(b) | TupleValue::Binary(b)) => {
                 // jsonb's binary form is a version byte (1) before the JSON text.
-                let b = b.strip_prefix(&[1u8]).unwrap_or(b);
+                let b = if i == 2 {
+                    b.strip_prefix(&[1u8]).unwrap_or(b)
+                } else {
+                    b
+                };
                 Some(String::from_utf8_lossy(b).into_owned())
             }
             _ => None,
         };
-        signals::read_row_signal(text(1), text(2), self.txn.as_mut().map(|t| &mut t.signal));
+        let (id, kind, data) = (text(0), text(1), text(2));
+        let Some(kind) = kind else {
+            tracing::warn!(
+                "signal not acted on: its second column (the signal's type) is not text"
+            );
+            return;
+        };
+        let data = match data.map(|d| signals::data_from_text(&d)).transpose() {
+            Ok(d) => d.unwrap_or_default(),
+            Err(why) => {
+                tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
+                return;
+            }
+        };
+        match signals::parse_incremental(id.as_deref(), &kind, &data) {
+            Some(Ok(signal)) => self.on_incremental_signal(signal, wal_start, out),
+            Some(Err(why)) => tracing::warn!(signal = %kind, reason = %why, "signal not acted on"),
+            None => match signals::parse(&kind, &data) {
+                signals::Signal::ExecuteSnapshot(request) => {
+                    let kind = if request.incremental {
+                        "incremental (in chunks while streaming goes on)"
+                    } else {
+                        "blocking (streaming pauses until the tables are copied)"
+                    };
+                    tracing::info!(tables = ?request.collections, conditions = ?request.conditions, kind, "execute-snapshot signal: acted on once its transaction commits");
+                    if let Some(t) = self.txn.as_mut() {
+                        match &mut t.signal {
+                            Some(earlier) => earlier.merge(request),
+                            None => t.signal = Some(request),
+                        }
+                    }
+                }
+                signals::Signal::Log(message) => tracing::info!(message = %message, "log signal"),
+                signals::Signal::Unsupported(kind, why) => {
+                    tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
+                }
+            },
+        }
+    }
+
+    /// Acts on a watermark or a stop, pause or resume signal of the incremental snapshot.
+    fn on_incremental_signal(
+        &mut self,
+        signal: signals::IncrementalSignal,
+        wal_start: Lsn,
+        out: &mut Vec<SourceRecord>,
+    ) {
+        use signals::IncrementalSignal as S;
+        match signal {
+            S::WindowOpen(id) => {
+                if let Some(w) = self.window.as_mut().filter(|w| w.id == id) {
+                    w.open = true;
+                }
+            }
+            S::WindowClose(id) => {
+                if self.window.as_ref().is_some_and(|w| w.id == id) {
+                    self.close_window(wal_start, out);
+                }
+            }
+            S::Stop(request) => {
+                let Some(p) = self.incremental.as_mut() else {
+                    tracing::info!("stop-snapshot signal: no incremental snapshot is running");
+                    return;
+                };
+                let first_went = match &request {
+                    None => {
+                        p.tables.clear();
+                        true
+                    }
+                    Some(r) => p.remove(|name| r.names(name)),
+                };
+                tracing::info!(tables = ?request.as_ref().map(|r| &r.collections), left = p.tables.len(), "stop-snapshot signal: tables dropped from the incremental snapshot");
+                if p.tables.is_empty() {
+                    self.incremental = None;
+                }
+                if first_went {
+                    self.window = None;
+                }
+                self.incremental_dirty = true;
+            }
+            S::Pause | S::Resume => {
+                let pause = matches!(signal, S::Pause);
+                let Some(p) = self.incremental.as_mut() else {
+                    tracing::info!(
+                        pause,
+                        "pause/resume-snapshot signal: no incremental snapshot is running"
+                    );
+                    return;
+                };
+                p.paused = pause;
+                self.incremental_dirty = true;
+                tracing::info!(
+                    paused = pause,
+                    "incremental snapshot {}",
+                    if pause { "paused" } else { "resumed" }
+                );
+            }
+        }
+    }
+
+    /// The stream reached the close watermark of the held chunk: its rows left are handed out
+    /// as `r` events of the watermark's transaction, and the progress moves past the chunk.
+    fn close_window(&mut self, wal_start: Lsn, out: &mut Vec<SourceRecord>) {
+        let Some(window) = self.window.take() else {
+            return;
+        };
+        let ts = window.table.clone();
+        let (rows, id) = (window.rows_left(), window.id.clone());
+        if let Some(p) = self.incremental.as_mut() {
+            p.after = Some(window.last_key.clone());
+        }
+        self.incremental_dirty = true;
+        let (ts_us, begin, tx_id) = match &self.txn {
+            Some(t) => (t.ts_us, Some(t.begin_lsn.as_i64()), Some(i64::from(t.xid))),
+            None => (crate::event::now_micros_nanos().0, None, None),
+        };
+        let source = self
+            .events
+            .source(
+                &ts.id,
+                &SourceInfo {
+                    ts_us,
+                    snapshot: Some("incremental"),
+                    last_commit_lsn: begin,
+                    lsn: Some(wal_start.as_i64()),
+                    tx_id,
+                },
+            )
+            .into_shared();
+        let now = crate::event::now_micros_nanos();
+        for row in window.into_rows() {
+            let key = ts.key_of(&row);
+            let value = self
+                .events
+                .envelope_at(&ts, None, Some(row), source.clone(), "r", now);
+            let rec = self.events.record(&ts, OffsetMap::new(), key, Some(value));
+            if let Some((held, _)) = self.held.replace((rec, wal_start)) {
+                out.push(held);
+            }
+            if let Some(t) = self.txn.as_mut() {
+                t.records += 1;
+            }
+        }
+        tracing::debug!(table = %ts.id, chunk = %id, rows, "incremental snapshot chunk handed out");
+    }
+
+    /// Starts copying the tables an incremental `execute-snapshot` request names (added to the
+    /// incremental snapshot under way, if any) while streaming goes on.
+    async fn start_incremental(&mut self, request: SnapshotRequest) -> Result<(), ConnectError> {
+        if !self.check_signal(&request).await? {
+            return Ok(());
+        }
+        if self.cfg.filters.signal_table.is_none() {
+            return Ok(());
+        }
+        let tables = self.snapshot_tables(Some(&request)).await?;
+        let progress = self.incremental.get_or_insert_with(Progress::default);
+        let mut added = Vec::new();
+        for (schema, table) in tables {
+            let name = format!("{schema}.{table}");
+            let condition = request.condition(&name).map(str::to_owned);
+            if progress.add(TableRequest {
+                schema,
+                table,
+                condition,
+            }) {
+                added.push(name);
+            }
+        }
+        let queued = progress.tables.len();
+        self.incremental_dirty = true;
+        tracing::info!(tables = ?added, queued, chunk_rows = self.cfg.incremental_chunk_size, "incremental snapshot: copying the tables in chunks while streaming goes on");
+        Ok(())
+    }
+
+    /// Between source transactions: reads the incremental snapshot's next chunk between two
+    /// watermarks, unless one is held already, the snapshot is paused or there is none.
+    async fn advance_incremental(&mut self) -> Result<(), ConnectError> {
+        loop {
+            if self.window.is_some() || self.txn.is_some() || self.held.is_some() {
+                return Ok(());
+            }
+            let Some(progress) = self.incremental.as_ref() else {
+                return Ok(());
+            };
+            if progress.paused {
+                return Ok(());
+            }
+            let Some(table) = progress.tables.front().cloned() else {
+                tracing::info!("incremental snapshot finished");
+                self.incremental = None;
+                self.incremental_dirty = true;
+                return Ok(());
+            };
+            let name = table.name();
+            let ts = self
+                .table_schema_from_catalog(&table.schema, &table.table)
+                .await?;
+            let outcome = match ts {
+                None => {
+                    tracing::warn!(table = %name, "incremental snapshot: the table no longer exists; skipped");
+                    ChunkOutcome::TableDone
+                }
+                Some(ts) if ts.key_fields.is_empty() => {
+                    tracing::warn!(table = %name, "incremental snapshot: the table has no primary key (nor message.key.columns), so it cannot be read in chunks; skipped (a blocking snapshot, \"type\": \"blocking\", copies it)");
+                    ChunkOutcome::TableDone
+                }
+                Some(ts) => self.read_incremental_chunk(&table, ts).await?,
+            };
+            match outcome {
+                ChunkOutcome::Held => return Ok(()),
+                ChunkOutcome::TableDone => {
+                    tracing::info!(table = %name, "incremental snapshot of table done");
+                    if let Some(p) = self.incremental.as_mut() {
+                        p.next_table();
+                    }
+                    self.incremental_dirty = true;
+                }
+                ChunkOutcome::Abandoned => {
+                    self.incremental = None;
+                    self.incremental_dirty = true;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Reads the next chunk of `table` between an open and a close watermark into
+    /// [`Inner::window`]. The server refusing the statements (a condition it rejects, no
+    /// privilege to insert watermarks) ends the table or the whole snapshot with an error in the
+    /// log, not the task: a restart would only meet the same refusal.
+    async fn read_incremental_chunk(
+        &mut self,
+        table: &TableRequest,
+        ts: Arc<TableSchema>,
+    ) -> Result<ChunkOutcome, ConnectError> {
+        let name = table.name();
+        let Some((signal_schema, signal_table)) = self.cfg.filters.signal_table.clone() else {
+            tracing::error!("incremental snapshot abandoned: signal.data.collection is not set, so there is no table to write its watermarks into");
+            return Ok(ChunkOutcome::Abandoned);
+        };
+        let condition = table.condition.as_deref();
+        let max = match self.incremental.as_ref().and_then(|p| p.max.clone()) {
+            Some(max) => max,
+            None => {
+                let statement = incremental::max_key_statement(&ts, condition);
+                match self.sql.query_opt(statement.as_str(), &[]).await {
+                    Ok(None) => return Ok(ChunkOutcome::TableDone),
+                    Ok(Some(row)) => {
+                        let max: Vec<String> = (0..ts.key_fields.len())
+                            .map(|i| row.get::<_, Option<String>>(i).unwrap_or_default())
+                            .collect();
+                        if let Some(p) = self.incremental.as_mut() {
+                            p.max = Some(max.clone());
+                        }
+                        max
+                    }
+                    Err(e) if incremental::refused(&e) => {
+                        let e =
+                            incremental::refusal(&format!("reading the largest key of {name}"), &e);
+                        tracing::error!(table = %name, error = %e, "incremental snapshot: the table is skipped");
+                        return Ok(ChunkOutcome::TableDone);
+                    }
+                    Err(e) => {
+                        return Err(sql_err(
+                            &format!(
+                                "reading the largest key of {name} for an incremental snapshot"
+                            ),
+                            e,
+                        ))
+                    }
+                }
+            }
+        };
+        let after = self.incremental.as_ref().and_then(|p| p.after.clone());
+        self.chunks_read += 1;
+        let id = incremental::chunk_id(self.chunks_read);
+        let signal = (signal_schema.as_str(), signal_table.as_str());
+        let open = incremental::watermark_statement(signal, &id, true);
+        match self.sql.batch_execute(&open).await {
+            Ok(()) => {}
+            Err(e) if incremental::refused(&e) => {
+                let e = incremental::refusal("inserting a watermark into the signal table", &e);
+                tracing::error!(error = %e, "incremental snapshot abandoned: it needs to insert rows into the signal table");
+                return Ok(ChunkOutcome::Abandoned);
+            }
+            Err(e) => return Err(sql_err("inserting an incremental snapshot watermark", e)),
+        }
+        let statement = incremental::chunk_statement(
+            &ts,
+            after.as_deref(),
+            &max,
+            condition,
+            self.cfg.incremental_chunk_size,
+        );
+        let read = incremental::read_chunk(
+            &self.sql,
+            &ts,
+            &statement,
+            &self.cfg.mapping,
+            &self.cfg.unavailable_placeholder,
+        )
+        .await;
+        let (rows, last_key) = match read {
+            Ok(read) => read,
+            Err(incremental::ChunkError::Sql(e)) if incremental::refused(&e) => {
+                let e = incremental::refusal(&format!("reading a chunk of {name}"), &e);
+                tracing::error!(table = %name, error = %e, "incremental snapshot: the table is skipped");
+                return Ok(ChunkOutcome::TableDone);
+            }
+            Err(incremental::ChunkError::Sql(e)) => {
+                return Err(sql_err(&format!("reading a chunk of {name}"), e))
+            }
+            Err(incremental::ChunkError::Data(why)) => {
+                tracing::error!(table = %name, error = %why, "incremental snapshot: a chunk of the table does not decode; the table is skipped");
+                return Ok(ChunkOutcome::TableDone);
+            }
+        };
+        let Some(last_key) = last_key else {
+            return Ok(ChunkOutcome::TableDone);
+        };
+        let close = incremental::watermark_statement(signal, &id, false);
+        self.sql
+            .batch_execute(&close)
+            .await
+            .map_err(|e| sql_err("inserting an incremental snapshot watermark", e))?;
+        tracing::debug!(table = %name, chunk = %id, rows = rows.len(), "incremental snapshot chunk read");
+        self.window = Some(Window::new(id, ts, rows, last_key));
+        Ok(ChunkOutcome::Held)
     }
 
     /// Acts on the pending execute-snapshot request at a transaction boundary: stops the
@@ -2105,9 +2514,15 @@ impl Inner {
         let Some(request) = self.pending_signal.take() else {
             return Ok(());
         };
+        if request.incremental {
+            return self.start_incremental(request).await;
+        }
         if !self.check_signal(&request).await? {
             return Ok(());
         }
+        // The stream restarts after the signal: an incremental snapshot's chunk waiting for
+        // its close watermark is read again later.
+        self.window = None;
         if let Some(s) = self.stream.take() {
             s.reader.abort();
             s.ticker.abort();
@@ -2148,6 +2563,9 @@ impl Inner {
                 "snapshot_signal".into(),
                 OffsetValue::String(request.to_json()),
             );
+        }
+        if let Some(p) = &self.incremental {
+            o.insert(INCREMENTAL_OFFSET.into(), OffsetValue::String(p.to_json()));
         }
         o
     }
@@ -2212,6 +2630,26 @@ impl Inner {
         }
     }
 
+    /// A change of `ts` while a chunk of the same table is in an open window: the chunk's
+    /// rows with the keys of the change's images are dropped (the change is newer).
+    fn window_replaced<const N: usize>(
+        &mut self,
+        ts: &TableSchema,
+        map: &[usize],
+        images: [Option<&TupleData>; N],
+    ) -> Result<(), ConnectError> {
+        if !self.window.as_ref().is_some_and(|w| w.covers(ts)) {
+            return Ok(());
+        }
+        for image in images.into_iter().flatten() {
+            let row = self.row_of(ts, map, image, None)?;
+            if let Some(w) = self.window.as_mut() {
+                w.replaced(ts, &row);
+            }
+        }
+        Ok(())
+    }
+
     fn row_of(
         &self,
         ts: &TableSchema,
@@ -2268,6 +2706,7 @@ impl Inner {
                 if let Some(request) = signal {
                     self.pending_signal = Some(request);
                 }
+                let carried = self.held.is_some();
                 if let Some((mut h, lsn)) = self.held.take() {
                     let mut offset = self.stream_offset(lsn);
                     offset.insert("lsn_proc".into(), end_lsn.as_i64().into());
@@ -2294,10 +2733,14 @@ impl Inner {
                 }
                 self.txn = None;
                 self.last_end = end_lsn;
-                if signalled {
-                    // Not confirmed before the signal's snapshot is in the offsets: a restart
-                    // must read the signal again if nothing of it was committed.
+                if signalled || (self.incremental_dirty && !carried) {
+                    // Not confirmed before the signal's snapshot (or the incremental
+                    // snapshot's progress) is in the offsets: a restart must read the signal
+                    // (or the watermark) again if nothing of it was committed.
                     return Ok(());
+                }
+                if carried {
+                    self.incremental_dirty = false;
                 }
                 self.processed_pos = end_lsn;
                 self.forget_dropped_relations(end_lsn).await;
@@ -2323,8 +2766,9 @@ impl Inner {
                     .filters
                     .is_signal_table(&ts.id.schema, &ts.id.table)
                 {
-                    self.read_signal(&new);
+                    self.read_signal(&new, wal_start, out);
                 }
+                self.window_replaced(&ts, &map, [Some(&new)])?;
                 if self.cfg.skipped.create {
                     return Ok(());
                 }
@@ -2349,6 +2793,7 @@ impl Inner {
                     Some(x) => x,
                     None => return Ok(()),
                 };
+                self.window_replaced(&ts, &map, [old.as_ref().or(key.as_ref()), Some(&new)])?;
                 if self.cfg.skipped.update {
                     return Ok(());
                 }
@@ -2429,6 +2874,7 @@ impl Inner {
                     Some(x) => x,
                     None => return Ok(()),
                 };
+                self.window_replaced(&ts, &map, [old.as_ref().or(key.as_ref())])?;
                 if self.cfg.skipped.delete {
                     return Ok(());
                 }
@@ -2453,13 +2899,16 @@ impl Inner {
                 }
             }
             PgOutputMessage::Truncate { relation_ids, .. } => {
-                if self.cfg.skipped.truncate {
-                    return Ok(());
-                }
                 for rid in relation_ids {
                     let Some((ts, _)) = self.rel(rid)? else {
                         continue;
                     };
+                    if let Some(w) = self.window.as_mut().filter(|w| w.covers(&ts)) {
+                        w.truncated();
+                    }
+                    if self.cfg.skipped.truncate {
+                        continue;
+                    }
                     let source = self.stream_source(&ts.id, wal_start);
                     let value = self.events.envelope(&ts, None, None, source, "t");
                     let rec = self.events.record(&ts, OffsetMap::new(), None, Some(value));

@@ -11,7 +11,10 @@
 //! - slot creation blocked by an open transaction says which session it waits for;
 //! - an execute-snapshot signal copies the tables it names (through its condition) and streams
 //!   on after the signal, every row once, across restarts before and during the copy; a signal
-//!   whose condition the server refuses is logged and streaming goes on.
+//!   whose condition the server refuses is logged and streaming goes on;
+//! - an incremental execute-snapshot signal copies tables in chunks between watermarks while
+//!   writers change them, across a restart, and the events replayed in order give the table's
+//!   final content; tables without a key are skipped, stop-snapshot ends it.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -1192,7 +1195,7 @@ async fn execute_snapshot_signal_copies_named_tables_once_across_restarts() {
     // A signal while the task runs, through a condition: the copy holds only the matching
     // rows, and the stream goes on in the same task after it.
     db.batch_execute(
-        r#"INSERT INTO debezium_signal VALUES ('other', 'execute-snapshot', '{"data-collections": ["public\\.other"], "additional-conditions": [{"data-collection": "public.other", "filter": "id > 3"}]}')"#,
+        r#"INSERT INTO debezium_signal VALUES ('other', 'execute-snapshot', '{"data-collections": ["public\\.other"], "type": "blocking", "additional-conditions": [{"data-collection": "public.other", "filter": "id > 3"}]}')"#,
     )
     .await
     .unwrap();
@@ -1222,7 +1225,7 @@ async fn execute_snapshot_signal_copies_named_tables_once_across_restarts() {
     // A condition the trial accepts that fails on a later row: the copy is given up, the task
     // streams on.
     db.batch_execute(
-        r#"INSERT INTO debezium_signal VALUES ('divides', 'execute-snapshot', '{"data-collections": ["public\\.captured"], "additional-conditions": [{"data-collection": "public.captured", "filter": "id < 3 OR 1 / (id - 30) > 0"}]}')"#,
+        r#"INSERT INTO debezium_signal VALUES ('divides', 'execute-snapshot', '{"data-collections": ["public\\.captured"], "type": "blocking", "additional-conditions": [{"data-collection": "public.captured", "filter": "id < 3 OR 1 / (id - 30) > 0"}]}')"#,
     )
     .await
     .unwrap();
@@ -1617,4 +1620,398 @@ async fn avro_name_adjustment_renames_schemas_and_fields() {
         key.schema().name(),
         Some("my_server.public.order_lines.Key")
     );
+}
+
+/// A record's topic, op and (for signal rows) type, for assertion messages.
+fn summary(r: &headwater_api::SourceRecord) -> String {
+    let kind = r.value.as_struct().and_then(|v| {
+        v.get("after")?
+            .as_struct()?
+            .get("type")?
+            .as_str()
+            .map(str::to_owned)
+    });
+    format!("{} {:?} {:?}", r.topic, op_of(r), kind)
+}
+
+/// Applies change events in order to a map from key to row image (`r`/`c`/`u` set, `d`
+/// removes), the way a consumer materialises a topic.
+fn materialise(
+    recs: &[headwater_api::SourceRecord],
+    topic: &str,
+) -> std::collections::BTreeMap<(i32, String), i32> {
+    let mut state = std::collections::BTreeMap::new();
+    for r in recs.iter().filter(|r| r.topic == topic) {
+        let Some(v) = r.value.as_struct() else {
+            continue;
+        };
+        let image = |field: &str| {
+            let row = v.get(field)?.as_struct()?;
+            let grp = match row.get("grp")? {
+                headwater_api::Value::Int32(i) => *i,
+                _ => return None,
+            };
+            let name = row.get("name")?.as_str()?.to_owned();
+            let val = match row.get("val")? {
+                headwater_api::Value::Int32(i) => *i,
+                _ => return None,
+            };
+            Some(((grp, name), val))
+        };
+        match op_of(r).as_deref() {
+            Some("d") => {
+                let (k, _) = image("before").expect("delete with a before image");
+                state.remove(&k);
+            }
+            Some(_) => {
+                let (k, val) = image("after").expect("an after image");
+                state.insert(k, val);
+            }
+            None => {}
+        }
+    }
+    state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incremental_snapshot_copies_in_chunks_while_writers_change_the_table() {
+    let pg = PostgresServer::start().unwrap();
+    pg.create_database("inc").await.unwrap();
+    let db = pg.connect("inc").await.unwrap();
+    db.batch_execute(
+        "CREATE TABLE inc (grp int, name text, val int NOT NULL, PRIMARY KEY (grp, name));
+         INSERT INTO inc SELECT i % 3, 'n' || i, i FROM generate_series(1, 60) i;
+         CREATE TABLE nokey (id int); INSERT INTO nokey VALUES (1);
+         CREATE TABLE debezium_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));",
+    )
+    .await
+    .unwrap();
+    let props = task_props(
+        &pg,
+        "inc",
+        &[
+            ("slot.name", "inc_slot"),
+            ("table.include.list", "public.inc,public.nokey"),
+            ("publication.autocreate.mode", "filtered"),
+            ("signal.data.collection", "public.debezium_signal"),
+            ("snapshot.mode", "no_data"),
+            ("incremental.snapshot.chunk.size", "7"),
+            ("max.batch.size", "16"),
+        ],
+    );
+    let start = |offsets: Vec<(headwater_api::OffsetMap, headwater_api::OffsetMap)>| {
+        let props = props.clone();
+        async move {
+            let mut t = PostgresSourceTask::new();
+            let ctx = SourceTaskContext {
+                committed_offsets: offsets,
+                ..Default::default()
+            };
+            t.start(ctx, props).await.unwrap();
+            t
+        }
+    };
+    // Polls once; commits a batch that ends a transaction (as the engine does) and returns
+    // its records and the committed offset.
+    async fn step(
+        task: &mut PostgresSourceTask,
+        committed: &mut Vec<(headwater_api::OffsetMap, headwater_api::OffsetMap)>,
+    ) -> Vec<headwater_api::SourceRecord> {
+        let b = task.poll().await.unwrap();
+        if b.boundary == headwater_api::plugin::Boundary::Commit {
+            if let Some(l) = b.records.last() {
+                *committed = vec![(l.source_partition.clone(), l.source_offset.clone())];
+                task.commit(committed).await.unwrap();
+            }
+        }
+        b.records
+    }
+
+    let mut committed = Vec::new();
+    let mut t1 = start(Vec::new()).await;
+    let _ = step(&mut t1, &mut committed).await;
+    db.batch_execute(
+        r#"INSERT INTO debezium_signal VALUES ('inc-1', 'execute-snapshot', '{"data-collections": ["public\\.inc", "public\\.nokey"]}')"#,
+    )
+    .await
+    .unwrap();
+    // The first chunk comes out; the task stops before reading the rest.
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !seen.iter().any(|r| op_of(r).as_deref() == Some("r")) {
+        seen.extend(step(&mut t1, &mut committed).await);
+        assert!(
+            Instant::now() < deadline,
+            "no chunk arrived: {:?}",
+            seen.iter().map(summary).collect::<Vec<_>>()
+        );
+    }
+    let first_chunk: Vec<_> = seen
+        .iter()
+        .filter(|r| op_of(r).as_deref() == Some("r"))
+        .collect();
+    assert_eq!(
+        first_chunk.len(),
+        7,
+        "one chunk of incremental.snapshot.chunk.size rows"
+    );
+    for r in &first_chunk {
+        let source = r
+            .value
+            .as_struct()
+            .unwrap()
+            .get("source")
+            .unwrap()
+            .as_struct()
+            .unwrap();
+        assert_eq!(
+            source.get("snapshot").and_then(|v| v.as_str()),
+            Some("incremental")
+        );
+    }
+    let progress = offset_text(seen.last().unwrap(), "incremental_snapshot").unwrap();
+    assert!(progress.contains("\"after\":[\"0\",\"n3\"]"), "{progress}");
+    assert!(
+        seen.iter().any(|r| r.topic == "idle.public.debezium_signal"
+            && r.value
+                .as_struct()
+                .and_then(|v| v
+                    .get("after")?
+                    .as_struct()?
+                    .get("type")?
+                    .as_str()
+                    .map(str::to_owned))
+                .as_deref()
+                == Some("snapshot-window-close")),
+        "the watermarks are streamed like any signal row"
+    );
+    t1.stop().await;
+
+    // Writers change the table while the copy goes on in a restarted task.
+    let mut t2 = start(committed.clone()).await;
+    let writer = {
+        let conn = pg.connect("inc").await.unwrap();
+        tokio::spawn(async move {
+            for i in 1..=60 {
+                let name = format!("n{i}");
+                let statement = match i % 4 {
+                    0 => "DELETE FROM inc WHERE name = $1",
+                    1 => "UPDATE inc SET val = val + 1000 WHERE name = $1",
+                    2 => "UPDATE inc SET grp = grp + 10 WHERE name = $1",
+                    _ => "INSERT INTO inc VALUES (5, $1, 7)",
+                };
+                conn.execute(statement, &[&name]).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last_tick = Instant::now();
+    let mut tick = 0;
+    loop {
+        let got = step(&mut t2, &mut committed).await;
+        let done = writer.is_finished()
+            && got.last().is_some_and(|r| {
+                r.source_offset.contains_key("lsn_proc")
+                    && !r.source_offset.contains_key("incremental_snapshot")
+            });
+        seen.extend(got);
+        if done {
+            break;
+        }
+        if writer.is_finished() && last_tick.elapsed() > Duration::from_millis(200) {
+            // Something to carry an offset after the copy ends.
+            tick += 1;
+            db.execute(
+                "INSERT INTO inc VALUES (9, $1, 0)",
+                &[&format!("tick{tick}")],
+            )
+            .await
+            .unwrap();
+            last_tick = Instant::now();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the incremental snapshot did not end"
+        );
+    }
+    writer.await.unwrap();
+    let expected: std::collections::BTreeMap<(i32, String), i32> = db
+        .query("SELECT grp, name, val FROM inc", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+        .collect();
+    assert_eq!(
+        materialise(&seen, "idle.public.inc"),
+        expected,
+        "the events in order give the table's content"
+    );
+    let copied = seen
+        .iter()
+        .filter(|r| op_of(r).as_deref() == Some("r"))
+        .count();
+    assert!((7..=60).contains(&copied), "{copied} rows copied");
+    assert!(
+        seen.iter().all(|r| r.topic != "idle.public.nokey"),
+        "a table without a key is not copied"
+    );
+
+    // A second request, stopped at once: no row of it is copied after the stop.
+    db.batch_execute(
+        r#"INSERT INTO debezium_signal VALUES ('inc-2', 'execute-snapshot', '{"data-collections": ["public\\.inc"], "type": "incremental"}')"#,
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut again = Vec::new();
+    while !again.iter().any(|r| op_of(r).as_deref() == Some("r")) {
+        again.extend(step(&mut t2, &mut committed).await);
+        assert!(
+            Instant::now() < deadline,
+            "the second request copied nothing"
+        );
+    }
+    db.batch_execute(
+        r#"INSERT INTO debezium_signal VALUES ('stop-1', 'stop-snapshot', '{"data-collections": ["public\\.inc"], "type": "incremental"}')"#,
+    )
+    .await
+    .unwrap();
+    db.batch_execute("INSERT INTO inc VALUES (9, 'after-stop', 0)")
+        .await
+        .unwrap();
+    let mut after_stop = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        after_stop.extend(step(&mut t2, &mut committed).await);
+        let marker = after_stop.iter().position(|r| {
+            op_of(r).as_deref() == Some("c")
+                && r.value
+                    .as_struct()
+                    .and_then(|v| {
+                        v.get("after")?
+                            .as_struct()?
+                            .get("name")?
+                            .as_str()
+                            .map(str::to_owned)
+                    })
+                    .as_deref()
+                    == Some("after-stop")
+        });
+        if let Some(at) = marker {
+            let stop = after_stop
+                .iter()
+                .position(|r| r.topic == "idle.public.debezium_signal")
+                .unwrap_or(at);
+            assert!(
+                after_stop[stop..]
+                    .iter()
+                    .all(|r| op_of(r).as_deref() != Some("r")),
+                "no chunk after the stop"
+            );
+            assert!(!after_stop[at]
+                .source_offset
+                .contains_key("incremental_snapshot"));
+            break;
+        }
+        assert!(Instant::now() < deadline, "the marker did not arrive");
+    }
+    seen.extend(again);
+    seen.extend(after_stop);
+
+    // A change that commits while a chunk is being read, after the read's snapshot: the chunk
+    // holds the row as it was, the stream the change inside the window, and the chunk's stale
+    // row must not follow the change. The condition's sleep runs after the snapshot is taken;
+    // the writer commits while the chunk's COPY sleeps.
+    let (first_grp, first_name): (i32, String) = {
+        let row = db
+            .query_one(
+                "SELECT grp, name FROM inc WHERE grp = 0 ORDER BY grp, name LIMIT 1",
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    db.batch_execute(
+        r#"INSERT INTO debezium_signal VALUES ('inc-3', 'execute-snapshot', '{"data-collections": ["public\\.inc"], "additional-conditions": [{"data-collection": "public.inc", "filter": "grp = 0 AND (SELECT pg_sleep(0.4)) IS NOT NULL"}]}')"#,
+    )
+    .await
+    .unwrap();
+    let racer = {
+        let conn = pg.connect("inc").await.unwrap();
+        let name = first_name.clone();
+        tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let sleeping: i64 = conn
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'COPY (SELECT%' AND wait_event = 'PgSleep'",
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0);
+                if sleeping > 0 {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "no chunk read started");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            conn.execute(
+                "UPDATE inc SET val = 424242 WHERE grp = $1 AND name = $2",
+                &[&first_grp, &name],
+            )
+            .await
+            .unwrap();
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last_tick = Instant::now();
+    loop {
+        let got = step(&mut t2, &mut committed).await;
+        let done = racer.is_finished()
+            && got.last().is_some_and(|r| {
+                r.source_offset.contains_key("lsn_proc")
+                    && !r.source_offset.contains_key("incremental_snapshot")
+            });
+        seen.extend(got);
+        if done {
+            break;
+        }
+        if racer.is_finished() && last_tick.elapsed() > Duration::from_millis(200) {
+            tick += 1;
+            db.execute(
+                "INSERT INTO inc VALUES (9, $1, 0)",
+                &[&format!("tick{tick}")],
+            )
+            .await
+            .unwrap();
+            last_tick = Instant::now();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the third incremental snapshot did not end"
+        );
+    }
+    racer.await.unwrap();
+    let expected: std::collections::BTreeMap<(i32, String), i32> = db
+        .query("SELECT grp, name, val FROM inc", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+        .collect();
+    let state = materialise(&seen, "idle.public.inc");
+    assert_eq!(
+        state.get(&(first_grp, first_name.clone())),
+        Some(&424242),
+        "the change made while its chunk was read is the row's last event"
+    );
+    assert_eq!(
+        state, expected,
+        "the events in order give the table's content"
+    );
+    t2.stop().await;
 }
