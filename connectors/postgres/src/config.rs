@@ -292,7 +292,7 @@ pub fn config_def() -> ConfigDef {
     let def = def.define(key("signal.data.collection", String).default_null().validator(Validator::custom(|v| match v {
         ConfigValue::String(s) if !s.trim().is_empty() => parse_signal_table(s).map(|_| ()),
         _ => Ok(()),
-    })).doc("The table (<schema>.<table>, columns id, type, data) whose inserted rows are signals: execute-snapshot (run as a blocking snapshot) and log. It is captured like an included table but never snapshotted."));
+    })).doc("The table (<schema>.<table>, columns id, type, data) whose inserted rows are signals: execute-snapshot (incremental: in chunks while streaming; blocking: streaming pauses), stop-/pause-/resume-snapshot and log. It is captured like an included table but never snapshotted; incremental snapshots insert their watermark rows into it."));
     let def = def
         .define(key("snapshot.include.collection.list", String).default_null().validator(regex_list_validator()).doc("Regexes for schema.table of the captured tables the initial snapshot copies (default: all); the others are only streamed. Signalled snapshots copy what the signal names."))
         .define(key("snapshot.select.statement.overrides", String).default_null().doc("Tables (schema.table) whose initial snapshot runs the SELECT of snapshot.select.statement.overrides.<schema>.<table> instead of reading the whole table; it must return the table's captured columns."))
