@@ -6,6 +6,7 @@
 //! - [`name_adjust`]: Debezium's `avro` schema and field name adjustment.
 //! - [`config`]: `skipped.operations` and the include/exclude pair rule.
 //! - [`signal`]: Debezium's source signals (`execute-snapshot`, `log`).
+//! - [`incremental`]: what incremental snapshots share (progress, windows, watermarks).
 //! - [`heartbeat`]: Debezium's heartbeat records (`heartbeat.interval.ms`).
 //! - [`text`]: allocation-free number text for timestamps and times.
 //! - [`txmeta`]: Debezium's transaction metadata (`provide.transaction.metadata`).
@@ -13,6 +14,7 @@
 pub mod column_mappers;
 pub mod config;
 pub mod heartbeat;
+pub mod incremental;
 pub mod name_adjust;
 pub mod name_filter;
 pub mod signal;

@@ -3,8 +3,11 @@
 //! and read from the change stream like any other change. The connectors turn their row into
 //! a type and a JSON value; this module says what the signal asks for.
 //!
-//! Built: `execute-snapshot` (each connector runs it as a blocking snapshot of the tables or
-//! collections it names) and `log`. Other types are [`Signal::Unsupported`], with the reason.
+//! Built: `execute-snapshot` (a blocking or incremental snapshot of the tables or collections
+//! it names; MongoDB runs incremental requests as blocking ones) and `log`; for connectors that
+//! run incremental snapshots, [`parse_incremental`] reads their watermarks and `stop-snapshot`,
+//! `pause-snapshot`, `resume-snapshot`. Other types are [`Signal::Unsupported`], with the
+//! reason.
 //!
 //! Invariant: a request round-trips through [`SnapshotRequest::to_json`] and
 //! [`SnapshotRequest::from_json`], which is how an interrupted snapshot finds it in its offset.
@@ -234,46 +237,6 @@ pub fn parse_incremental(
         "resume-snapshot" => of_incremental().map(|()| IncrementalSignal::Resume),
         _ => return None,
     })
-}
-
-/// Acts on a row inserted into a relational connector's signal table, given its type and
-/// data columns as text: a `log` signal is logged, one not acted on is logged with the reason,
-/// and an execute-snapshot request is merged into `pending` (the open transaction's), to run
-/// once that transaction commits.
-pub fn read_row_signal(
-    kind: Option<String>,
-    data: Option<String>,
-    pending: Option<&mut Option<SnapshotRequest>>,
-) {
-    let Some(kind) = kind else {
-        tracing::warn!("signal not acted on: its second column (the signal's type) is not text");
-        return;
-    };
-    let data = match data.map(|d| data_from_text(&d)).transpose() {
-        Ok(d) => d.unwrap_or_default(),
-        Err(why) => {
-            tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
-            return;
-        }
-    };
-    match parse(&kind, &data) {
-        Signal::ExecuteSnapshot(request) => {
-            if request.incremental {
-                tracing::warn!(tables = ?request.collections, "execute-snapshot signal of type incremental: Headwater runs it as a blocking snapshot (streaming pauses until the tables are copied)");
-            }
-            tracing::info!(tables = ?request.collections, conditions = ?request.conditions, "execute-snapshot signal: snapshotting the tables it names once its transaction commits, then streaming on after it");
-            if let Some(pending) = pending {
-                match pending {
-                    Some(earlier) => earlier.merge(request),
-                    None => *pending = Some(request),
-                }
-            }
-        }
-        Signal::Log(message) => tracing::info!(message = %message, "log signal"),
-        Signal::Unsupported(kind, why) => {
-            tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
-        }
-    }
 }
 
 #[cfg(test)]

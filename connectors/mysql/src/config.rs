@@ -107,6 +107,8 @@ pub struct MySqlConfig {
     pub snapshot_max_threads: usize,
     /// `snapshot.chunk.rows`: rows per snapshot chunk of an integer-keyed table.
     pub snapshot_chunk_rows: u64,
+    /// `incremental.snapshot.chunk.size`: rows per chunk of an incremental snapshot.
+    pub incremental_chunk_size: usize,
     pub include_schema_changes: bool,
     pub mapping: MappingConfig,
     pub tombstones_on_delete: bool,
@@ -301,7 +303,7 @@ pub fn config_def() -> ConfigDef {
     let def = def.define(key("signal.data.collection", String).default_null().validator(Validator::custom(|v| match v {
         ConfigValue::String(s) if !s.trim().is_empty() => parse_signal_table(s).map(|_| ()),
         _ => Ok(()),
-    })).doc("The table (<database>.<table>, columns id, type, data) whose inserted rows are signals: execute-snapshot (run as a blocking snapshot) and log. It is captured like an included table but never snapshotted."));
+    })).doc("The table (<database>.<table>, columns id, type, data) whose inserted rows are signals: execute-snapshot (incremental: in chunks while streaming; blocking: streaming pauses), stop-/pause-/resume-snapshot and log. It is captured like an included table but never snapshotted; incremental snapshots insert their watermark rows into it."));
     let def = def
         .define(key("snapshot.include.collection.list", String).default_null().validator(regex_list_validator()).doc("Regexes for database.table of the captured tables the initial snapshot copies (default: all); the others are only streamed. Signalled snapshots copy what the signal names."))
         .define(key("snapshot.select.statement.overrides", String).default_null().doc("Tables (database.table) whose initial snapshot runs the SELECT of snapshot.select.statement.overrides.<database>.<table> instead of reading the whole table; it must return the table's columns in table order (SELECT * ...)."))
@@ -550,6 +552,10 @@ impl MySqlConfig {
             snapshot_chunk_rows: u64::try_from(long("snapshot.chunk.rows"))
                 .unwrap_or(100_000)
                 .max(1),
+            incremental_chunk_size: p
+                .get_long("incremental.snapshot.chunk.size")
+                .unwrap_or(1024)
+                .clamp(1, 1 << 20) as usize,
             include_schema_changes: p.get_bool("include.schema.changes").unwrap_or(true),
             mapping,
             tombstones_on_delete: p.get_bool("tombstones.on.delete").unwrap_or(true),

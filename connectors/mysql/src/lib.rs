@@ -20,6 +20,7 @@ pub mod config;
 pub mod connector;
 pub mod event;
 pub mod filters;
+pub mod incremental;
 pub mod schema;
 pub mod snapshot;
 pub mod task;

@@ -54,6 +54,7 @@ use tokio::task::JoinHandle;
 use crate::binlog::{self, mariadb_event, MariaGtid, MariaGtidPos, MySqlGtidSet};
 use crate::config::{Flavor, LockingMode, MySqlConfig, SnapshotMode};
 use crate::event::{EventBuilder, SourceInfo, TableId, TableSchema};
+use crate::incremental::{self, Progress, TableRequest, Window};
 use crate::schema::{self, CatalogTable};
 use headwater_connector_common::heartbeat::Heartbeats;
 use headwater_connector_common::txmeta::TransactionMetadata;
@@ -174,6 +175,8 @@ struct Snapshot {
     lock_conn: Option<Conn>,
     /// A signalled snapshot's request as JSON (`snapshot_signal` in its offsets).
     signal: Option<String>,
+    /// An incremental snapshot's progress when this one started (`incremental_snapshot`).
+    incremental: Option<String>,
     started: Instant,
 }
 
@@ -325,6 +328,25 @@ struct Inner {
     /// the snapshot runs at the next poll. While it is set, boundary offsets carry it
     /// (`snapshot_signal`), so a restart runs it.
     pending_signal: Option<SnapshotRequest>,
+    /// An incremental snapshot under way; boundary offsets carry it.
+    incremental: Option<Progress>,
+    /// Its chunk read between watermarks, until the stream reaches the close watermark.
+    window: Option<Window>,
+    /// Chunks read by this task (part of each chunk id).
+    chunks_read: u64,
+}
+
+/// The offset key of an incremental snapshot's progress ([`Progress::to_json`]).
+const INCREMENTAL_OFFSET: &str = "incremental_snapshot";
+
+/// What reading an incremental snapshot's chunk came to.
+enum ChunkOutcome {
+    /// A chunk waits in the window for its close watermark.
+    Held,
+    /// The table has no rows left (or is skipped): the next one starts.
+    TableDone,
+    /// The incremental snapshot cannot go on (see the log).
+    Abandoned,
 }
 
 /// The MySQL / MariaDB source task.
@@ -465,6 +487,9 @@ impl Inner {
             last_end: (0, 0),
             now: crate::event::now_micros_nanos(),
             pending_signal: None,
+            incremental: None,
+            window: None,
+            chunks_read: 0,
             txmeta: cfg
                 .transaction_topic
                 .as_deref()
@@ -506,6 +531,16 @@ impl Inner {
                 }
             }
         });
+        self.incremental = committed
+            .as_ref()
+            .and_then(|o| offset_str(o, INCREMENTAL_OFFSET))
+            .and_then(|text| match Progress::from_json(text) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::warn!(error = %e, progress = text, "the offset's incremental snapshot is unreadable; it is not resumed");
+                    None
+                }
+            });
         let position_of = |o: &OffsetMap| {
             Some(Position {
                 file: offset_str(o, "file")?.to_owned(),
@@ -576,9 +611,12 @@ impl Inner {
                 None => self.current_position().await?,
             };
             self.set_position(p)?;
-            // A signal read before the stop whose snapshot had not committed anything yet.
+            // A signal read before the stop whose snapshot had not committed anything yet
+            // (an incremental one starts while streaming).
             if let Some(request) = signal.filter(|_| !in_snapshot) {
-                if self.check_signal(&request).await? {
+                if request.incremental {
+                    self.pending_signal = Some(request);
+                } else if self.check_signal(&request).await? {
                     let signalled = Signalled {
                         request,
                         start: self.pos.clone(),
@@ -686,13 +724,297 @@ impl Inner {
 
     /// Reads a row inserted into the signal table: its columns by position (id, type, data),
     /// as Debezium reads them. An execute-snapshot request is kept on the open transaction
-    /// and acted on once it commits; `log` is written to the worker's log at once.
-    fn read_signal(&mut self, row: &[MyValue]) {
+    /// and acted on once it commits; the incremental snapshot's watermarks and its stop, pause
+    /// and resume signals act at once (`at` is the row's source position, for the chunk a
+    /// close watermark hands out); `log` is written to the worker's log.
+    fn read_signal(&mut self, row: &[MyValue], at: SourceInfo, out: &mut Vec<SourceRecord>) {
         let text = |i: usize| match row.get(i) {
             Some(MyValue::Bytes(b)) => Some(String::from_utf8_lossy(b).into_owned()),
             _ => None,
         };
-        signals::read_row_signal(text(1), text(2), self.txn.as_mut().map(|t| &mut t.signal));
+        let (id, kind, data) = (text(0), text(1), text(2));
+        let Some(kind) = kind else {
+            tracing::warn!(
+                "signal not acted on: its second column (the signal's type) is not text"
+            );
+            return;
+        };
+        let data = match data.map(|d| signals::data_from_text(&d)).transpose() {
+            Ok(d) => d.unwrap_or_default(),
+            Err(why) => {
+                tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
+                return;
+            }
+        };
+        use signals::IncrementalSignal as S;
+        match signals::parse_incremental(id.as_deref(), &kind, &data) {
+            Some(Ok(S::WindowOpen(id))) => {
+                if let Some(w) = self.window.as_mut().filter(|w| w.id == id) {
+                    w.open = true;
+                }
+            }
+            Some(Ok(S::WindowClose(id))) => {
+                if self.window.as_ref().is_some_and(|w| w.id == id) {
+                    self.close_window(at, out);
+                }
+            }
+            Some(Ok(S::Stop(request))) => {
+                let Some(p) = self.incremental.as_mut() else {
+                    tracing::info!("stop-snapshot signal: no incremental snapshot is running");
+                    return;
+                };
+                let first_went = match &request {
+                    None => {
+                        p.tables.clear();
+                        true
+                    }
+                    Some(r) => p.remove(|name| r.names(name)),
+                };
+                tracing::info!(tables = ?request.as_ref().map(|r| &r.collections), left = p.tables.len(), "stop-snapshot signal: tables dropped from the incremental snapshot");
+                if p.tables.is_empty() {
+                    self.incremental = None;
+                }
+                if first_went {
+                    self.window = None;
+                }
+            }
+            Some(Ok(signal @ (S::Pause | S::Resume))) => {
+                let pause = matches!(signal, S::Pause);
+                match self.incremental.as_mut() {
+                    Some(p) => {
+                        p.paused = pause;
+                        tracing::info!(
+                            paused = pause,
+                            "incremental snapshot {}",
+                            if pause { "paused" } else { "resumed" }
+                        );
+                    }
+                    None => tracing::info!(
+                        pause,
+                        "pause/resume-snapshot signal: no incremental snapshot is running"
+                    ),
+                }
+            }
+            Some(Err(why)) => tracing::warn!(signal = %kind, reason = %why, "signal not acted on"),
+            None => match signals::parse(&kind, &data) {
+                signals::Signal::ExecuteSnapshot(request) => {
+                    let kind = if request.incremental {
+                        "incremental (in chunks while streaming goes on)"
+                    } else {
+                        "blocking (streaming pauses until the tables are read)"
+                    };
+                    tracing::info!(tables = ?request.collections, conditions = ?request.conditions, kind, "execute-snapshot signal: acted on once its transaction commits");
+                    if let Some(t) = self.txn.as_mut() {
+                        match &mut t.signal {
+                            Some(earlier) => earlier.merge(request),
+                            None => t.signal = Some(request),
+                        }
+                    }
+                }
+                signals::Signal::Log(message) => tracing::info!(message = %message, "log signal"),
+                signals::Signal::Unsupported(kind, why) => {
+                    tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
+                }
+            },
+        }
+    }
+
+    /// The stream reached the close watermark of the held chunk: its rows left are handed out
+    /// as `r` events of the watermark's transaction, and the progress moves past the chunk.
+    fn close_window(&mut self, at: SourceInfo, out: &mut Vec<SourceRecord>) {
+        let Some(window) = self.window.take() else {
+            return;
+        };
+        let ts = window.table.clone();
+        let (rows, id) = (window.rows_left(), window.id.clone());
+        if let Some(p) = self.incremental.as_mut() {
+            p.after = Some(window.last_key.clone());
+        }
+        let source = self
+            .events
+            .source(&ts.id.db, Some(&ts.id.table), &at)
+            .into_shared();
+        for row in window.into_rows() {
+            let key = ts.key_of(&row);
+            let value = self
+                .events
+                .envelope(&ts, None, Some(row), source.clone(), "r", self.now);
+            let rec = self.events.record(&ts, OffsetMap::new(), key, Some(value));
+            if let Some(prev) = self.held.replace(rec) {
+                out.push(prev);
+            }
+        }
+        tracing::debug!(table = %ts.id, chunk = %id, rows, "incremental snapshot chunk handed out");
+    }
+
+    /// Starts reading the tables an incremental `execute-snapshot` request names (added to the
+    /// incremental snapshot under way, if any) while streaming goes on.
+    async fn start_incremental(&mut self, request: SnapshotRequest) -> Result<(), ConnectError> {
+        if !self.check_signal(&request).await? || self.cfg.filters.signal_table.is_none() {
+            return Ok(());
+        }
+        let tables = self.snapshot_tables(Some(&request)).await?;
+        let progress = self.incremental.get_or_insert_with(Progress::default);
+        let mut added = Vec::new();
+        for id in tables {
+            let name = id.to_string();
+            let condition = request.condition(&name).map(str::to_owned);
+            if progress.add(TableRequest {
+                schema: id.db,
+                table: id.table,
+                condition,
+            }) {
+                added.push(name);
+            }
+        }
+        let queued = progress.tables.len();
+        tracing::info!(tables = ?added, queued, chunk_rows = self.cfg.incremental_chunk_size, "incremental snapshot: reading the tables in chunks while streaming goes on");
+        Ok(())
+    }
+
+    /// Between transactions: reads the incremental snapshot's next chunk between two
+    /// watermarks, unless one is held already, the snapshot is paused or there is none.
+    async fn advance_incremental(&mut self) -> Result<(), ConnectError> {
+        loop {
+            if self.window.is_some() || self.txn.is_some() || self.held.is_some() {
+                return Ok(());
+            }
+            let Some(progress) = self.incremental.as_ref() else {
+                return Ok(());
+            };
+            if progress.paused {
+                return Ok(());
+            }
+            let Some(table) = progress.tables.front().cloned() else {
+                tracing::info!("incremental snapshot finished");
+                self.incremental = None;
+                return Ok(());
+            };
+            match self.read_incremental_chunk(&table).await? {
+                ChunkOutcome::Held => return Ok(()),
+                ChunkOutcome::TableDone => {
+                    tracing::info!(table = %table.name(), "incremental snapshot of table done");
+                    if let Some(p) = self.incremental.as_mut() {
+                        p.next_table();
+                    }
+                }
+                ChunkOutcome::Abandoned => {
+                    self.incremental = None;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Reads the next chunk of `table` between an open and a close watermark into
+    /// [`Inner::window`]. The server refusing the statements (a condition it rejects, no
+    /// privilege to insert watermarks) ends the table or the whole snapshot with an error in
+    /// the log, not the task: a restart would only meet the same refusal.
+    async fn read_incremental_chunk(
+        &mut self,
+        table: &TableRequest,
+    ) -> Result<ChunkOutcome, ConnectError> {
+        let name = table.name();
+        let Some((signal_db, signal_table)) = self.cfg.filters.signal_table.clone() else {
+            tracing::error!("incremental snapshot abandoned: signal.data.collection is not set, so there is no table to write its watermarks into");
+            return Ok(ChunkOutcome::Abandoned);
+        };
+        let id = TableId {
+            db: table.schema.clone(),
+            table: table.table.clone(),
+        };
+        let catalog = match schema::load_table(&mut self.sql, &id.db, &id.table, &self.cfg.mapping)
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(table = %name, error = %e, "incremental snapshot: the table cannot be read (dropped?); skipped");
+                return Ok(ChunkOutcome::TableDone);
+            }
+        };
+        let ts = Arc::new(self.build_schema(&id, catalog.columns, &catalog.primary_key)?);
+        let cols = match incremental::key_columns(&ts) {
+            Ok(cols) => cols,
+            Err(why) => {
+                tracing::warn!(table = %name, reason = %why, "incremental snapshot: the table cannot be read in key order; skipped (a blocking snapshot, \"type\": \"blocking\", reads it)");
+                return Ok(ChunkOutcome::TableDone);
+            }
+        };
+        let condition = table.condition.as_deref();
+        let refused = |what: &str, e: &mysql_async::Error| {
+            tracing::error!(table = %name, error = %e, "incremental snapshot: {what} was refused by the server; the table is skipped");
+            Ok(ChunkOutcome::TableDone)
+        };
+        let max = match self.incremental.as_ref().and_then(|p| p.max.clone()) {
+            Some(max) => max,
+            None => {
+                let statement = incremental::max_key_statement(&ts, &cols, condition);
+                match incremental::max_key(&mut self.sql, &statement).await {
+                    Ok(None) => return Ok(ChunkOutcome::TableDone),
+                    Ok(Some(max)) => {
+                        if let Some(p) = self.incremental.as_mut() {
+                            p.max = Some(max.clone());
+                        }
+                        max
+                    }
+                    Err(e) if incremental::refused(&e) => {
+                        return refused("reading the largest key", &e)
+                    }
+                    Err(e) => return Err(my_err(&format!("reading the largest key of {name}"), e)),
+                }
+            }
+        };
+        let after = self.incremental.as_ref().and_then(|p| p.after.clone());
+        let Some(statement) = incremental::chunk_statement(
+            &ts,
+            &cols,
+            after.as_deref(),
+            &max,
+            condition,
+            self.cfg.incremental_chunk_size,
+        ) else {
+            tracing::error!(table = %name, "incremental snapshot: the key in the offsets does not fit the table's key now; the table is skipped");
+            return Ok(ChunkOutcome::TableDone);
+        };
+        self.chunks_read += 1;
+        let chunk = incremental::chunk_id(self.chunks_read);
+        let signal = (signal_db.as_str(), signal_table.as_str());
+        let open = incremental::watermark_statement(signal, &chunk, true);
+        match self.sql.query_drop(open.as_str()).await {
+            Ok(()) => {}
+            Err(e) if incremental::refused(&e) => {
+                tracing::error!(error = %e, "incremental snapshot abandoned: it needs to insert rows into the signal table");
+                return Ok(ChunkOutcome::Abandoned);
+            }
+            Err(e) => return Err(my_err("inserting an incremental snapshot watermark", e)),
+        }
+        let read =
+            incremental::read_chunk(&mut self.sql, &ts, &cols, &statement, &self.cfg.mapping).await;
+        let (rows, last_key) = match read {
+            Ok(read) => read,
+            Err(incremental::ChunkError::Sql(e)) if incremental::refused(&e) => {
+                return refused("reading a chunk", &e)
+            }
+            Err(incremental::ChunkError::Sql(e)) => {
+                return Err(my_err(&format!("reading a chunk of {name}"), e))
+            }
+            Err(incremental::ChunkError::Data(why)) => {
+                tracing::error!(table = %name, error = %why, "incremental snapshot: a chunk of the table does not convert; the table is skipped");
+                return Ok(ChunkOutcome::TableDone);
+            }
+        };
+        let Some(last_key) = last_key else {
+            return Ok(ChunkOutcome::TableDone);
+        };
+        let close = incremental::watermark_statement(signal, &chunk, false);
+        self.sql
+            .query_drop(close.as_str())
+            .await
+            .map_err(|e| my_err("inserting an incremental snapshot watermark", e))?;
+        tracing::debug!(table = %name, chunk = %chunk, rows = rows.len(), "incremental snapshot chunk read");
+        let key_fields = ts.key_fields.clone();
+        self.window = Some(Window::new(chunk, ts, &key_fields, rows, last_key));
+        Ok(ChunkOutcome::Held)
     }
 
     /// Acts on the pending execute-snapshot request at a transaction boundary: stops the
@@ -703,9 +1025,15 @@ impl Inner {
         let Some(request) = self.pending_signal.take() else {
             return Ok(());
         };
+        if request.incremental {
+            return self.start_incremental(request).await;
+        }
         if !self.check_signal(&request).await? {
             return Ok(());
         }
+        // The stream restarts after the signal: an incremental snapshot's chunk waiting for
+        // its close watermark is read again later.
+        self.window = None;
         if let Some(s) = self.stream.take() {
             s.reader.abort();
         }
@@ -1119,6 +1447,7 @@ impl Inner {
             schema_records,
             lock_conn,
             signal: request.map(|r| r.to_json()),
+            incremental: self.incremental.as_ref().map(Progress::to_json),
             started: Instant::now(),
         }));
         Ok(())
@@ -1162,6 +1491,9 @@ impl Inner {
         }
         if let Some(j) = &s.skips_json {
             o.insert("snapshot_skip".into(), OffsetValue::String(j.clone()));
+        }
+        if let Some(j) = &s.incremental {
+            o.insert(INCREMENTAL_OFFSET.into(), OffsetValue::String(j.clone()));
         }
         o
     }
@@ -1501,10 +1833,16 @@ impl Inner {
                 self.run_signal().await?;
                 match self.phase {
                     Phase::Snapshot(_) => self.poll_snapshot().await,
-                    _ => self.poll_stream().await,
+                    _ => {
+                        self.advance_incremental().await?;
+                        self.poll_stream().await
+                    }
                 }
             }
-            Phase::Stream => self.poll_stream().await,
+            Phase::Stream => {
+                self.advance_incremental().await?;
+                self.poll_stream().await
+            }
             Phase::Done => {
                 tokio::time::sleep(self.cfg.poll_interval).await;
                 Ok(SourceBatch::empty())
@@ -1627,6 +1965,9 @@ impl Inner {
         if let Some(request) = &self.pending_signal {
             o.insert("snapshot_signal".into(), request.to_json().into());
         }
+        if let Some(p) = &self.incremental {
+            o.insert(INCREMENTAL_OFFSET.into(), p.to_json().into());
+        }
         o
     }
 
@@ -1679,6 +2020,9 @@ impl Inner {
         o.insert("row".into(), row.into());
         o.insert("server_id".into(), i64::from(server_id).into());
         o.insert("ts_sec".into(), ts_sec.into());
+        if let Some(p) = &self.incremental {
+            o.insert(INCREMENTAL_OFFSET.into(), p.to_json().into());
+        }
         o
     }
 
@@ -1798,13 +2142,6 @@ impl Inner {
                 if skip {
                     return Ok(false);
                 }
-                if kind == RowKind::Insert && self.cfg.filters.is_signal_table(&id.db, &id.table) {
-                    for (_, after) in &rows {
-                        if let Some(values) = after {
-                            self.read_signal(values);
-                        }
-                    }
-                }
                 let ts = self
                     .schemas
                     .get(&id)
@@ -1834,6 +2171,22 @@ impl Inner {
                 // One source block per rows event: its rows differ only in `row`. Row records
                 // carry no offset: the engine commits only at transaction ends, where the held
                 // last record gets the boundary offset that covers them all.
+                if kind == RowKind::Insert && self.cfg.filters.is_signal_table(&id.db, &id.table) {
+                    for (_, after) in &rows {
+                        if let Some(values) = after {
+                            let at = SourceInfo {
+                                ts_sec: i64::from(hdr.ts),
+                                snapshot: Some("incremental"),
+                                server_id: i64::from(hdr.server_id),
+                                gtid: gtid.clone(),
+                                file: self.pos.file.clone(),
+                                pos: hdr.start as i64,
+                                row: 0,
+                            };
+                            self.read_signal(values, at, out);
+                        }
+                    }
+                }
                 let mut block: Option<Struct> = None;
                 for (ri, (before, after)) in rows.into_iter().enumerate() {
                     let info = SourceInfo {
@@ -1854,6 +2207,12 @@ impl Inner {
                     };
                     let before = conv(before)?;
                     let after = conv(after)?;
+                    if let Some(w) = self.window.as_mut().filter(|w| w.covers(|t| t.id == ts.id)) {
+                        // A change inside the window is newer than the chunk's row.
+                        for row in before.iter().chain(after.iter()) {
+                            w.replaced(&incremental::key_text(&ts, row));
+                        }
+                    }
                     if !self.skips.is_empty() && self.in_skip_region(&ts, &before, &after) {
                         continue;
                     }
@@ -2061,6 +2420,9 @@ impl Inner {
             if let Some(name) = name {
                 let id = table_of(name);
                 table = Some(id.clone());
+                if let Some(w) = self.window.as_mut().filter(|w| w.covers(|t| t.id == id)) {
+                    w.truncated();
+                }
                 if !self.cfg.skipped.truncate && self.cfg.filters.table_included(&id.db, &id.table)
                 {
                     let ts = match self.schemas.get(&id) {

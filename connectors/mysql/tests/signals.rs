@@ -3,6 +3,9 @@
 //! consistent snapshot, then streaming goes on after the signal, every row once, across a
 //! restart before the read starts and one in the middle of it. A signal whose condition the
 //! server refuses is logged and streaming goes on; a missing signal table is refused at start.
+//! An incremental request reads tables in chunks between watermark rows while writers change
+//! them, across a restart; the events replayed in order give the table's content, also when a
+//! change commits while its chunk is being read; stop-snapshot ends it.
 
 use std::time::{Duration, Instant};
 
@@ -258,7 +261,7 @@ async fn execute_snapshot_signal_reads_named_tables_once_across_restarts() {
     // A signal while the task runs, through a condition: the read holds only the matching
     // rows, and the stream goes on in the same task after it.
     db.query_drop(
-        r#"INSERT INTO debezium_signal VALUES ('other', 'execute-snapshot', '{"data-collections": ["app\\\\.other"], "additional-conditions": [{"data-collection": "app.other", "filter": "id > 3"}]}');
+        r#"INSERT INTO debezium_signal VALUES ('other', 'execute-snapshot', '{"data-collections": ["app\\\\.other"], "type": "blocking", "additional-conditions": [{"data-collection": "app.other", "filter": "id > 3"}]}');
            INSERT INTO captured VALUES (200, 'open');"#,
     )
     .await
@@ -343,4 +346,277 @@ async fn snapshot_select_statement_overrides_filter_the_initial_snapshot() {
         "other tables are read whole"
     );
     task.stop().await;
+}
+
+/// The table's content, keyed like [`materialise`]'s.
+async fn table(db: &mut mysql_async::Conn) -> std::collections::BTreeMap<(i32, String), i32> {
+    let rows: Vec<(i32, String, i32)> = db.query("SELECT grp, name, val FROM inc").await.unwrap();
+    rows.into_iter().map(|(g, n, v)| ((g, n), v)).collect()
+}
+
+/// A record's `after` (or, for deletes, `before`) row field as text.
+fn field(r: &SourceRecord, image: &str, name: &str) -> Option<String> {
+    match r.value.as_struct()?.get(image)?.as_struct()?.get(name)? {
+        Value::Int32(i) => Some(i.to_string()),
+        Value::String(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// Applies change events in order to a map from key to value, as a consumer materialises a
+/// topic.
+fn materialise(recs: &[SourceRecord]) -> std::collections::BTreeMap<(i32, String), i32> {
+    let mut state = std::collections::BTreeMap::new();
+    for r in recs.iter().filter(|r| r.topic == "cdc.app.inc") {
+        let image = |img: &str| {
+            Some((
+                (field(r, img, "grp")?.parse().ok()?, field(r, img, "name")?),
+                field(r, img, "val")?.parse().ok()?,
+            ))
+        };
+        match op_of(r).as_deref() {
+            Some("d") => {
+                let (k, _) = image("before").expect("a before image");
+                state.remove(&k);
+            }
+            Some(_) => {
+                let (k, v) = image("after").expect("an after image");
+                state.insert(k, v);
+            }
+            None => {}
+        }
+    }
+    state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incremental_snapshot_reads_chunks_while_writers_change_the_table() {
+    let server = MariaDbServer::start().unwrap();
+    server.create_database("app").await.unwrap();
+    let mut db = server.connect("app").await.unwrap();
+    let rows: Vec<String> = (1..=60)
+        .map(|i| format!("({}, 'n{i}', {i})", i % 3))
+        .collect();
+    db.query_drop(format!(
+        "CREATE TABLE inc (grp int, name varchar(32), val int NOT NULL, PRIMARY KEY (grp, name));
+         INSERT INTO inc VALUES {};
+         CREATE TABLE nokey (id int); INSERT INTO nokey VALUES (1);
+         CREATE TABLE debezium_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));",
+        rows.join(", ")
+    ))
+    .await
+    .unwrap();
+    let p = props(
+        &server,
+        &[
+            ("table.include.list", "app.inc,app.nokey"),
+            ("snapshot.mode", "no_data"),
+            ("incremental.snapshot.chunk.size", "7"),
+            ("max.batch.size", "16"),
+        ],
+    );
+    async fn step(task: &mut MySqlSourceTask, committed: &mut Committed) -> Vec<SourceRecord> {
+        let b = task.poll().await.unwrap();
+        if b.boundary == Boundary::Commit {
+            if let Some(l) = b.records.last() {
+                *committed = committed_at(l);
+                task.commit(committed).await.unwrap();
+            }
+        }
+        b.records
+    }
+    let is_r = |r: &SourceRecord| op_of(r).as_deref() == Some("r");
+    let mut committed = Vec::new();
+    let mut t1 = start(p.clone(), Vec::new()).await;
+    let _ = step(&mut t1, &mut committed).await;
+    db.query_drop(
+        r#"INSERT INTO debezium_signal VALUES ('inc-1', 'execute-snapshot', '{"data-collections": ["app\\\\.inc", "app\\\\.nokey"]}')"#,
+    )
+    .await
+    .unwrap();
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !seen.iter().any(is_r) {
+        seen.extend(step(&mut t1, &mut committed).await);
+        assert!(
+            Instant::now() < deadline,
+            "no chunk arrived: {:?}",
+            seen.iter()
+                .map(|r| format!("{} {:?} {:?}", r.topic, op_of(r), field(r, "after", "type")))
+                .collect::<Vec<_>>()
+        );
+    }
+    let first: Vec<&SourceRecord> = seen.iter().filter(|r| is_r(r)).collect();
+    assert_eq!(
+        first.len(),
+        7,
+        "one chunk of incremental.snapshot.chunk.size rows"
+    );
+    for r in &first {
+        let source = r
+            .value
+            .as_struct()
+            .unwrap()
+            .get("source")
+            .unwrap()
+            .as_struct()
+            .unwrap();
+        assert_eq!(
+            source.get("snapshot").and_then(|v| v.as_str()),
+            Some("incremental")
+        );
+    }
+    assert!(offset_text(seen.last().unwrap(), "incremental_snapshot").is_some());
+    t1.stop().await;
+
+    // Writers change the table while the read goes on in a restarted task.
+    let mut t2 = start(p.clone(), committed.clone()).await;
+    let writer = {
+        let mut conn = server.connect("app").await.unwrap();
+        tokio::spawn(async move {
+            for i in 1..=60 {
+                let statement = match i % 4 {
+                    0 => format!("DELETE FROM inc WHERE name = 'n{i}'"),
+                    1 => format!("UPDATE inc SET val = val + 1000 WHERE name = 'n{i}'"),
+                    2 => format!("UPDATE inc SET grp = grp + 10 WHERE name = 'n{i}'"),
+                    _ => format!("INSERT INTO inc VALUES (5, 'n{i}', 7)"),
+                };
+                conn.query_drop(statement).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+        })
+    };
+    let mut tick = 0;
+    let mut last_tick = Instant::now();
+    // Polls until `done` finished and an offset after it no longer carries the progress.
+    macro_rules! until_finished {
+        ($done:expr, $what:expr) => {{
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let got = step(&mut t2, &mut committed).await;
+                let finished = $done.is_finished()
+                    && got.last().is_some_and(|r| {
+                        r.source_offset.contains_key("file")
+                            && !r.source_offset.contains_key("incremental_snapshot")
+                    });
+                seen.extend(got);
+                if finished {
+                    break;
+                }
+                if $done.is_finished() && last_tick.elapsed() > Duration::from_millis(200) {
+                    tick += 1;
+                    db.query_drop(format!("INSERT INTO inc VALUES (9, 'tick{tick}', 0)"))
+                        .await
+                        .unwrap();
+                    last_tick = Instant::now();
+                }
+                assert!(Instant::now() < deadline, "{} did not end", $what);
+            }
+        }};
+    }
+    until_finished!(writer, "the incremental snapshot");
+    writer.await.unwrap();
+    assert_eq!(
+        materialise(&seen),
+        table(&mut db).await,
+        "the events in order give the table"
+    );
+    assert!(
+        seen.iter().all(|r| r.topic != "cdc.app.nokey"),
+        "a table without a key is not read"
+    );
+
+    // A second request, stopped: no chunk after the stop.
+    db.query_drop(
+        r#"INSERT INTO debezium_signal VALUES ('inc-2', 'execute-snapshot', '{"data-collections": ["app\\\\.inc"], "type": "incremental"}')"#,
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut again = Vec::new();
+    while !again.iter().any(is_r) {
+        again.extend(step(&mut t2, &mut committed).await);
+        assert!(Instant::now() < deadline, "the second request read nothing");
+    }
+    db.query_drop(
+        r#"INSERT INTO debezium_signal VALUES ('stop-1', 'stop-snapshot', '{"data-collections": ["app\\\\.inc"], "type": "incremental"}');
+           INSERT INTO inc VALUES (9, 'after-stop', 0);"#,
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        again.extend(step(&mut t2, &mut committed).await);
+        if let Some(at) = again
+            .iter()
+            .position(|r| field(r, "after", "name").as_deref() == Some("after-stop"))
+        {
+            let stop = again
+                .iter()
+                .position(|r| field(r, "after", "id").as_deref() == Some("stop-1"))
+                .expect("the stop signal row");
+            assert!(
+                again[stop..].iter().all(|r| !is_r(r)),
+                "no chunk after the stop"
+            );
+            assert!(!again[at].source_offset.contains_key("incremental_snapshot"));
+            break;
+        }
+        assert!(Instant::now() < deadline, "the marker did not arrive");
+    }
+    seen.extend(again);
+
+    // A change that commits while its chunk is being read, after the read began: the chunk
+    // holds the row as it was, the stream the change inside the window, and the stale row
+    // must not follow the change. The condition sleeps at the first row, after it was read.
+    let (first_grp, first_name): (i32, String) = db
+        .query_first("SELECT grp, name FROM inc WHERE grp = 0 ORDER BY grp, name LIMIT 1")
+        .await
+        .unwrap()
+        .unwrap();
+    db.query_drop(format!(
+        r#"INSERT INTO debezium_signal VALUES ('inc-3', 'execute-snapshot', '{{"data-collections": ["app\\\\.inc"], "additional-conditions": [{{"data-collection": "app.inc", "filter": "grp = 0 AND (name <> \'{first_name}\' OR SLEEP(0.5) = 0)"}}]}}')"#
+    ))
+    .await
+    .unwrap();
+    let racer = {
+        let mut conn = server.connect("app").await.unwrap();
+        let name = first_name.clone();
+        tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let sleeping: Option<i64> = conn
+                    .query_first(
+                        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%ORDER BY%LIMIT 7' AND STATE = 'User sleep'",
+                    )
+                    .await
+                    .unwrap();
+                if sleeping.unwrap_or(0) > 0 {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "no chunk read started");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            conn.exec_drop(
+                "UPDATE inc SET val = 424242 WHERE grp = ? AND name = ?",
+                (first_grp, name),
+            )
+            .await
+            .unwrap();
+        })
+    };
+    until_finished!(racer, "the third incremental snapshot");
+    racer.await.unwrap();
+    let state = materialise(&seen);
+    assert_eq!(
+        state.get(&(first_grp, first_name.clone())),
+        Some(&424242),
+        "the change made while its chunk was read is the row's last event"
+    );
+    assert_eq!(
+        state,
+        table(&mut db).await,
+        "the events in order give the table"
+    );
+    t2.stop().await;
 }

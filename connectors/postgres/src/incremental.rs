@@ -22,210 +22,17 @@
 //!   so a key must be unique and not null: a primary key, or `message.key.columns` naming such
 //!   columns. Tables without a key are not copied (logged).
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
-
 use futures_util::StreamExt;
-use headwater_api::{ConnectError, Struct, Value};
-use serde_json::json;
+use headwater_api::{ConnectError, Struct};
+pub use headwater_connector_common::incremental::{
+    self as common, chunk_id, Progress, TableRequest,
+};
 use tokio_postgres::Client;
 
 use crate::catalog::{quote_ident, quote_literal};
 use crate::event::{RawColumn, TableSchema};
 use crate::snapshot::CopyParser;
 use crate::types::MappingConfig;
-
-/// One table of an incremental snapshot.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TableRequest {
-    /// `schema.table`.
-    pub schema: String,
-    pub table: String,
-    /// The signal's `additional-conditions` filter for it.
-    pub condition: Option<String>,
-}
-
-impl TableRequest {
-    pub fn name(&self) -> String {
-        format!("{}.{}", self.schema, self.table)
-    }
-}
-
-/// How far an incremental snapshot got: what offsets keep (`incremental_snapshot`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Progress {
-    /// Tables still to copy, in order; the first is being copied.
-    pub tables: VecDeque<TableRequest>,
-    /// The key (each column as text) of the last row of the first table handed out.
-    pub after: Option<Vec<String>>,
-    /// The largest key of the first table when its copy started (`None`: not read yet).
-    pub max: Option<Vec<String>>,
-    /// `pause-snapshot` was read, and no `resume-snapshot` since.
-    pub paused: bool,
-}
-
-impl Progress {
-    /// Adds a table unless it is queued already.
-    pub fn add(&mut self, table: TableRequest) -> bool {
-        if self
-            .tables
-            .iter()
-            .any(|t| t.schema == table.schema && t.table == table.table)
-        {
-            return false;
-        }
-        self.tables.push_back(table);
-        true
-    }
-
-    /// The first table is done (or dropped): the next one starts from its beginning.
-    pub fn next_table(&mut self) -> Option<TableRequest> {
-        self.after = None;
-        self.max = None;
-        self.tables.pop_front()
-    }
-
-    /// Drops the tables `drop` says; true when the first one went (its window is void).
-    pub fn remove(&mut self, mut drop: impl FnMut(&str) -> bool) -> bool {
-        let first_went = self.tables.front().is_some_and(|t| drop(&t.name()));
-        self.tables.retain(|t| !drop(&t.name()));
-        if first_went {
-            self.after = None;
-            self.max = None;
-        }
-        first_went
-    }
-
-    pub fn to_json(&self) -> String {
-        json!({
-            "tables": self.tables.iter().map(|t| json!({
-                "schema": t.schema, "table": t.table, "condition": t.condition,
-            })).collect::<Vec<_>>(),
-            "after": self.after,
-            "max": self.max,
-            "paused": self.paused,
-        })
-        .to_string()
-    }
-
-    pub fn from_json(text: &str) -> Result<Progress, String> {
-        let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        let strings = |v: Option<&serde_json::Value>| -> Result<Option<Vec<String>>, String> {
-            match v {
-                None | Some(serde_json::Value::Null) => Ok(None),
-                Some(serde_json::Value::Array(items)) => items
-                    .iter()
-                    .map(|i| {
-                        i.as_str()
-                            .map(str::to_owned)
-                            .ok_or_else(|| "a key part is not text".to_owned())
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-                    .map(Some),
-                Some(other) => Err(format!("a key is not an array: {other}")),
-            }
-        };
-        let mut tables = VecDeque::new();
-        for t in v
-            .get("tables")
-            .and_then(|t| t.as_array())
-            .ok_or("no tables")?
-        {
-            let part = |k: &str| t.get(k).and_then(|v| v.as_str()).map(str::to_owned);
-            tables.push_back(TableRequest {
-                schema: part("schema").ok_or("a table without schema")?,
-                table: part("table").ok_or("a table without name")?,
-                condition: part("condition"),
-            });
-        }
-        Ok(Progress {
-            tables,
-            after: strings(v.get("after"))?,
-            max: strings(v.get("max"))?,
-            paused: v.get("paused").and_then(|p| p.as_bool()).unwrap_or(false),
-        })
-    }
-}
-
-/// A chunk read between watermarks, waiting for the stream to reach its close watermark.
-pub struct Window {
-    /// The chunk id the watermark rows carry (`<id>-open`, `<id>-close`).
-    pub id: String,
-    /// Whether the stream passed the open watermark.
-    pub open: bool,
-    pub table: Arc<TableSchema>,
-    /// The chunk's rows in key order; `None` where a streamed change replaced one.
-    rows: Vec<Option<Struct>>,
-    by_key: HashMap<String, usize>,
-    /// The key (as text) of the chunk's last row: where the next chunk starts.
-    pub last_key: Vec<String>,
-}
-
-impl Window {
-    pub fn new(
-        id: String,
-        table: Arc<TableSchema>,
-        rows: Vec<Struct>,
-        last_key: Vec<String>,
-    ) -> Window {
-        let by_key = rows
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (key_text(&table, r), i))
-            .collect();
-        Window {
-            id,
-            open: false,
-            table,
-            rows: rows.into_iter().map(Some).collect(),
-            by_key,
-            last_key,
-        }
-    }
-
-    /// Whether a change of table `ts` is to be checked against this window.
-    pub fn covers(&self, ts: &TableSchema) -> bool {
-        self.open && self.table.id == ts.id
-    }
-
-    /// A streamed change of `row` (of table `ts`) inside the window: the chunk's row with the
-    /// same key is dropped.
-    pub fn replaced(&mut self, ts: &TableSchema, row: &Struct) {
-        if let Some(i) = self.by_key.remove(&key_text(ts, row)) {
-            self.rows[i] = None;
-        }
-    }
-
-    /// The table was truncated inside the window: none of the chunk's rows is left.
-    pub fn truncated(&mut self) {
-        self.rows.iter_mut().for_each(|r| *r = None);
-        self.by_key.clear();
-    }
-
-    /// The rows left, in key order.
-    pub fn into_rows(self) -> impl Iterator<Item = Struct> {
-        self.rows.into_iter().flatten()
-    }
-
-    /// Rows left (not replaced by streamed changes).
-    pub fn rows_left(&self) -> usize {
-        self.by_key.len()
-    }
-}
-
-/// A row's key values as one string, to find the chunk's row a change replaces.
-fn key_text(ts: &TableSchema, row: &Struct) -> String {
-    use std::fmt::Write as _;
-    let mut text = String::new();
-    for &k in &ts.key_fields {
-        let _ = write!(
-            text,
-            "{:?}\u{1f}",
-            row.values().get(k).unwrap_or(&Value::Null)
-        );
-    }
-    text
-}
 
 fn key_columns(ts: &TableSchema) -> Vec<String> {
     ts.key_fields
@@ -321,6 +128,14 @@ impl From<tokio_postgres::Error> for ChunkError {
 /// A chunk's rows in key order, and the last row's key as text (`None`: no row).
 pub type ChunkRows = (Vec<Struct>, Option<Vec<String>>);
 
+/// A chunk held until its close watermark (its table's schema rides along).
+pub type Window = common::Window<TableSchema>;
+
+/// A row's key values as one string, to find the chunk's row a change replaces.
+pub fn key_text(ts: &TableSchema, row: &Struct) -> String {
+    common::key_text(row, &ts.key_fields)
+}
+
 /// Reads a chunk ([`chunk_statement`]).
 pub async fn read_chunk(
     sql: &Client,
@@ -397,24 +212,19 @@ pub async fn read_chunk(
 /// The statement inserting a watermark row into the signal table (as Debezium writes them: by
 /// position, id, type and data).
 pub fn watermark_statement(signal_table: (&str, &str), id: &str, open: bool) -> String {
-    let now = chrono_like_now();
-    let (suffix, kind, field) = if open {
-        ("open", "snapshot-window-open", "openWindowTimestamp")
-    } else {
-        ("close", "snapshot-window-close", "closeWindowTimestamp")
-    };
+    let (row_id, kind, data) = common::watermark_row(id, open, &now_iso());
     format!(
         "INSERT INTO {}.{} VALUES ({}, {}, {})",
         quote_ident(signal_table.0),
         quote_ident(signal_table.1),
-        quote_literal(&format!("{id}-{suffix}")),
+        quote_literal(&row_id),
         quote_literal(kind),
-        quote_literal(&json!({ field: now }).to_string()),
+        quote_literal(&data),
     )
 }
 
 /// The time now as an ISO-8601 UTC instant with milliseconds (Java's `Instant` text).
-fn chrono_like_now() -> String {
+fn now_iso() -> String {
     let (us, _) = crate::event::now_micros_nanos();
     let ms = us.div_euclid(1000);
     let (days, ms_of_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
@@ -426,12 +236,6 @@ fn chrono_like_now() -> String {
         ms_of_day / 1000 % 60,
         ms_of_day % 1000
     )
-}
-
-/// A new chunk id: unique per task and run.
-pub fn chunk_id(counter: u64) -> String {
-    let (us, _) = crate::event::now_micros_nanos();
-    format!("hw-{:x}-{:x}-{counter}", std::process::id(), us)
 }
 
 /// Whether an error is the server refusing the statement (SQL it rejects, a missing
@@ -455,37 +259,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn progress_round_trips() {
-        let mut p = Progress::default();
-        assert!(p.add(TableRequest {
-            schema: "public".into(),
-            table: "orders".into(),
-            condition: Some("status = 'open'".into()),
-        }));
-        assert!(p.add(TableRequest {
-            schema: "s".into(),
-            table: "t".into(),
-            condition: None,
-        }));
-        assert!(!p.add(TableRequest {
-            schema: "s".into(),
-            table: "t".into(),
-            condition: Some("x".into()),
-        }));
-        p.after = Some(vec!["5".into(), "a'b".into()]);
-        p.max = Some(vec!["9".into(), "z".into()]);
-        p.paused = true;
-        let again = Progress::from_json(&p.to_json()).unwrap();
-        assert_eq!(again, p);
-        assert!(p.remove(|name| name == "public.orders"));
-        assert_eq!(p.after, None);
-        assert_eq!(p.tables.len(), 1);
-        assert!(!p.remove(|name| name == "nothing.here"));
-        assert!(Progress::from_json("{}").is_err());
-        assert!(Progress::from_json(r#"{"tables": [], "after": [1]}"#).is_err());
-    }
-
-    #[test]
     fn watermarks_carry_the_chunk_id() {
         let open = watermark_statement(("public", "debezium_signal"), "hw-1-2-3", true);
         assert!(
@@ -500,6 +273,5 @@ mod tests {
             "{close}"
         );
         assert!(close.contains("\"S\".\"sig\""), "{close}");
-        assert!(chunk_id(7).ends_with("-7") && chunk_id(7).len() < 36);
     }
 }

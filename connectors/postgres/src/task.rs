@@ -2502,7 +2502,8 @@ impl Inner {
             .await
             .map_err(|e| sql_err("inserting an incremental snapshot watermark", e))?;
         tracing::debug!(table = %name, chunk = %id, rows = rows.len(), "incremental snapshot chunk read");
-        self.window = Some(Window::new(id, ts, rows, last_key));
+        let key_fields = ts.key_fields.clone();
+        self.window = Some(Window::new(id, ts, &key_fields, rows, last_key));
         Ok(ChunkOutcome::Held)
     }
 
@@ -2638,13 +2639,17 @@ impl Inner {
         map: &[usize],
         images: [Option<&TupleData>; N],
     ) -> Result<(), ConnectError> {
-        if !self.window.as_ref().is_some_and(|w| w.covers(ts)) {
+        if !self
+            .window
+            .as_ref()
+            .is_some_and(|w| w.covers(|t| t.id == ts.id))
+        {
             return Ok(());
         }
         for image in images.into_iter().flatten() {
             let row = self.row_of(ts, map, image, None)?;
             if let Some(w) = self.window.as_mut() {
-                w.replaced(ts, &row);
+                w.replaced(&incremental::key_text(ts, &row));
             }
         }
         Ok(())
@@ -2903,7 +2908,7 @@ impl Inner {
                     let Some((ts, _)) = self.rel(rid)? else {
                         continue;
                     };
-                    if let Some(w) = self.window.as_mut().filter(|w| w.covers(&ts)) {
+                    if let Some(w) = self.window.as_mut().filter(|w| w.covers(|t| t.id == ts.id)) {
                         w.truncated();
                     }
                     if self.cfg.skipped.truncate {
