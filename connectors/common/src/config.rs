@@ -9,9 +9,8 @@ use headwater_api::{ConfigValidation, Properties};
 
 /// Debezium's signalling keys beside `signal.data.collection` (which each connector defines
 /// with its own name form). Channels other than `source` are refused, so no signal is ever
-/// silently ignored. The poll interval and the incremental snapshot's chunk size are accepted
-/// and unused: source signals arrive with the stream, and incremental requests run as
-/// blocking snapshots.
+/// silently ignored. The poll interval is accepted and unused: source signals arrive with the
+/// stream. The incremental snapshot's chunk size is each connector's to read.
 pub fn define_signal_keys(def: ConfigDef) -> ConfigDef {
     def.define(
         ConfigKey::new("signal.enabled.channels", ConfigType::String)
@@ -41,7 +40,7 @@ pub fn define_signal_keys(def: ConfigDef) -> ConfigDef {
         ConfigKey::new("incremental.snapshot.chunk.size", ConfigType::Int)
             .default_str("1024")
             .validator(Validator::at_least(1.0))
-            .doc("Rows per chunk of an incremental snapshot (PostgreSQL; the MySQL and MongoDB connectors run incremental requests as blocking snapshots and accept the key unused)."),
+            .doc("Rows (documents) per chunk of an incremental snapshot."),
     )
 }
 

@@ -126,39 +126,40 @@ impl Progress {
 }
 
 /// A chunk read between watermarks, waiting for the stream to reach its close watermark.
-/// `T` is the connector's table schema.
-pub struct Window<T> {
+/// `T` identifies the chunk's table (its schema); `R` is a row as the connector holds it.
+pub struct Window<T, R = Struct> {
     /// The chunk id the watermark rows carry (`<id>-open`, `<id>-close`).
     pub id: String,
     /// Whether the stream passed the open watermark.
     pub open: bool,
     pub table: Arc<T>,
     /// The chunk's rows in key order; `None` where a streamed change replaced one.
-    rows: Vec<Option<Struct>>,
+    rows: Vec<Option<R>>,
     by_key: HashMap<String, usize>,
     /// The key (as text) of the chunk's last row: where the next chunk starts.
     pub last_key: Vec<String>,
 }
 
-impl<T> Window<T> {
-    /// A window over `rows` (in key order) of `table`, whose key fields are `key_fields`.
+impl<T, R> Window<T, R> {
+    /// A window over `rows` (in key order, each with its key as [`key_text`] or the
+    /// connector's own key text) of `table`.
     pub fn new(
         id: String,
         table: Arc<T>,
-        key_fields: &[usize],
-        rows: Vec<Struct>,
+        rows: Vec<(String, R)>,
         last_key: Vec<String>,
-    ) -> Window<T> {
-        let by_key = rows
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (key_text(r, key_fields), i))
-            .collect();
+    ) -> Window<T, R> {
+        let mut by_key = HashMap::with_capacity(rows.len());
+        let mut held = Vec::with_capacity(rows.len());
+        for (i, (key, row)) in rows.into_iter().enumerate() {
+            by_key.insert(key, i);
+            held.push(Some(row));
+        }
         Window {
             id,
             open: false,
             table,
-            rows: rows.into_iter().map(Some).collect(),
+            rows: held,
             by_key,
             last_key,
         }
@@ -185,7 +186,7 @@ impl<T> Window<T> {
     }
 
     /// The rows left, in key order.
-    pub fn into_rows(self) -> impl Iterator<Item = Struct> {
+    pub fn into_rows(self) -> impl Iterator<Item = R> {
         self.rows.into_iter().flatten()
     }
 
@@ -283,11 +284,11 @@ mod tests {
                 vec![Value::Int32(id), Value::String(v.into())],
             )
         };
+        let rows = [row(1, "a"), row(2, "b"), row(3, "c")];
         let mut w = Window::new(
             "c".into(),
             Arc::new(()),
-            &[0],
-            vec![row(1, "a"), row(2, "b"), row(3, "c")],
+            rows.into_iter().map(|r| (key_text(&r, &[0]), r)).collect(),
             vec!["3".into()],
         );
         assert!(!w.covers(|_| true), "not before the open watermark");

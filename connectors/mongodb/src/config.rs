@@ -99,6 +99,8 @@ pub struct MongoConfig {
     pub snapshot_max_threads: usize,
     /// `snapshot.chunk.documents`: documents per `_id` range of a large collection.
     pub snapshot_chunk_documents: u64,
+    /// `incremental.snapshot.chunk.size`: documents per chunk of an incremental snapshot.
+    pub incremental_chunk_size: usize,
     pub snapshot_fetch_size: Option<u32>,
     /// `snapshot.include.collection.list`: which captured collections the snapshot copies.
     pub snapshot_collections: Selector,
@@ -373,7 +375,7 @@ pub fn config_def() -> ConfigDef {
                 _ => Err(format!("{s:?} must be <database>.<collection>")),
             },
             _ => Ok(()),
-        })).doc("The collection (<db>.<collection>) whose inserted documents are signals: execute-snapshot (run as a blocking snapshot) and log."))
+        })).doc("The collection (<db>.<collection>) whose inserted documents are signals: execute-snapshot (incremental: in _id chunks while streaming; blocking: streaming pauses), stop-/pause-/resume-snapshot and log. Incremental snapshots insert their watermark documents into it."))
         .define(key("max.batch.size", Int).default_str("2048").validator(Validator::at_least(1.0)).doc("Maximum records per poll."))
         .define(key("max.queue.size", Int).default_str("8192").validator(Validator::at_least(1.0)).doc("Maximum change events buffered ahead of poll."))
         .define(key("poll.interval.ms", Long).default_str("500").validator(Validator::at_least(0.0)).doc("How long poll waits for new changes."));
@@ -637,6 +639,10 @@ impl MongoConfig {
                 .unwrap_or(500_000)
                 .max(1),
             snapshot_collections: selector(&p, "snapshot.include.collection.list", ""),
+            incremental_chunk_size: p
+                .get_long("incremental.snapshot.chunk.size")
+                .unwrap_or(1024)
+                .clamp(1, 1 << 20) as usize,
             snapshot_fetch_size: p
                 .get_long("snapshot.fetch.size")
                 .and_then(|n| u32::try_from(n).ok()),

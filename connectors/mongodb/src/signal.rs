@@ -4,9 +4,10 @@
 //! so do we. What a signal asks for is read by [`headwater_connector_common::signal`]; here its
 //! `additional-conditions` filters become queries.
 //!
-//! Built: `execute-snapshot` (run as a blocking snapshot of the collections it names, see
-//! docs/connectors/mongodb.md) and `log`. Other types are reported in the worker's log and
-//! otherwise skipped.
+//! Built: `execute-snapshot` (blocking, or incremental: chunks in `_id` order between
+//! watermark documents while streaming goes on, see docs/connectors/mongodb.md), the
+//! incremental snapshot's watermarks and `stop-snapshot`, `pause-snapshot`, `resume-snapshot`,
+//! and `log`. Other types are reported in the worker's log and otherwise skipped.
 //!
 //! Invariant: a request round-trips through [`SnapshotRequest::to_json`] and
 //! [`SnapshotRequest::from_json`], which is how an interrupted snapshot finds it in its offset.
@@ -19,6 +20,9 @@ use serde_json::Value;
 #[derive(Debug)]
 pub enum Signal {
     ExecuteSnapshot(SnapshotRequest),
+    /// An incremental snapshot's watermark, or its `stop-snapshot`, `pause-snapshot`,
+    /// `resume-snapshot`.
+    Incremental(common::IncrementalSignal),
     /// `log`: a message for the worker's log.
     Log(String),
     /// A signal this connector does not act on: its type, and why.
@@ -53,23 +57,27 @@ impl SnapshotRequest {
     fn with_queries(request: Request) -> Result<SnapshotRequest, String> {
         let mut queries = Vec::with_capacity(request.conditions.len());
         for (collection, filter) in &request.conditions {
-            let query: Value = serde_json::from_str(filter)
-                .map_err(|e| format!("the filter of {collection} is not JSON: {e}"))?;
-            let Value::Object(map) = query else {
-                return Err(format!("the filter of {collection} is not a JSON document"));
-            };
-            let query = Document::try_from(map)
-                .map_err(|e| format!("the filter of {collection} is not extended JSON: {e}"))?;
-            queries.push(query);
+            queries.push(query_of(collection, filter)?);
         }
         Ok(SnapshotRequest { request, queries })
     }
 }
 
+/// An `additional-conditions` filter (JSON text) of `collection` as a query document.
+pub fn query_of(collection: &str, filter: &str) -> Result<Document, String> {
+    let query: Value = serde_json::from_str(filter)
+        .map_err(|e| format!("the filter of {collection} is not JSON: {e}"))?;
+    let Value::Object(map) = query else {
+        return Err(format!("the filter of {collection} is not a JSON document"));
+    };
+    Document::try_from(map)
+        .map_err(|e| format!("the filter of {collection} is not extended JSON: {e}"))
+}
+
 /// Reads a signal document (the inserted document of the signal collection).
 pub fn parse(doc: &Document) -> Signal {
     let mut fields = doc.iter().map(|(_, v)| v);
-    let (_id, kind, data) = (fields.next(), fields.next(), fields.next());
+    let (id, kind, data) = (fields.next(), fields.next(), fields.next());
     let Some(Bson::String(kind)) = kind else {
         return Signal::Unsupported(
             "?".into(),
@@ -84,6 +92,16 @@ pub fn parse(doc: &Document) -> Signal {
         Some(Bson::Document(d)) => Bson::Document(d.clone()).into_relaxed_extjson(),
         _ => Value::Null,
     };
+    let id = match id {
+        Some(Bson::String(s)) => Some(s.clone()),
+        Some(other) => Some(other.to_string()),
+        None => None,
+    };
+    match common::parse_incremental(id.as_deref(), kind, &data) {
+        Some(Ok(signal)) => return Signal::Incremental(signal),
+        Some(Err(why)) => return Signal::Unsupported(kind.clone(), why),
+        None => {}
+    }
     match common::parse(kind, &data) {
         common::Signal::ExecuteSnapshot(r) => match SnapshotRequest::with_queries(r) {
             Ok(r) => Signal::ExecuteSnapshot(r),
@@ -130,10 +148,15 @@ mod tests {
         assert!(matches!(parse(&default_type), Signal::ExecuteSnapshot(r) if r.incremental));
         let log = doc! {"_id": "b", "type": "log", "data": {"message": "hello"}};
         assert!(matches!(parse(&log), Signal::Log(m) if m == "hello"));
+        let close = doc! {"_id": "hw-1-close", "type": "snapshot-window-close", "data": "{}"};
+        assert!(matches!(
+            parse(&close),
+            Signal::Incremental(common::IncrementalSignal::WindowClose(id)) if id == "hw-1"
+        ));
         for (d, says) in [
             (
-                doc! {"_id": "c", "type": "pause-snapshot", "data": ""},
-                "execute-snapshot and log",
+                doc! {"_id": "c", "type": "pause-snapshot", "data": {"type": "blocking"}},
+                "incremental snapshots only",
             ),
             (
                 doc! {"_id": "d", "type": "execute-snapshot", "data": {"data-collections": []}},

@@ -54,6 +54,8 @@ use crate::rawbson;
 use crate::signal::{Signal, SnapshotRequest};
 use crate::snapshot::{self as snapshots, ChunkMsg, Readers, Rendered, SnapshotCollection};
 use crate::split::{Fragments, Piece};
+use headwater_connector_common::incremental::{self as incremental, Progress, TableRequest};
+use headwater_connector_common::signal::IncrementalSignal;
 
 /// Server error codes that mean the resume point is gone from the oplog.
 const HISTORY_LOST_CODES: [i32; 2] = [286, 280];
@@ -375,7 +377,22 @@ struct Inner {
     rules: NamespaceMap<Arc<FieldRules>>,
     /// The namespace of the last change event and what [`Inner::namespace`] found for it.
     last_namespace: Option<LastNamespace>,
+    /// An incremental snapshot under way; the offsets of the batches carry it.
+    incremental: Option<Progress>,
+    /// An incremental `execute-snapshot` request read in this poll, started at its end.
+    incremental_request: Option<SnapshotRequest>,
+    /// The incremental snapshot's chunk read between watermarks (its records, keyed by their
+    /// `_id` as the record keys write it), until the stream reaches the close watermark.
+    window: Option<ChunkWindow>,
+    /// Chunks read by this task (part of each chunk id).
+    chunks_read: u64,
 }
+
+/// A chunk of an incremental snapshot: (database, collection), and the chunk's records.
+type ChunkWindow = incremental::Window<(String, String), SourceRecord>;
+
+/// The offset key of an incremental snapshot's progress ([`Progress::to_json`]).
+const INCREMENTAL_OFFSET: &str = "incremental_snapshot";
 
 /// A captured namespace's field rules and schemas.
 type CapturedNamespace = (Arc<FieldRules>, Arc<CollectionSchemas>);
@@ -477,6 +494,10 @@ impl Inner {
                 Some((db.to_owned(), coll.to_owned()))
             }),
             signal: None,
+            incremental: None,
+            incremental_request: None,
+            window: None,
+            chunks_read: 0,
             reopens: 0,
             reopen_pending: false,
             rules: NamespaceMap::default(),
@@ -531,6 +552,11 @@ impl Inner {
                 _ => self.start_snapshot(None, None).await,
             };
         };
+        self.incremental = offset_str(&o, INCREMENTAL_OFFSET).and_then(|text| {
+            Progress::from_json(text)
+                .map_err(|e| tracing::warn!(error = %e, progress = text, "the offset's incremental snapshot is unreadable; it is not resumed"))
+                .ok()
+        });
         let token = offset_str(&o, "resume_token").map(|t| Token::Text(t.to_owned()));
         let position = Position {
             token: token.clone(),
@@ -1309,12 +1335,23 @@ impl Inner {
                 tracing::warn!(document = %doc, "execute-snapshot signal inserted inside a multi-document transaction: not acted on; insert signals on their own");
                 skip(self, out);
             }
+            Signal::ExecuteSnapshot(request) if request.incremental => {
+                tracing::info!(collections = ?request.collections, conditions = ?request.conditions, "execute-snapshot signal of type incremental: copying the collections in chunks while streaming goes on");
+                match &mut self.incremental_request {
+                    // Several in one poll: the later ones are started after it.
+                    Some(_) => {
+                        tracing::warn!(collections = ?request.collections, "a second incremental execute-snapshot signal in one batch: not acted on; send it again")
+                    }
+                    None => self.incremental_request = Some(request),
+                }
+                skip(self, out);
+            }
+            Signal::Incremental(signal) => {
+                self.on_incremental_signal(signal, position, out);
+            }
             Signal::ExecuteSnapshot(request) => {
                 // The record held back stays held: poll_stream hands it out with the offset
                 // before the signal when it ends the batch there.
-                if request.incremental {
-                    tracing::warn!(collections = ?request.collections, "execute-snapshot signal of type incremental: Headwater runs it as a blocking snapshot (streaming pauses until the collections are copied)");
-                }
                 tracing::info!(collections = ?request.collections, conditions = ?request.conditions, "execute-snapshot signal: snapshotting the collections it names, then streaming on after the signal");
                 self.signal = Some((request, position));
             }
@@ -1327,6 +1364,325 @@ impl Inner {
                 skip(self, out);
             }
         }
+    }
+
+    /// Acts on a watermark or a stop, pause or resume signal of the incremental snapshot (a
+    /// change of the signal collection at `position`, giving no record of its own).
+    fn on_incremental_signal(
+        &mut self,
+        signal: IncrementalSignal,
+        position: Position,
+        out: &mut Vec<SourceRecord>,
+    ) {
+        match signal {
+            IncrementalSignal::WindowOpen(id) => {
+                if let Some(w) = self.window.as_mut().filter(|w| w.id == id) {
+                    w.open = true;
+                }
+            }
+            IncrementalSignal::WindowClose(id) => {
+                if self.window.as_ref().is_some_and(|w| w.id == id) {
+                    // The chunk's records go out at the close watermark's position.
+                    self.pass_over(position.clone(), None, out);
+                    if let Some(window) = self.window.take() {
+                        if let Some(p) = self.incremental.as_mut() {
+                            p.after = Some(window.last_key.clone());
+                        }
+                        let rows = window.rows_left();
+                        let chunk = window.id.clone();
+                        for rec in window.into_rows() {
+                            self.push(rec, None, &position, out);
+                        }
+                        tracing::debug!(chunk = %chunk, rows, "incremental snapshot chunk handed out");
+                    }
+                    return;
+                }
+            }
+            IncrementalSignal::Stop(request) => match self.incremental.as_mut() {
+                None => tracing::info!("stop-snapshot signal: no incremental snapshot is running"),
+                Some(p) => {
+                    let first_went = match &request {
+                        None => {
+                            p.tables.clear();
+                            true
+                        }
+                        Some(r) => p.remove(|name| r.names(name)),
+                    };
+                    tracing::info!(collections = ?request.as_ref().map(|r| &r.collections), left = p.tables.len(), "stop-snapshot signal: collections dropped from the incremental snapshot");
+                    if p.tables.is_empty() {
+                        self.incremental = None;
+                    }
+                    if first_went {
+                        self.window = None;
+                    }
+                }
+            },
+            IncrementalSignal::Pause | IncrementalSignal::Resume => {
+                let pause = matches!(signal, IncrementalSignal::Pause);
+                match self.incremental.as_mut() {
+                    Some(p) => {
+                        p.paused = pause;
+                        tracing::info!(
+                            paused = pause,
+                            "incremental snapshot {}",
+                            if pause { "paused" } else { "resumed" }
+                        );
+                    }
+                    None => tracing::info!(
+                        pause,
+                        "pause/resume-snapshot signal: no incremental snapshot is running"
+                    ),
+                }
+            }
+        }
+        self.pass_over(position, None, out);
+    }
+
+    /// Starts copying the collections an incremental request names (added to the incremental
+    /// snapshot under way, if any), unless the server would refuse its conditions.
+    async fn start_incremental(&mut self, request: SnapshotRequest) -> Result<(), ConnectError> {
+        if let Some(why) = self.signal_refused(&request).await? {
+            tracing::warn!(collections = ?request.collections, %why, "execute-snapshot signal not acted on");
+            return Ok(());
+        }
+        let collections = self.captured_collections(true).await?;
+        let progress = self.incremental.get_or_insert_with(Progress::default);
+        let mut added = Vec::new();
+        for (db, collection) in collections {
+            let name = format!("{db}.{collection}");
+            if !request.names(&name) {
+                continue;
+            }
+            let condition = request
+                .condition_index(&name)
+                .map(|i| request.conditions[i].1.clone());
+            if progress.add(TableRequest {
+                schema: db,
+                table: collection,
+                condition,
+            }) {
+                added.push(name);
+            }
+        }
+        let queued = progress.tables.len();
+        if queued == 0 {
+            self.incremental = None;
+        }
+        tracing::info!(collections = ?added, queued, chunk_documents = self.cfg.incremental_chunk_size, "incremental snapshot: copying the collections in chunks while streaming goes on");
+        Ok(())
+    }
+
+    /// Reads the incremental snapshot's next chunk between two watermarks, unless one is held
+    /// already, the snapshot is paused or there is none.
+    async fn advance_incremental(&mut self) -> Result<(), ConnectError> {
+        loop {
+            if self.window.is_some() {
+                return Ok(());
+            }
+            let Some(progress) = self.incremental.as_ref() else {
+                return Ok(());
+            };
+            if progress.paused {
+                return Ok(());
+            }
+            let Some(table) = progress.tables.front().cloned() else {
+                tracing::info!("incremental snapshot finished");
+                self.incremental = None;
+                return Ok(());
+            };
+            let held = self.read_incremental_chunk(&table).await?;
+            if held {
+                return Ok(());
+            }
+            tracing::info!(collection = %table.name(), "incremental snapshot of collection done");
+            if let Some(p) = self.incremental.as_mut() {
+                p.next_table();
+            }
+        }
+    }
+
+    /// Reads the next chunk of a collection between an open and a close watermark document
+    /// into [`Inner::window`]; false when the collection has nothing left (or is skipped: a
+    /// query the server refuses is logged, not retried forever).
+    async fn read_incremental_chunk(&mut self, table: &TableRequest) -> Result<bool, ConnectError> {
+        let name = table.name();
+        let Some((signal_db, signal_coll)) = self.signal_ns.clone() else {
+            tracing::error!("incremental snapshot abandoned: signal.data.collection is not set, so there is no collection to write its watermarks into");
+            self.incremental = None;
+            return Ok(true);
+        };
+        let Some((rules, schemas)) = self.namespace(&table.schema, &table.table) else {
+            tracing::warn!(collection = %name, "incremental snapshot: the collection is no longer captured; skipped");
+            return Ok(false);
+        };
+        let condition = match table
+            .condition
+            .as_deref()
+            .map(|f| crate::signal::query_of(&name, f))
+        {
+            None => None,
+            Some(Ok(q)) => Some(q),
+            Some(Err(why)) => {
+                tracing::error!(collection = %name, %why, "incremental snapshot: the condition is not a query; skipped");
+                return Ok(false);
+            }
+        };
+        let coll = self
+            .client
+            .database(&table.schema)
+            .collection::<mongodb::bson::RawDocumentBuf>(&table.table);
+        let refused = |what: &str, e: &mongodb::error::Error| {
+            tracing::error!(collection = %name, error = %e, "incremental snapshot: {what} failed; the collection is skipped");
+            Ok(false)
+        };
+        let id_of = |text: &str| -> Option<Bson> {
+            serde_json::from_str::<serde_json::Value>(text)
+                .ok()
+                .and_then(|v| Bson::try_from(v).ok())
+        };
+        let max = match self
+            .incremental
+            .as_ref()
+            .and_then(|p| p.max.as_ref()?.first().cloned())
+        {
+            Some(max) => max,
+            None => {
+                let found = coll
+                    .find_one(condition.clone().unwrap_or_default())
+                    .sort(doc! {"_id": -1})
+                    .projection(doc! {"_id": 1})
+                    .await;
+                match found {
+                    Ok(None) => return Ok(false),
+                    Ok(Some(d)) => {
+                        let Some(id) = d
+                            .get("_id")
+                            .ok()
+                            .flatten()
+                            .and_then(|v| Bson::try_from(v).ok())
+                        else {
+                            return Ok(false);
+                        };
+                        let max = id.into_canonical_extjson().to_string();
+                        if let Some(p) = self.incremental.as_mut() {
+                            p.max = Some(vec![max.clone()]);
+                        }
+                        max
+                    }
+                    Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(_)) => {
+                        return refused("reading the largest _id", &e)
+                    }
+                    Err(e) => {
+                        return Err(classify(format!("reading the largest _id of {name}"), e))
+                    }
+                }
+            }
+        };
+        let Some(max_id) = id_of(&max) else {
+            tracing::error!(collection = %name, "incremental snapshot: the largest _id in the offsets does not parse; skipped");
+            return Ok(false);
+        };
+        let after = self
+            .incremental
+            .as_ref()
+            .and_then(|p| p.after.as_ref()?.first().cloned())
+            .and_then(|a| id_of(&a));
+        let mut parts = vec![doc! {"_id": {"$lte": max_id}}];
+        if let Some(a) = after {
+            parts.push(doc! {"_id": {"$gt": a}});
+        }
+        if let Some(c) = condition {
+            parts.push(c);
+        }
+        self.chunks_read += 1;
+        let chunk = incremental::chunk_id(self.chunks_read);
+        let signals = self
+            .client
+            .database(&signal_db)
+            .collection::<Document>(&signal_coll);
+        let watermark = |open: bool| {
+            let ms = now().0;
+            let iso = DateTime::from_millis(ms)
+                .try_to_rfc3339_string()
+                .unwrap_or_default();
+            let (id, kind, data) = incremental::watermark_row(&chunk, open, &iso);
+            doc! {"_id": id, "type": kind, "data": data}
+        };
+        if let Err(e) = signals.insert_one(watermark(true)).await {
+            if matches!(
+                *e.kind,
+                mongodb::error::ErrorKind::Command(_) | mongodb::error::ErrorKind::Write(_)
+            ) {
+                tracing::error!(error = %e, "incremental snapshot abandoned: it needs to insert documents into the signal collection");
+                self.incremental = None;
+                return Ok(true);
+            }
+            return Err(classify(
+                "inserting an incremental snapshot watermark".into(),
+                e,
+            ));
+        }
+        let found = coll
+            .find(doc! {"$and": parts})
+            .sort(doc! {"_id": 1})
+            .limit(self.cfg.incremental_chunk_size as i64)
+            .await;
+        let mut cursor = match found {
+            Ok(c) => c,
+            Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(_)) => {
+                return refused("reading a chunk", &e)
+            }
+            Err(e) => return Err(classify(format!("reading a chunk of {name}"), e)),
+        };
+        let (ms, us, ns) = now();
+        let info = SourceInfo {
+            ts_ms: ms,
+            ts_us: us,
+            ts_ns: ns,
+            snapshot: "incremental",
+            ord: -1,
+            lsid: None,
+            txn_number: None,
+            wall_time: None,
+        };
+        let source = self.events.source(&schemas, &info).into_shared();
+        let mut rows = Vec::new();
+        let mut last = None;
+        while let Some(doc) = cursor.next().await {
+            let doc = match doc {
+                Ok(d) => d,
+                Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(_)) => {
+                    return refused("reading a chunk", &e)
+                }
+                Err(e) => return Err(classify(format!("reading a chunk of {name}"), e)),
+            };
+            let (id, key, json) = snapshots::render(&doc, &rules, true)
+                .map_err(|e| ConnectError::data(format!("a document of {name}: {e}")))?;
+            last = id;
+            let rec = self.events.record(
+                &schemas,
+                key.clone(),
+                None,
+                Some(json),
+                None,
+                source.clone(),
+                "r",
+                ms,
+            );
+            rows.push((key, rec));
+        }
+        let Some(last) = last else {
+            return Ok(false);
+        };
+        signals
+            .insert_one(watermark(false))
+            .await
+            .map_err(|e| classify("inserting an incremental snapshot watermark".into(), e))?;
+        tracing::debug!(collection = %name, chunk = %chunk, documents = rows.len(), "incremental snapshot chunk read");
+        let ns = Arc::new((table.schema.clone(), table.table.clone()));
+        let last = vec![last.into_canonical_extjson().to_string()];
+        self.window = Some(incremental::Window::new(chunk, ns, rows, last));
+        Ok(true)
     }
 
     /// After a resumable stream failure: reopens the stream now when the poll holds no records
@@ -1492,6 +1848,30 @@ impl Inner {
             self.pass_over(position, txn.as_ref(), out);
             return Ok(false);
         };
+        if self
+            .window
+            .as_ref()
+            .is_some_and(|w| w.covers(|(d, c)| d == db && c == coll))
+        {
+            // A change inside the incremental snapshot's window is newer than the chunk's
+            // copy of the document: that copy is dropped.
+            let mut id = String::with_capacity(48);
+            if let Some(RawBsonRef::Document(k)) = get("documentKey")? {
+                if let Ok(Some(found)) = rawbson::find(k.as_bytes(), "_id") {
+                    extjson::write_element(
+                        &mut id,
+                        found.kind,
+                        found.value,
+                        k.as_bytes(),
+                        Dialect::RelaxedCompact,
+                    )
+                    .map_err(|e| bad("documentKey", e.to_string()))?;
+                }
+            }
+            if let Some(w) = self.window.as_mut() {
+                w.replaced(&id);
+            }
+        }
         let skipped = self.cfg.skipped;
         let skip = match op {
             "c" => skipped.create,
@@ -1763,6 +2143,9 @@ impl Inner {
                 return Ok(SourceBatch::committed(out));
             }
             self.stream = None;
+            // Streaming starts again after the signal: a chunk waiting for its close
+            // watermark is read again later.
+            self.window = None;
             self.start_snapshot(None, Some((request, at))).await?;
             return Ok(SourceBatch::committed(out));
         }
@@ -1820,14 +2203,28 @@ impl Inner {
     }
 
     async fn poll(&mut self) -> Result<SourceBatch, ConnectError> {
-        match self.phase {
-            Phase::Snapshot(_) => self.poll_snapshot().await,
-            Phase::Stream => self.poll_stream().await,
+        let mut batch = match self.phase {
+            Phase::Snapshot(_) => self.poll_snapshot().await?,
+            Phase::Stream => {
+                self.advance_incremental().await?;
+                self.poll_stream().await?
+            }
             Phase::Done => {
                 tokio::time::sleep(self.cfg.poll_interval).await;
-                Ok(SourceBatch::empty())
+                SourceBatch::empty()
+            }
+        };
+        if let Some(request) = self.incremental_request.take() {
+            self.start_incremental(request).await?;
+        }
+        // The offset the batch ends with carries the incremental snapshot's progress.
+        if let (Some(p), Some(last)) = (&self.incremental, batch.records.last_mut()) {
+            if !last.source_offset.is_empty() {
+                last.source_offset
+                    .insert(INCREMENTAL_OFFSET.into(), OffsetValue::String(p.to_json()));
             }
         }
+        Ok(batch)
     }
 }
 

@@ -2502,8 +2502,11 @@ impl Inner {
             .await
             .map_err(|e| sql_err("inserting an incremental snapshot watermark", e))?;
         tracing::debug!(table = %name, chunk = %id, rows = rows.len(), "incremental snapshot chunk read");
-        let key_fields = ts.key_fields.clone();
-        self.window = Some(Window::new(id, ts, &key_fields, rows, last_key));
+        let rows = rows
+            .into_iter()
+            .map(|row| (incremental::key_text(&ts, &row), row))
+            .collect();
+        self.window = Some(Window::new(id, ts, rows, last_key));
         Ok(ChunkOutcome::Held)
     }
 

@@ -36,7 +36,10 @@
 //!   one whose query the server refuses and one inside a transaction, both passed over): the
 //!   named collection is copied (the signal's filter applied), the worker is SIGKILLed during
 //!   that copy and resumes it, then streams on after the signal: every matching document read,
-//!   changes before and after the signal streamed once each.
+//!   changes before and after the signal streamed once each;
+//! - an incremental `execute-snapshot` copies a collection in `_id` chunks between watermark
+//!   documents while a writer changes it, across a SIGKILL mid-copy: the topic applied in
+//!   order equals the collection.
 //!   SecantusDB's post-image is the document's current state (a lookup limited to collections
 //!   with `changeStreamPreAndPostImages`), so the test cannot tell mongod's state-right-after-
 //!   each-update apart from a lookup on a collection that keeps images.
@@ -1150,4 +1153,171 @@ fn an_execute_snapshot_signal_copies_a_collection_and_survives_a_sigkill_mid_cop
     assert_eq!(read.len(), N, "every document matching the filter was read");
     assert!(ids.iter().all(|id| read.contains(&key(id))));
     assert!(!read.contains(&key(&before)), "the filter left out v < 0");
+}
+
+/// An incremental execute-snapshot copies a collection in `_id` chunks between watermark
+/// documents while a writer changes it and the stream goes on, across a SIGKILL mid-copy: the
+/// topic's events applied in order give the collection's content.
+#[test]
+fn an_incremental_snapshot_copies_chunks_while_a_writer_runs_and_survives_a_sigkill() {
+    const N: i32 = 600;
+    let server = MongoServer::start().expect("SecantusDB");
+    let rt = runtime();
+    let c = client(&rt, &server);
+    let db = c.database("ic");
+    let items = db.collection::<Document>("items");
+    let signals = db.collection::<Document>("signals");
+    let docs: Vec<Document> = (0..N).map(|i| doc! {"_id": i, "v": i}).collect();
+    wait(&rt, items.insert_many(docs)).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, file) = config_file(
+        tmp.path(),
+        config(
+            "ic",
+            &server,
+            "ic",
+            &[
+                ("collection.include.list", "ic.items"),
+                ("capture.mode", "change_streams_update_full"),
+                ("snapshot.mode", "no_data"),
+                ("signal.data.collection", "ic.signals"),
+                ("incremental.snapshot.chunk.size", "40"),
+            ],
+        ),
+    );
+    let w = Worker::start(&data, &[&file]);
+    wait_until("streaming", Duration::from_secs(30), || {
+        w.logs().iter().any(|l| l.contains("streaming changes"))
+    });
+    // A writer: set, replace, delete and insert documents while the copy runs.
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (uri, stop) = (server.uri().to_owned(), stop.clone());
+        std::thread::spawn(move || {
+            let rt = runtime();
+            let c = wait(&rt, mongodb::Client::with_uri_str(uri)).unwrap();
+            let items = c.database("ic").collection::<Document>("items");
+            let mut rng = Rng::new(7);
+            let mut n = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let id = (rng.below(N as u64 + 50)) as i32;
+                let _ = match n % 4 {
+                    0 => wait(
+                        &rt,
+                        items.update_one(doc! {"_id": id}, doc! {"$set": {"v": -n}}),
+                    )
+                    .map(|_| ()),
+                    1 => wait(
+                        &rt,
+                        items.replace_one(doc! {"_id": id}, doc! {"v": 10_000 + n}),
+                    )
+                    .map(|_| ()),
+                    2 => wait(&rt, items.delete_one(doc! {"_id": id})).map(|_| ()),
+                    _ => wait(&rt, items.insert_one(doc! {"_id": N + n, "v": n})).map(|_| ()),
+                };
+                n += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    wait(
+        &rt,
+        signals.insert_one(doc! {"_id": "inc-1", "type": "execute-snapshot", "data": {
+            "data-collections": ["ic\\.items"],
+        }}),
+    )
+    .unwrap();
+    wait_until(
+        "the incremental snapshot's progress in the offsets",
+        Duration::from_secs(60),
+        || {
+            let (status, _, body) = http(w.addr, "GET", "/connectors/ic/offsets", None);
+            let o = &body["offsets"][0]["offset"];
+            status == 200
+                && o["incremental_snapshot"]
+                    .as_str()
+                    .is_some_and(|p| p.contains("\"after\":[\""))
+        },
+    );
+    w.sigkill();
+    let w = Worker::start(&data, &[&file]);
+    wait_until(
+        "the incremental snapshot to end",
+        Duration::from_secs(120),
+        || {
+            w.logs()
+                .iter()
+                .any(|l| l.contains("incremental snapshot finished"))
+        },
+    );
+    stop.store(true, Ordering::SeqCst);
+    writer.join().unwrap();
+    // A marker after the writer stopped: once it is in the log, so is everything before it.
+    wait(&rt, items.insert_one(doc! {"_id": -1, "v": 777_777})).unwrap();
+    wait_until("the marker", Duration::from_secs(60), || {
+        let mut offset = 0u64;
+        loop {
+            let (status, _, body) = http(
+                w.addr,
+                "GET",
+                &format!("/topics/ic.ic.items/partitions/0/records?offset={offset}&max=10000"),
+                None,
+            );
+            if status != 200 {
+                return false;
+            }
+            if body["records"].to_string().contains("777777") {
+                return true;
+            }
+            match body["next_offset"].as_u64() {
+                Some(next) if next > offset => offset = next,
+                _ => return false,
+            }
+        }
+    });
+    w.sigterm();
+    let records = log_records(&data, "ic.ic.items");
+    let mut state: std::collections::BTreeMap<i64, i64> = Default::default();
+    let mut copied = 0;
+    for (key, value) in &records {
+        let Some(value) = value else { continue };
+        let id: i64 = key.parse().expect("an integer _id");
+        let payload = &value["payload"];
+        match payload["op"].as_str().unwrap() {
+            "d" => {
+                state.remove(&id);
+            }
+            op => {
+                if op == "r" {
+                    copied += 1;
+                    assert_eq!(payload["source"]["snapshot"], "incremental");
+                }
+                let after: Value =
+                    serde_json::from_str(payload["after"].as_str().expect("an after image"))
+                        .unwrap();
+                let v = after["v"]
+                    .as_i64()
+                    .or_else(|| after["v"]["$numberLong"].as_str()?.parse().ok())
+                    .expect("v");
+                state.insert(id, v);
+            }
+        }
+    }
+    assert!(copied >= 40, "{copied} documents copied");
+    let expected: std::collections::BTreeMap<i64, i64> = wait(&rt, async {
+        let mut cursor = items.find(doc! {}).await.unwrap();
+        let mut out = std::collections::BTreeMap::new();
+        while cursor.advance().await.unwrap() {
+            let d = cursor.deserialize_current().unwrap();
+            out.insert(
+                i64::from(d.get_i32("_id").unwrap()),
+                i64::from(d.get_i32("v").unwrap()),
+            );
+        }
+        out
+    });
+    assert_eq!(
+        state, expected,
+        "the events in order give the collection's content"
+    );
 }
