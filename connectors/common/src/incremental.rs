@@ -13,6 +13,8 @@ use std::sync::Arc;
 use headwater_api::{Struct, Value};
 use serde_json::json;
 
+use crate::signal::IncrementalSignal;
+
 /// One table of an incremental snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TableRequest {
@@ -211,6 +213,121 @@ pub fn key_text(row: &Struct, key_fields: &[usize]) -> String {
     text
 }
 
+/// Queues the tables (schema or database, table) a request names, each with the request's
+/// condition for it, starting an incremental snapshot if none runs; logs what was added.
+pub fn queue(
+    progress: &mut Option<Progress>,
+    request: &crate::signal::SnapshotRequest,
+    tables: impl IntoIterator<Item = (String, String)>,
+    chunk_size: usize,
+) {
+    let p = progress.get_or_insert_with(Progress::default);
+    let mut added = Vec::new();
+    for (schema, table) in tables {
+        let name = format!("{schema}.{table}");
+        let condition = request
+            .condition_index(&name)
+            .map(|i| request.conditions[i].1.clone());
+        if p.add(TableRequest {
+            schema,
+            table,
+            condition,
+        }) {
+            added.push(name);
+        }
+    }
+    let queued = p.tables.len();
+    if queued == 0 {
+        *progress = None;
+    }
+    tracing::info!(tables = ?added, queued, chunk_size, "incremental snapshot: copying in chunks while streaming goes on");
+}
+
+/// The table whose next chunk is to be read: none while paused or when none runs; when every
+/// table is done the incremental snapshot ends here.
+pub fn table_to_read(progress: &mut Option<Progress>) -> Option<TableRequest> {
+    let p = progress.as_ref()?;
+    if p.paused {
+        return None;
+    }
+    match p.tables.front() {
+        Some(t) => Some(t.clone()),
+        None => {
+            tracing::info!("incremental snapshot finished");
+            *progress = None;
+            None
+        }
+    }
+}
+
+/// Acts on `stop-snapshot`, `pause-snapshot` and `resume-snapshot` (watermarks are the
+/// connector's): drops tables from the incremental snapshot (ending it when none is left) or
+/// pauses and resumes it. True when the table whose chunk a window may hold was dropped: that
+/// window is void.
+pub fn steer(progress: &mut Option<Progress>, signal: &IncrementalSignal) -> bool {
+    let Some(p) = progress.as_mut() else {
+        if !matches!(
+            signal,
+            IncrementalSignal::WindowOpen(_) | IncrementalSignal::WindowClose(_)
+        ) {
+            tracing::info!("{signal:?}: no incremental snapshot is running");
+        }
+        return false;
+    };
+    match signal {
+        IncrementalSignal::Stop(request) => {
+            let first_went = match request {
+                None => {
+                    p.tables.clear();
+                    true
+                }
+                Some(r) => p.remove(|name| r.names(name)),
+            };
+            tracing::info!(tables = ?request.as_ref().map(|r| &r.collections), left = p.tables.len(), "stop-snapshot signal: dropped from the incremental snapshot");
+            if p.tables.is_empty() {
+                *progress = None;
+            }
+            first_went
+        }
+        IncrementalSignal::Pause | IncrementalSignal::Resume => {
+            p.paused = matches!(signal, IncrementalSignal::Pause);
+            tracing::info!(
+                paused = p.paused,
+                "incremental snapshot {}",
+                if p.paused { "paused" } else { "resumed" }
+            );
+            false
+        }
+        IncrementalSignal::WindowOpen(_) | IncrementalSignal::WindowClose(_) => false,
+    }
+}
+
+/// The time now as an ISO-8601 UTC instant with milliseconds (Java's `Instant` text), for the
+/// watermarks' data.
+pub fn now_iso() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let (days, ms_of_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        ms_of_day / 3_600_000,
+        ms_of_day / 60_000 % 60,
+        ms_of_day / 1000 % 60,
+        ms_of_day % 1000
+    )
+}
+
 /// A new chunk id: unique per task and run (short enough for Debezium's `varchar(42)` id with
 /// its `-close` suffix).
 pub fn chunk_id(counter: u64) -> String {
@@ -306,5 +423,37 @@ mod tests {
             r#"{"closeWindowTimestamp":"2026-01-01T00:00:00.000Z"}"#
         );
         assert!(chunk_id(7).ends_with("-7") && chunk_id(7).len() < 36);
+        let now = now_iso();
+        assert_eq!(
+            (now.len(), &now[4..5], &now[10..11], &now[23..]),
+            (24, "-", "T", "Z")
+        );
+    }
+
+    #[test]
+    fn stop_pause_and_resume_steer_the_progress() {
+        let mut progress = Some(Progress::default());
+        for t in ["a", "b"] {
+            progress.as_mut().unwrap().add(TableRequest {
+                schema: "s".into(),
+                table: t.into(),
+                condition: None,
+            });
+        }
+        assert!(!steer(&mut progress, &IncrementalSignal::Pause));
+        assert!(progress.as_ref().unwrap().paused);
+        assert!(!steer(&mut progress, &IncrementalSignal::Resume));
+        assert!(!progress.as_ref().unwrap().paused);
+        let only_b =
+            crate::signal::SnapshotRequest::from_data(&json!({"data-collections": ["s\\.b"]}))
+                .unwrap();
+        assert!(!steer(
+            &mut progress,
+            &IncrementalSignal::Stop(Some(only_b))
+        ));
+        assert_eq!(progress.as_ref().unwrap().tables.len(), 1);
+        assert!(steer(&mut progress, &IncrementalSignal::Stop(None)));
+        assert!(progress.is_none(), "nothing left: the snapshot ends");
+        assert!(!steer(&mut progress, &IncrementalSignal::Pause));
     }
 }

@@ -239,6 +239,59 @@ pub fn parse_incremental(
     })
 }
 
+/// Reads a row inserted into a relational connector's signal table (its id, type and data
+/// columns as text, Debezium's order): an incremental snapshot's watermark or steering signal
+/// is returned for the connector to act on at once; an `execute-snapshot` request is merged
+/// into `pending` (the open transaction's, acted on at its commit); `log` is logged, and a
+/// signal not acted on is logged with the reason.
+pub fn read_row(
+    id: Option<String>,
+    kind: Option<String>,
+    data: Option<String>,
+    pending: Option<&mut Option<SnapshotRequest>>,
+) -> Option<IncrementalSignal> {
+    let Some(kind) = kind else {
+        tracing::warn!("signal not acted on: its second column (the signal's type) is not text");
+        return None;
+    };
+    let data = match data.map(|d| data_from_text(&d)).transpose() {
+        Ok(d) => d.unwrap_or_default(),
+        Err(why) => {
+            tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
+            return None;
+        }
+    };
+    match parse_incremental(id.as_deref(), &kind, &data) {
+        Some(Ok(signal)) => return Some(signal),
+        Some(Err(why)) => {
+            tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
+            return None;
+        }
+        None => {}
+    }
+    match parse(&kind, &data) {
+        Signal::ExecuteSnapshot(request) => {
+            let kind = if request.incremental {
+                "incremental (in chunks while streaming goes on)"
+            } else {
+                "blocking (streaming pauses until the tables are copied)"
+            };
+            tracing::info!(tables = ?request.collections, conditions = ?request.conditions, kind, "execute-snapshot signal: acted on once its transaction commits");
+            if let Some(pending) = pending {
+                match pending {
+                    Some(earlier) => earlier.merge(request),
+                    None => *pending = Some(request),
+                }
+            }
+        }
+        Signal::Log(message) => tracing::info!(message = %message, "log signal"),
+        Signal::Unsupported(kind, why) => {
+            tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

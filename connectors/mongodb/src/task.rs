@@ -1398,40 +1398,9 @@ impl Inner {
                     return;
                 }
             }
-            IncrementalSignal::Stop(request) => match self.incremental.as_mut() {
-                None => tracing::info!("stop-snapshot signal: no incremental snapshot is running"),
-                Some(p) => {
-                    let first_went = match &request {
-                        None => {
-                            p.tables.clear();
-                            true
-                        }
-                        Some(r) => p.remove(|name| r.names(name)),
-                    };
-                    tracing::info!(collections = ?request.as_ref().map(|r| &r.collections), left = p.tables.len(), "stop-snapshot signal: collections dropped from the incremental snapshot");
-                    if p.tables.is_empty() {
-                        self.incremental = None;
-                    }
-                    if first_went {
-                        self.window = None;
-                    }
-                }
-            },
-            IncrementalSignal::Pause | IncrementalSignal::Resume => {
-                let pause = matches!(signal, IncrementalSignal::Pause);
-                match self.incremental.as_mut() {
-                    Some(p) => {
-                        p.paused = pause;
-                        tracing::info!(
-                            paused = pause,
-                            "incremental snapshot {}",
-                            if pause { "paused" } else { "resumed" }
-                        );
-                    }
-                    None => tracing::info!(
-                        pause,
-                        "pause/resume-snapshot signal: no incremental snapshot is running"
-                    ),
+            steering => {
+                if incremental::steer(&mut self.incremental, &steering) {
+                    self.window = None;
                 }
             }
         }
@@ -1445,30 +1414,13 @@ impl Inner {
             tracing::warn!(collections = ?request.collections, %why, "execute-snapshot signal not acted on");
             return Ok(());
         }
-        let collections = self.captured_collections(true).await?;
-        let progress = self.incremental.get_or_insert_with(Progress::default);
-        let mut added = Vec::new();
-        for (db, collection) in collections {
-            let name = format!("{db}.{collection}");
-            if !request.names(&name) {
-                continue;
-            }
-            let condition = request
-                .condition_index(&name)
-                .map(|i| request.conditions[i].1.clone());
-            if progress.add(TableRequest {
-                schema: db,
-                table: collection,
-                condition,
-            }) {
-                added.push(name);
-            }
-        }
-        let queued = progress.tables.len();
-        if queued == 0 {
-            self.incremental = None;
-        }
-        tracing::info!(collections = ?added, queued, chunk_documents = self.cfg.incremental_chunk_size, "incremental snapshot: copying the collections in chunks while streaming goes on");
+        let collections = self
+            .captured_collections(true)
+            .await?
+            .into_iter()
+            .filter(|(db, c)| request.names(&format!("{db}.{c}")));
+        let chunk_size = self.cfg.incremental_chunk_size;
+        incremental::queue(&mut self.incremental, &request, collections, chunk_size);
         Ok(())
     }
 
@@ -1479,15 +1431,7 @@ impl Inner {
             if self.window.is_some() {
                 return Ok(());
             }
-            let Some(progress) = self.incremental.as_ref() else {
-                return Ok(());
-            };
-            if progress.paused {
-                return Ok(());
-            }
-            let Some(table) = progress.tables.front().cloned() else {
-                tracing::info!("incremental snapshot finished");
-                self.incremental = None;
+            let Some(table) = incremental::table_to_read(&mut self.incremental) else {
                 return Ok(());
             };
             let held = self.read_incremental_chunk(&table).await?;
@@ -1601,11 +1545,8 @@ impl Inner {
             .database(&signal_db)
             .collection::<Document>(&signal_coll);
         let watermark = |open: bool| {
-            let ms = now().0;
-            let iso = DateTime::from_millis(ms)
-                .try_to_rfc3339_string()
-                .unwrap_or_default();
-            let (id, kind, data) = incremental::watermark_row(&chunk, open, &iso);
+            let (id, kind, data) =
+                incremental::watermark_row(&chunk, open, &incremental::now_iso());
             doc! {"_id": id, "type": kind, "data": data}
         };
         if let Err(e) = signals.insert_one(watermark(true)).await {

@@ -263,7 +263,7 @@ pub async fn read_chunk(
 /// The statement inserting a watermark row into the signal table (by position: id, type,
 /// data, as Debezium writes them).
 pub fn watermark_statement(signal_table: (&str, &str), id: &str, open: bool) -> String {
-    let (row_id, kind, data) = common::watermark_row(id, open, &now_iso());
+    let (row_id, kind, data) = common::watermark_row(id, open, &common::now_iso());
     let text = |s: &str| format!("_utf8mb4 X'{}'", to_hex(s));
     format!(
         "INSERT INTO {}.{} VALUES ({}, {}, {})",
@@ -272,21 +272,6 @@ pub fn watermark_statement(signal_table: (&str, &str), id: &str, open: bool) -> 
         text(&row_id),
         text(kind),
         text(&data),
-    )
-}
-
-/// The time now as an ISO-8601 UTC instant with milliseconds (Java's `Instant` text).
-fn now_iso() -> String {
-    let (us, _) = crate::event::now_micros_nanos();
-    let ms = us.div_euclid(1000);
-    let (days, ms_of_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
-    let (y, m, d) = crate::types::civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        ms_of_day / 3_600_000,
-        ms_of_day / 60_000 % 60,
-        ms_of_day / 1000 % 60,
-        ms_of_day % 1000
     )
 }
 

@@ -732,90 +732,26 @@ impl Inner {
             Some(MyValue::Bytes(b)) => Some(String::from_utf8_lossy(b).into_owned()),
             _ => None,
         };
-        let (id, kind, data) = (text(0), text(1), text(2));
-        let Some(kind) = kind else {
-            tracing::warn!(
-                "signal not acted on: its second column (the signal's type) is not text"
-            );
+        let pending = self.txn.as_mut().map(|t| &mut t.signal);
+        let Some(signal) = signals::read_row(text(0), text(1), text(2), pending) else {
             return;
         };
-        let data = match data.map(|d| signals::data_from_text(&d)).transpose() {
-            Ok(d) => d.unwrap_or_default(),
-            Err(why) => {
-                tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
-                return;
-            }
-        };
-        use signals::IncrementalSignal as S;
-        match signals::parse_incremental(id.as_deref(), &kind, &data) {
-            Some(Ok(S::WindowOpen(id))) => {
+        match signal {
+            signals::IncrementalSignal::WindowOpen(id) => {
                 if let Some(w) = self.window.as_mut().filter(|w| w.id == id) {
                     w.open = true;
                 }
             }
-            Some(Ok(S::WindowClose(id))) => {
+            signals::IncrementalSignal::WindowClose(id) => {
                 if self.window.as_ref().is_some_and(|w| w.id == id) {
                     self.close_window(at, out);
                 }
             }
-            Some(Ok(S::Stop(request))) => {
-                let Some(p) = self.incremental.as_mut() else {
-                    tracing::info!("stop-snapshot signal: no incremental snapshot is running");
-                    return;
-                };
-                let first_went = match &request {
-                    None => {
-                        p.tables.clear();
-                        true
-                    }
-                    Some(r) => p.remove(|name| r.names(name)),
-                };
-                tracing::info!(tables = ?request.as_ref().map(|r| &r.collections), left = p.tables.len(), "stop-snapshot signal: tables dropped from the incremental snapshot");
-                if p.tables.is_empty() {
-                    self.incremental = None;
-                }
-                if first_went {
+            steering => {
+                if incremental::common::steer(&mut self.incremental, &steering) {
                     self.window = None;
                 }
             }
-            Some(Ok(signal @ (S::Pause | S::Resume))) => {
-                let pause = matches!(signal, S::Pause);
-                match self.incremental.as_mut() {
-                    Some(p) => {
-                        p.paused = pause;
-                        tracing::info!(
-                            paused = pause,
-                            "incremental snapshot {}",
-                            if pause { "paused" } else { "resumed" }
-                        );
-                    }
-                    None => tracing::info!(
-                        pause,
-                        "pause/resume-snapshot signal: no incremental snapshot is running"
-                    ),
-                }
-            }
-            Some(Err(why)) => tracing::warn!(signal = %kind, reason = %why, "signal not acted on"),
-            None => match signals::parse(&kind, &data) {
-                signals::Signal::ExecuteSnapshot(request) => {
-                    let kind = if request.incremental {
-                        "incremental (in chunks while streaming goes on)"
-                    } else {
-                        "blocking (streaming pauses until the tables are read)"
-                    };
-                    tracing::info!(tables = ?request.collections, conditions = ?request.conditions, kind, "execute-snapshot signal: acted on once its transaction commits");
-                    if let Some(t) = self.txn.as_mut() {
-                        match &mut t.signal {
-                            Some(earlier) => earlier.merge(request),
-                            None => t.signal = Some(request),
-                        }
-                    }
-                }
-                signals::Signal::Log(message) => tracing::info!(message = %message, "log signal"),
-                signals::Signal::Unsupported(kind, why) => {
-                    tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
-                }
-            },
         }
     }
 
@@ -853,22 +789,13 @@ impl Inner {
         if !self.check_signal(&request).await? || self.cfg.filters.signal_table.is_none() {
             return Ok(());
         }
-        let tables = self.snapshot_tables(Some(&request)).await?;
-        let progress = self.incremental.get_or_insert_with(Progress::default);
-        let mut added = Vec::new();
-        for id in tables {
-            let name = id.to_string();
-            let condition = request.condition(&name).map(str::to_owned);
-            if progress.add(TableRequest {
-                schema: id.db,
-                table: id.table,
-                condition,
-            }) {
-                added.push(name);
-            }
-        }
-        let queued = progress.tables.len();
-        tracing::info!(tables = ?added, queued, chunk_rows = self.cfg.incremental_chunk_size, "incremental snapshot: reading the tables in chunks while streaming goes on");
+        let tables = self
+            .snapshot_tables(Some(&request))
+            .await?
+            .into_iter()
+            .map(|id| (id.db, id.table));
+        let chunk_size = self.cfg.incremental_chunk_size;
+        incremental::common::queue(&mut self.incremental, &request, tables, chunk_size);
         Ok(())
     }
 
@@ -879,15 +806,7 @@ impl Inner {
             if self.window.is_some() || self.txn.is_some() || self.held.is_some() {
                 return Ok(());
             }
-            let Some(progress) = self.incremental.as_ref() else {
-                return Ok(());
-            };
-            if progress.paused {
-                return Ok(());
-            }
-            let Some(table) = progress.tables.front().cloned() else {
-                tracing::info!("incremental snapshot finished");
-                self.incremental = None;
+            let Some(table) = incremental::common::table_to_read(&mut self.incremental) else {
                 return Ok(());
             };
             match self.read_incremental_chunk(&table).await? {

@@ -212,7 +212,7 @@ pub async fn read_chunk(
 /// The statement inserting a watermark row into the signal table (as Debezium writes them: by
 /// position, id, type and data).
 pub fn watermark_statement(signal_table: (&str, &str), id: &str, open: bool) -> String {
-    let (row_id, kind, data) = common::watermark_row(id, open, &now_iso());
+    let (row_id, kind, data) = common::watermark_row(id, open, &common::now_iso());
     format!(
         "INSERT INTO {}.{} VALUES ({}, {}, {})",
         quote_ident(signal_table.0),
@@ -220,21 +220,6 @@ pub fn watermark_statement(signal_table: (&str, &str), id: &str, open: bool) -> 
         quote_literal(&row_id),
         quote_literal(kind),
         quote_literal(&data),
-    )
-}
-
-/// The time now as an ISO-8601 UTC instant with milliseconds (Java's `Instant` text).
-fn now_iso() -> String {
-    let (us, _) = crate::event::now_micros_nanos();
-    let ms = us.div_euclid(1000);
-    let (days, ms_of_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
-    let (y, m, d) = crate::temporal::civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        ms_of_day / 3_600_000,
-        ms_of_day / 60_000 % 60,
-        ms_of_day / 1000 % 60,
-        ms_of_day % 1000
     )
 }
 

@@ -2175,102 +2175,26 @@ impl Inner {
             }
             _ => None,
         };
-        let (id, kind, data) = (text(0), text(1), text(2));
-        let Some(kind) = kind else {
-            tracing::warn!(
-                "signal not acted on: its second column (the signal's type) is not text"
-            );
+        let pending = self.txn.as_mut().map(|t| &mut t.signal);
+        let Some(signal) = signals::read_row(text(0), text(1), text(2), pending) else {
             return;
         };
-        let data = match data.map(|d| signals::data_from_text(&d)).transpose() {
-            Ok(d) => d.unwrap_or_default(),
-            Err(why) => {
-                tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
-                return;
-            }
-        };
-        match signals::parse_incremental(id.as_deref(), &kind, &data) {
-            Some(Ok(signal)) => self.on_incremental_signal(signal, wal_start, out),
-            Some(Err(why)) => tracing::warn!(signal = %kind, reason = %why, "signal not acted on"),
-            None => match signals::parse(&kind, &data) {
-                signals::Signal::ExecuteSnapshot(request) => {
-                    let kind = if request.incremental {
-                        "incremental (in chunks while streaming goes on)"
-                    } else {
-                        "blocking (streaming pauses until the tables are copied)"
-                    };
-                    tracing::info!(tables = ?request.collections, conditions = ?request.conditions, kind, "execute-snapshot signal: acted on once its transaction commits");
-                    if let Some(t) = self.txn.as_mut() {
-                        match &mut t.signal {
-                            Some(earlier) => earlier.merge(request),
-                            None => t.signal = Some(request),
-                        }
-                    }
-                }
-                signals::Signal::Log(message) => tracing::info!(message = %message, "log signal"),
-                signals::Signal::Unsupported(kind, why) => {
-                    tracing::warn!(signal = %kind, reason = %why, "signal not acted on");
-                }
-            },
-        }
-    }
-
-    /// Acts on a watermark or a stop, pause or resume signal of the incremental snapshot.
-    fn on_incremental_signal(
-        &mut self,
-        signal: signals::IncrementalSignal,
-        wal_start: Lsn,
-        out: &mut Vec<SourceRecord>,
-    ) {
-        use signals::IncrementalSignal as S;
         match signal {
-            S::WindowOpen(id) => {
+            signals::IncrementalSignal::WindowOpen(id) => {
                 if let Some(w) = self.window.as_mut().filter(|w| w.id == id) {
                     w.open = true;
                 }
             }
-            S::WindowClose(id) => {
+            signals::IncrementalSignal::WindowClose(id) => {
                 if self.window.as_ref().is_some_and(|w| w.id == id) {
                     self.close_window(wal_start, out);
                 }
             }
-            S::Stop(request) => {
-                let Some(p) = self.incremental.as_mut() else {
-                    tracing::info!("stop-snapshot signal: no incremental snapshot is running");
-                    return;
-                };
-                let first_went = match &request {
-                    None => {
-                        p.tables.clear();
-                        true
-                    }
-                    Some(r) => p.remove(|name| r.names(name)),
-                };
-                tracing::info!(tables = ?request.as_ref().map(|r| &r.collections), left = p.tables.len(), "stop-snapshot signal: tables dropped from the incremental snapshot");
-                if p.tables.is_empty() {
-                    self.incremental = None;
-                }
-                if first_went {
+            steering => {
+                if incremental::common::steer(&mut self.incremental, &steering) {
                     self.window = None;
                 }
                 self.incremental_dirty = true;
-            }
-            S::Pause | S::Resume => {
-                let pause = matches!(signal, S::Pause);
-                let Some(p) = self.incremental.as_mut() else {
-                    tracing::info!(
-                        pause,
-                        "pause/resume-snapshot signal: no incremental snapshot is running"
-                    );
-                    return;
-                };
-                p.paused = pause;
-                self.incremental_dirty = true;
-                tracing::info!(
-                    paused = pause,
-                    "incremental snapshot {}",
-                    if pause { "paused" } else { "resumed" }
-                );
             }
         }
     }
@@ -2331,22 +2255,9 @@ impl Inner {
             return Ok(());
         }
         let tables = self.snapshot_tables(Some(&request)).await?;
-        let progress = self.incremental.get_or_insert_with(Progress::default);
-        let mut added = Vec::new();
-        for (schema, table) in tables {
-            let name = format!("{schema}.{table}");
-            let condition = request.condition(&name).map(str::to_owned);
-            if progress.add(TableRequest {
-                schema,
-                table,
-                condition,
-            }) {
-                added.push(name);
-            }
-        }
-        let queued = progress.tables.len();
+        let chunk_size = self.cfg.incremental_chunk_size;
+        incremental::common::queue(&mut self.incremental, &request, tables, chunk_size);
         self.incremental_dirty = true;
-        tracing::info!(tables = ?added, queued, chunk_rows = self.cfg.incremental_chunk_size, "incremental snapshot: copying the tables in chunks while streaming goes on");
         Ok(())
     }
 
@@ -2357,16 +2268,10 @@ impl Inner {
             if self.window.is_some() || self.txn.is_some() || self.held.is_some() {
                 return Ok(());
             }
-            let Some(progress) = self.incremental.as_ref() else {
-                return Ok(());
-            };
-            if progress.paused {
-                return Ok(());
-            }
-            let Some(table) = progress.tables.front().cloned() else {
-                tracing::info!("incremental snapshot finished");
-                self.incremental = None;
-                self.incremental_dirty = true;
+            let was_running = self.incremental.is_some();
+            let Some(table) = incremental::common::table_to_read(&mut self.incremental) else {
+                // The end of the snapshot changes the progress too.
+                self.incremental_dirty |= was_running && self.incremental.is_none();
                 return Ok(());
             };
             let name = table.name();
