@@ -238,12 +238,27 @@ impl Chunk {
 
 fn my_err(context: String, e: mysql_async::Error) -> ConnectError {
     let retriable = matches!(e, mysql_async::Error::Io(_) | mysql_async::Error::Driver(_));
-    let msg = format!("{context}: {e}");
+    let msg = match &e {
+        // The SQLSTATE spelled out, so the task can tell a refused statement (see
+        // [`refused_by_server`]) from a lost connection.
+        mysql_async::Error::Server(s) => format!("{context}: {e} (SQLSTATE {})", s.state),
+        _ => format!("{context}: {e}"),
+    };
     if retriable {
         ConnectError::retriable(msg)
     } else {
         ConnectError::fatal(msg)
     }
+}
+
+/// Whether a snapshot reader's error is the server refusing its statement for what it reads
+/// (SQLSTATE class 21, 22 or 42: a subquery returning several rows, a bad value, an unknown
+/// column, a missing privilege): reading again would fail the same way.
+pub fn refused_by_server(e: &ConnectError) -> bool {
+    e.kind() == headwater_api::ErrorKind::Fatal
+        && ["(SQLSTATE 21", "(SQLSTATE 22", "(SQLSTATE 42"]
+            .iter()
+            .any(|class| e.message().contains(class))
 }
 
 /// Splits one table into chunks of about `chunk_rows` rows (`estimated` rows in all), reading

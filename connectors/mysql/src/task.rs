@@ -1487,6 +1487,9 @@ impl Inner {
         let mut tail = None;
         let finished = match self.fill_snapshot(&mut s, &mut out, &mut tail).await {
             Ok(f) => f,
+            Err(e) if s.signal.is_some() && snapshots::refused_by_server(&e) => {
+                return self.abandon_signalled_snapshot(s, e).await;
+            }
             Err(e) => {
                 self.phase = Phase::Snapshot(s);
                 return Err(e);
@@ -1543,6 +1546,37 @@ impl Inner {
         }
         // The snapshot's end is committed now, not after the stream's first (waiting) poll.
         Ok(SourceBatch::caught_up(out))
+    }
+
+    /// Gives up a signalled snapshot the server refused part-way (a condition failing on some
+    /// rows, say): what was handed out stays, and streaming goes on after the signal, streaming
+    /// every change of the tables not read completely (their skip regions go). Failing the task
+    /// instead would meet the same refusal at every restart.
+    async fn abandon_signalled_snapshot(
+        &mut self,
+        mut s: Box<Snapshot>,
+        error: ConnectError,
+    ) -> Result<SourceBatch, ConnectError> {
+        tracing::error!(error = %error.message(), request = s.signal.as_deref().unwrap_or_default(), "execute-snapshot signal abandoned: the server refused part of its read; streaming goes on after the signal");
+        s.progress.finish();
+        if let Some(mut lock) = s.lock_conn.take() {
+            let _ = lock.query_drop("UNLOCK TABLES").await;
+            let _ = lock.disconnect().await;
+        }
+        let unfinished: Vec<String> = s
+            .tables
+            .iter()
+            .map(|t| t.schema.id.to_string())
+            .filter(|name| !s.done.contains(name))
+            .collect();
+        let mut skips = std::mem::take(&mut s.skips);
+        skips.retain(|r| !unfinished.contains(&r.table));
+        self.skips = skips;
+        let start = s.start.clone();
+        drop(s);
+        self.set_position(start)?;
+        self.start_streaming().await?;
+        Ok(SourceBatch::empty())
     }
 
     /// Hands out rows into `out` (up to `max.batch.size`, or what is ready once some are);

@@ -620,3 +620,44 @@ async fn incremental_snapshot_reads_chunks_while_writers_change_the_table() {
     );
     t2.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signalled_read_the_server_refuses_part_way_is_given_up_and_streaming_goes_on() {
+    let server = MariaDbServer::start().unwrap();
+    server.create_database("app").await.unwrap();
+    let mut db = server.connect("app").await.unwrap();
+    let rows: Vec<String> = (1..=20).map(|i| format!("({i}, 'open')")).collect();
+    db.query_drop(format!(
+        "CREATE TABLE captured (id int PRIMARY KEY, status varchar(16) NOT NULL);
+         INSERT INTO captured VALUES {};
+         CREATE TABLE debezium_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));",
+        rows.join(", ")
+    ))
+    .await
+    .unwrap();
+    let mut t = start(props(&server, &[("snapshot.mode", "no_data")]), Vec::new()).await;
+    let _ = drain(&mut t, 0).await;
+    // The trial (LIMIT 1) meets only id 1, where `id < 3` decides; from id 3 on the subquery
+    // returns several rows, which the server refuses (SQLSTATE 21000) in the middle of the read.
+    db.query_drop(
+        r#"INSERT INTO debezium_signal VALUES ('fails-later', 'execute-snapshot', '{"data-collections": ["app\\\\.captured"], "type": "blocking", "additional-conditions": [{"data-collection": "app.captured", "filter": "id < 3 OR (SELECT 1 FROM app.captured c2 WHERE c2.id <= captured.id) = 1"}]}');
+           INSERT INTO captured VALUES (100, 'after');"#,
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ids(&got, "c").contains(&100) {
+        got.extend(drain(&mut t, 1).await);
+        assert!(
+            Instant::now() < deadline,
+            "the insert after the signal did not arrive"
+        );
+    }
+    assert!(
+        ids(&got, "r").iter().all(|i| *i < 3),
+        "only rows before the refused one were read: {:?}",
+        ids(&got, "r")
+    );
+    t.stop().await;
+}
