@@ -10,7 +10,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use headwater_api::{Struct, Value};
+use headwater_api::{SnapshotProgress, Struct, Value};
 use serde_json::json;
 
 use crate::signal::IncrementalSignal;
@@ -214,13 +214,17 @@ pub fn key_text(row: &Struct, key_fields: &[usize]) -> String {
 }
 
 /// Queues the tables (schema or database, table) a request names, each with the request's
-/// condition for it, starting an incremental snapshot if none runs; logs what was added.
+/// condition for it, starting an incremental snapshot if none runs; logs what was added and
+/// reports the tables in `status` (the task's snapshot progress, which the incremental
+/// snapshot shares with the initial one).
 pub fn queue(
     progress: &mut Option<Progress>,
     request: &crate::signal::SnapshotRequest,
     tables: impl IntoIterator<Item = (String, String)>,
     chunk_size: usize,
+    status: &SnapshotProgress,
 ) {
+    let fresh = progress.is_none();
     let p = progress.get_or_insert_with(Progress::default);
     let mut added = Vec::new();
     for (schema, table) in tables {
@@ -239,13 +243,29 @@ pub fn queue(
     let queued = p.tables.len();
     if queued == 0 {
         *progress = None;
+    } else {
+        report(status, fresh, queued);
     }
     tracing::info!(tables = ?added, queued, chunk_size, "incremental snapshot: copying in chunks while streaming goes on");
 }
 
+/// Reports an incremental snapshot with `left` tables to copy in `status`: a new one, one
+/// resumed from the offsets (`fresh`), or one whose table list changed.
+pub fn report(status: &SnapshotProgress, fresh: bool, left: usize) {
+    let now = status.status();
+    if fresh || !now.running {
+        status.start(left as u64, 0, 0, 0);
+    } else {
+        status.start(now.tables_done + left as u64, 0, now.tables_done, now.rows);
+    }
+}
+
 /// The table whose next chunk is to be read: none while paused or when none runs; when every
-/// table is done the incremental snapshot ends here.
-pub fn table_to_read(progress: &mut Option<Progress>) -> Option<TableRequest> {
+/// table is done the incremental snapshot ends here (and in `status`).
+pub fn table_to_read(
+    progress: &mut Option<Progress>,
+    status: &SnapshotProgress,
+) -> Option<TableRequest> {
     let p = progress.as_ref()?;
     if p.paused {
         return None;
@@ -254,6 +274,7 @@ pub fn table_to_read(progress: &mut Option<Progress>) -> Option<TableRequest> {
         Some(t) => Some(t.clone()),
         None => {
             tracing::info!("incremental snapshot finished");
+            status.finish();
             *progress = None;
             None
         }
@@ -264,7 +285,11 @@ pub fn table_to_read(progress: &mut Option<Progress>) -> Option<TableRequest> {
 /// connector's): drops tables from the incremental snapshot (ending it when none is left) or
 /// pauses and resumes it. True when the table whose chunk a window may hold was dropped: that
 /// window is void.
-pub fn steer(progress: &mut Option<Progress>, signal: &IncrementalSignal) -> bool {
+pub fn steer(
+    progress: &mut Option<Progress>,
+    signal: &IncrementalSignal,
+    status: &SnapshotProgress,
+) -> bool {
     let Some(p) = progress.as_mut() else {
         if !matches!(
             signal,
@@ -286,6 +311,9 @@ pub fn steer(progress: &mut Option<Progress>, signal: &IncrementalSignal) -> boo
             tracing::info!(tables = ?request.as_ref().map(|r| &r.collections), left = p.tables.len(), "stop-snapshot signal: dropped from the incremental snapshot");
             if p.tables.is_empty() {
                 *progress = None;
+                status.finish();
+            } else {
+                report(status, false, p.tables.len());
             }
             first_went
         }
@@ -440,20 +468,26 @@ mod tests {
                 condition: None,
             });
         }
-        assert!(!steer(&mut progress, &IncrementalSignal::Pause));
+        let status = SnapshotProgress::default();
+        report(&status, true, 2);
+        assert!(!steer(&mut progress, &IncrementalSignal::Pause, &status));
         assert!(progress.as_ref().unwrap().paused);
-        assert!(!steer(&mut progress, &IncrementalSignal::Resume));
+        assert!(!steer(&mut progress, &IncrementalSignal::Resume, &status));
         assert!(!progress.as_ref().unwrap().paused);
         let only_b =
             crate::signal::SnapshotRequest::from_data(&json!({"data-collections": ["s\\.b"]}))
                 .unwrap();
-        assert!(!steer(
-            &mut progress,
-            &IncrementalSignal::Stop(Some(only_b))
-        ));
+        let stop_b = IncrementalSignal::Stop(Some(only_b));
+        assert!(!steer(&mut progress, &stop_b, &status));
         assert_eq!(progress.as_ref().unwrap().tables.len(), 1);
-        assert!(steer(&mut progress, &IncrementalSignal::Stop(None)));
+        assert_eq!((status.status().tables, status.status().running), (1, true));
+        assert!(steer(
+            &mut progress,
+            &IncrementalSignal::Stop(None),
+            &status
+        ));
         assert!(progress.is_none(), "nothing left: the snapshot ends");
-        assert!(!steer(&mut progress, &IncrementalSignal::Pause));
+        assert!(!status.status().running);
+        assert!(!steer(&mut progress, &IncrementalSignal::Pause, &status));
     }
 }

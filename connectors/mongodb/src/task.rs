@@ -557,6 +557,9 @@ impl Inner {
                 .map_err(|e| tracing::warn!(error = %e, progress = text, "the offset's incremental snapshot is unreadable; it is not resumed"))
                 .ok()
         });
+        if let Some(p) = &self.incremental {
+            incremental::report(&self.progress, true, p.tables.len());
+        }
         let token = offset_str(&o, "resume_token").map(|t| Token::Text(t.to_owned()));
         let position = Position {
             token: token.clone(),
@@ -1389,6 +1392,7 @@ impl Inner {
                             p.after = Some(window.last_key.clone());
                         }
                         let rows = window.rows_left();
+                        self.progress.add_rows(rows as u64);
                         let chunk = window.id.clone();
                         for rec in window.into_rows() {
                             self.push(rec, None, &position, out);
@@ -1399,7 +1403,7 @@ impl Inner {
                 }
             }
             steering => {
-                if incremental::steer(&mut self.incremental, &steering) {
+                if incremental::steer(&mut self.incremental, &steering, &self.progress) {
                     self.window = None;
                 }
             }
@@ -1420,7 +1424,13 @@ impl Inner {
             .into_iter()
             .filter(|(db, c)| request.names(&format!("{db}.{c}")));
         let chunk_size = self.cfg.incremental_chunk_size;
-        incremental::queue(&mut self.incremental, &request, collections, chunk_size);
+        incremental::queue(
+            &mut self.incremental,
+            &request,
+            collections,
+            chunk_size,
+            &self.progress,
+        );
         Ok(())
     }
 
@@ -1431,7 +1441,8 @@ impl Inner {
             if self.window.is_some() {
                 return Ok(());
             }
-            let Some(table) = incremental::table_to_read(&mut self.incremental) else {
+            let Some(table) = incremental::table_to_read(&mut self.incremental, &self.progress)
+            else {
                 return Ok(());
             };
             let held = self.read_incremental_chunk(&table).await?;
@@ -1439,6 +1450,7 @@ impl Inner {
                 return Ok(());
             }
             tracing::info!(collection = %table.name(), "incremental snapshot of collection done");
+            self.progress.table_done();
             if let Some(p) = self.incremental.as_mut() {
                 p.next_table();
             }
@@ -1453,6 +1465,7 @@ impl Inner {
         let Some((signal_db, signal_coll)) = self.signal_ns.clone() else {
             tracing::error!("incremental snapshot abandoned: signal.data.collection is not set, so there is no collection to write its watermarks into");
             self.incremental = None;
+            self.progress.finish();
             return Ok(true);
         };
         let Some((rules, schemas)) = self.namespace(&table.schema, &table.table) else {
@@ -1556,6 +1569,7 @@ impl Inner {
             ) {
                 tracing::error!(error = %e, "incremental snapshot abandoned: it needs to insert documents into the signal collection");
                 self.incremental = None;
+                self.progress.finish();
                 return Ok(true);
             }
             return Err(classify(

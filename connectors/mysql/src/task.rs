@@ -541,6 +541,9 @@ impl Inner {
                     None
                 }
             });
+        if let Some(p) = &self.incremental {
+            incremental::common::report(&self.progress, true, p.tables.len());
+        }
         let position_of = |o: &OffsetMap| {
             Some(Position {
                 file: offset_str(o, "file")?.to_owned(),
@@ -748,7 +751,7 @@ impl Inner {
                 }
             }
             steering => {
-                if incremental::common::steer(&mut self.incremental, &steering) {
+                if incremental::common::steer(&mut self.incremental, &steering, &self.progress) {
                     self.window = None;
                 }
             }
@@ -766,6 +769,7 @@ impl Inner {
         if let Some(p) = self.incremental.as_mut() {
             p.after = Some(window.last_key.clone());
         }
+        self.progress.add_rows(rows as u64);
         let source = self
             .events
             .source(&ts.id.db, Some(&ts.id.table), &at)
@@ -795,7 +799,13 @@ impl Inner {
             .into_iter()
             .map(|id| (id.db, id.table));
         let chunk_size = self.cfg.incremental_chunk_size;
-        incremental::common::queue(&mut self.incremental, &request, tables, chunk_size);
+        incremental::common::queue(
+            &mut self.incremental,
+            &request,
+            tables,
+            chunk_size,
+            &self.progress,
+        );
         Ok(())
     }
 
@@ -806,19 +816,23 @@ impl Inner {
             if self.window.is_some() || self.txn.is_some() || self.held.is_some() {
                 return Ok(());
             }
-            let Some(table) = incremental::common::table_to_read(&mut self.incremental) else {
+            let Some(table) =
+                incremental::common::table_to_read(&mut self.incremental, &self.progress)
+            else {
                 return Ok(());
             };
             match self.read_incremental_chunk(&table).await? {
                 ChunkOutcome::Held => return Ok(()),
                 ChunkOutcome::TableDone => {
                     tracing::info!(table = %table.name(), "incremental snapshot of table done");
+                    self.progress.table_done();
                     if let Some(p) = self.incremental.as_mut() {
                         p.next_table();
                     }
                 }
                 ChunkOutcome::Abandoned => {
                     self.incremental = None;
+                    self.progress.finish();
                     return Ok(());
                 }
             }

@@ -884,6 +884,9 @@ impl Inner {
                     None
                 }
             });
+        if let Some(p) = &self.incremental {
+            incremental::common::report(&self.progress, true, p.tables.len());
+        }
         let completed = offset
             .as_ref()
             .is_some_and(|o| snapshot_completed(o) || o.contains_key("snapshot_signal"));
@@ -2191,7 +2194,7 @@ impl Inner {
                 }
             }
             steering => {
-                if incremental::common::steer(&mut self.incremental, &steering) {
+                if incremental::common::steer(&mut self.incremental, &steering, &self.progress) {
                     self.window = None;
                 }
                 self.incremental_dirty = true;
@@ -2210,6 +2213,7 @@ impl Inner {
         if let Some(p) = self.incremental.as_mut() {
             p.after = Some(window.last_key.clone());
         }
+        self.progress.add_rows(rows as u64);
         self.incremental_dirty = true;
         let (ts_us, begin, tx_id) = match &self.txn {
             Some(t) => (t.ts_us, Some(t.begin_lsn.as_i64()), Some(i64::from(t.xid))),
@@ -2256,7 +2260,13 @@ impl Inner {
         }
         let tables = self.snapshot_tables(Some(&request)).await?;
         let chunk_size = self.cfg.incremental_chunk_size;
-        incremental::common::queue(&mut self.incremental, &request, tables, chunk_size);
+        incremental::common::queue(
+            &mut self.incremental,
+            &request,
+            tables,
+            chunk_size,
+            &self.progress,
+        );
         self.incremental_dirty = true;
         Ok(())
     }
@@ -2269,7 +2279,9 @@ impl Inner {
                 return Ok(());
             }
             let was_running = self.incremental.is_some();
-            let Some(table) = incremental::common::table_to_read(&mut self.incremental) else {
+            let Some(table) =
+                incremental::common::table_to_read(&mut self.incremental, &self.progress)
+            else {
                 // The end of the snapshot changes the progress too.
                 self.incremental_dirty |= was_running && self.incremental.is_none();
                 return Ok(());
@@ -2293,6 +2305,7 @@ impl Inner {
                 ChunkOutcome::Held => return Ok(()),
                 ChunkOutcome::TableDone => {
                     tracing::info!(table = %name, "incremental snapshot of table done");
+                    self.progress.table_done();
                     if let Some(p) = self.incremental.as_mut() {
                         p.next_table();
                     }
@@ -2300,6 +2313,7 @@ impl Inner {
                 }
                 ChunkOutcome::Abandoned => {
                     self.incremental = None;
+                    self.progress.finish();
                     self.incremental_dirty = true;
                     return Ok(());
                 }

@@ -1699,12 +1699,15 @@ async fn incremental_snapshot_copies_in_chunks_while_writers_change_the_table() 
             ("max.batch.size", "16"),
         ],
     );
+    // The task's snapshot progress (its /status and metrics), shared by incremental snapshots.
+    let status = headwater_api::SnapshotProgress::default();
     let start = |offsets: Vec<(headwater_api::OffsetMap, headwater_api::OffsetMap)>| {
-        let props = props.clone();
+        let (props, status) = (props.clone(), status.clone());
         async move {
             let mut t = PostgresSourceTask::new();
             let ctx = SourceTaskContext {
                 committed_offsets: offsets,
+                snapshot_progress: status,
                 ..Default::default()
             };
             t.start(ctx, props).await.unwrap();
@@ -1853,6 +1856,11 @@ async fn incremental_snapshot_copies_in_chunks_while_writers_change_the_table() 
         .filter(|r| op_of(r).as_deref() == Some("r"))
         .count();
     assert!((7..=60).contains(&copied), "{copied} rows copied");
+    let progress = status.status();
+    assert!(
+        progress.started && !progress.running && progress.rows > 0 && progress.tables_done == 2,
+        "the task's snapshot progress shows the incremental snapshot: {progress:?}"
+    );
     assert!(
         seen.iter().all(|r| r.topic != "idle.public.nokey"),
         "a table without a key is not copied"
