@@ -348,6 +348,42 @@ async fn snapshot_select_statement_overrides_filter_the_initial_snapshot() {
     task.stop().await;
 }
 
+/// Inserts a marker row into `inc` and polls (committing as the engine does) until its event
+/// arrived: every change before it is then in `seen`.
+async fn catch_up(
+    task: &mut MySqlSourceTask,
+    db: &mut mysql_async::Conn,
+    marker: &str,
+    committed: &mut Committed,
+    seen: &mut Vec<SourceRecord>,
+) {
+    db.query_drop(format!("INSERT INTO inc VALUES (9, '{marker}', 0)"))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let b = task.poll().await.unwrap();
+        if b.boundary == Boundary::Commit {
+            if let Some(l) = b.records.last() {
+                *committed = committed_at(l);
+                task.commit(committed).await.unwrap();
+            }
+        }
+        let arrived = b
+            .records
+            .iter()
+            .any(|r| field(r, "after", "name").as_deref() == Some(marker));
+        seen.extend(b.records);
+        if arrived {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the marker {marker} did not arrive"
+        );
+    }
+}
+
 /// The table's content, keyed like [`materialise`]'s.
 async fn table(db: &mut mysql_async::Conn) -> std::collections::BTreeMap<(i32, String), i32> {
     let rows: Vec<(i32, String, i32)> = db.query("SELECT grp, name, val FROM inc").await.unwrap();
@@ -516,6 +552,7 @@ async fn incremental_snapshot_reads_chunks_while_writers_change_the_table() {
     }
     until_finished!(writer, "the incremental snapshot");
     writer.await.unwrap();
+    catch_up(&mut t2, &mut db, "caught-up-1", &mut committed, &mut seen).await;
     assert_eq!(
         materialise(&seen),
         table(&mut db).await,
@@ -607,6 +644,7 @@ async fn incremental_snapshot_reads_chunks_while_writers_change_the_table() {
     };
     until_finished!(racer, "the third incremental snapshot");
     racer.await.unwrap();
+    catch_up(&mut t2, &mut db, "caught-up-2", &mut committed, &mut seen).await;
     let state = materialise(&seen);
     assert_eq!(
         state.get(&(first_grp, first_name.clone())),

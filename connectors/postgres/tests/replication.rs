@@ -1634,6 +1634,50 @@ fn summary(r: &headwater_api::SourceRecord) -> String {
     format!("{} {:?} {:?}", r.topic, op_of(r), kind)
 }
 
+/// Inserts a marker row into `inc` and polls (committing as the engine does) until its event
+/// arrived: every change before it is then in `seen`.
+async fn catch_up(
+    task: &mut PostgresSourceTask,
+    db: &tokio_postgres::Client,
+    marker: &str,
+    seen: &mut Vec<headwater_api::SourceRecord>,
+) {
+    db.execute("INSERT INTO inc VALUES (9, $1, 0)", &[&marker])
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let b = task.poll().await.unwrap();
+        if b.boundary == headwater_api::plugin::Boundary::Commit {
+            if let Some(l) = b.records.last() {
+                let c = (l.source_partition.clone(), l.source_offset.clone());
+                task.commit(std::slice::from_ref(&c)).await.unwrap();
+            }
+        }
+        let arrived = b.records.iter().any(|r| {
+            r.value
+                .as_struct()
+                .and_then(|v| {
+                    v.get("after")?
+                        .as_struct()?
+                        .get("name")?
+                        .as_str()
+                        .map(str::to_owned)
+                })
+                .as_deref()
+                == Some(marker)
+        });
+        seen.extend(b.records);
+        if arrived {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the marker {marker} did not arrive"
+        );
+    }
+}
+
 /// Applies change events in order to a map from key to row image (`r`/`c`/`u` set, `d`
 /// removes), the way a consumer materialises a topic.
 fn materialise(
@@ -1839,6 +1883,7 @@ async fn incremental_snapshot_copies_in_chunks_while_writers_change_the_table() 
         );
     }
     writer.await.unwrap();
+    catch_up(&mut t2, &db, "caught-up-1", &mut seen).await;
     let expected: std::collections::BTreeMap<(i32, String), i32> = db
         .query("SELECT grp, name, val FROM inc", &[])
         .await
@@ -2004,6 +2049,7 @@ async fn incremental_snapshot_copies_in_chunks_while_writers_change_the_table() 
         );
     }
     racer.await.unwrap();
+    catch_up(&mut t2, &db, "caught-up-2", &mut seen).await;
     let expected: std::collections::BTreeMap<(i32, String), i32> = db
         .query("SELECT grp, name, val FROM inc", &[])
         .await
