@@ -448,6 +448,9 @@ pub struct BenchArgs {
     /// `--tls` (pg-bench only): the server requires TLS of the connector, which checks its
     /// certificate (`verify-full`).
     pub tls: bool,
+    /// `--incremental` (pg-bench only): a fourth phase, an incremental snapshot of the table
+    /// while a trickle of changes streams.
+    pub incremental: bool,
 }
 
 /// The record format a benchmark's source connector writes.
@@ -488,7 +491,7 @@ impl BenchArgs {
         let usage = || -> ! {
             let t = if threads { " [--threads N]" } else { "" };
             let tls = if program == "pg-bench" {
-                " [--tls]"
+                " [--tls] [--incremental]"
             } else {
                 ""
             };
@@ -505,6 +508,7 @@ impl BenchArgs {
             dir: None,
             format: RecordFormat::Json,
             tls: false,
+            incremental: false,
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -522,6 +526,7 @@ impl BenchArgs {
                 "--bin" => a.bin = PathBuf::from(it.next().unwrap_or_else(|| usage())),
                 "--dir" => a.dir = Some(PathBuf::from(it.next().unwrap_or_else(|| usage()))),
                 "--tls" if program == "pg-bench" => a.tls = true,
+                "--incremental" if program == "pg-bench" => a.incremental = true,
                 "--format" => {
                     a.format = match it.next().as_deref() {
                         Some("json") => RecordFormat::Json,

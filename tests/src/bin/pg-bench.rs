@@ -10,7 +10,11 @@
 //!    last transaction);
 //! 3. latency: single-row commits at `--rate`/s (200) for `--seconds` (20), each from its
 //!    commit returning to its offset being durable (the committed offset is polled every
-//!    millisecond over REST, so figures carry ~1 ms of resolution).
+//!    millisecond over REST, so figures carry ~1 ms of resolution);
+//! 4. with `--incremental`: an incremental `execute-snapshot` signal for the whole table (every
+//!    row so far, in chunks of 1,024 between watermarks) while a row a millisecond or so is
+//!    committed, from the signal's insert until a committed offset no longer carries the
+//!    incremental snapshot's progress.
 //!
 //! The bench session commits with `synchronous_commit = on` (the harness server's default is
 //! off, which delays the walsender by up to `wal_writer_delay`).
@@ -27,7 +31,7 @@
 //!
 //! Usage: `cargo build --release -p headwater && cargo run --release -p headwater-tests --bin
 //! pg-bench -- [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N]
-//! [--threads N] [--format json|avro] [--tls] [--dir DIR]`; the binary defaults to `$CARGO_TARGET_DIR/release/headwater`
+//! [--threads N] [--format json|avro] [--tls] [--incremental] [--dir DIR]`; the binary defaults to `$CARGO_TARGET_DIR/release/headwater`
 //! (or `target/release/headwater` in the workspace).
 
 use std::time::{Duration, Instant};
@@ -55,6 +59,13 @@ fn main() {
         "database.user": "postgres", "database.dbname": "bench", "topic.prefix": "bench",
         "table.include.list": "public.orders", "slot.name": "bench_slot",
         "publication.name": "bench_pub", "snapshot.max.threads": args.threads.to_string()}});
+    if args.incremental {
+        rt.block_on(db.batch_execute(
+            "CREATE TABLE debezium_signal (id varchar(64) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))",
+        ))
+        .unwrap();
+        config["config"]["signal.data.collection"] = json!("public.debezium_signal");
+    }
     args.format.apply(&mut config["config"]);
     if let Some(pki) = &pki {
         // Every connection of the connector over TLS, the certificate checked in full.
@@ -125,6 +136,54 @@ fn main() {
     poller.wait_past(commits.last().map_or(0, |c| c.1), Duration::from_secs(60));
     let (latencies, polls) = poller.finish(&commits);
 
+    // 4. An incremental snapshot of every row so far, while changes trickle in.
+    let mut incremental = json!(null);
+    if args.incremental {
+        let table_rows: i64 = rt
+            .block_on(db.query_one("SELECT count(*) FROM orders", &[]))
+            .unwrap()
+            .get(0);
+        let (user0, system0) = headwater_tests::bench::cpu_split_us(pid);
+        let started = Instant::now();
+        rt.block_on(db.batch_execute(
+            r#"INSERT INTO debezium_signal VALUES ('bench-incremental', 'execute-snapshot', '{"data-collections": ["public\\.orders"]}')"#,
+        ))
+        .unwrap();
+        let mut seen_progress = false;
+        let mut next_id = lat_base + commits.len() as u64 + 10;
+        loop {
+            let o = headwater_tests::bench::committed_offset(w.addr, "bench");
+            let carries = o
+                .as_ref()
+                .is_some_and(|o| o.get("incremental_snapshot").is_some());
+            if seen_progress && !carries && o.is_some() {
+                break;
+            }
+            seen_progress |= carries;
+            assert!(
+                started.elapsed() < Duration::from_secs(1800),
+                "the incremental snapshot did not finish"
+            );
+            // A change now and then: an offset after the end needs a transaction to carry it.
+            rt.block_on(db.batch_execute(&format!(
+                "INSERT INTO orders VALUES ({next_id}, 3, 1.00, 'trickle', now(), 'during the incremental snapshot')"
+            )))
+            .unwrap();
+            next_id += 1;
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let secs = started.elapsed().as_secs_f64();
+        let (user1, system1) = headwater_tests::bench::cpu_split_us(pid);
+        let rows = table_rows.max(1) as f64;
+        let per_row = (user1 - user0 + system1 - system0) as f64 / rows;
+        eprintln!(
+            "incremental: {table_rows} rows in {secs:.2} s = {:.0} rows/s, {per_row:.2} us CPU/row (chunks of 1024, {} changes streamed meanwhile)",
+            rows / secs,
+            next_id - (lat_base + commits.len() as u64 + 10)
+        );
+        incremental = json!({"incremental_rows_s": (rows / secs).round(), "incremental_cpu_us_per_row": (per_row * 100.0).round() / 100.0});
+    }
+
     let figures = Figures {
         rows: args.rows,
         stream_events: events,
@@ -140,5 +199,7 @@ fn main() {
         bytes_per_record: bytes_per_record(w.addr, "bench"),
     };
     drop(w);
-    figures.print(json!({"snapshot_threads": args.threads, "tls": args.tls}));
+    figures.print(
+        json!({"snapshot_threads": args.threads, "tls": args.tls, "incremental": incremental}),
+    );
 }
