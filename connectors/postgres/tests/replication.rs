@@ -1717,6 +1717,73 @@ fn materialise(
     state
 }
 
+/// Polls once; commits a batch that ends a transaction (as the engine does); returns its
+/// records and keeps the committed offset in `committed`.
+async fn step(
+    task: &mut PostgresSourceTask,
+    committed: &mut Vec<(headwater_api::OffsetMap, headwater_api::OffsetMap)>,
+) -> Vec<headwater_api::SourceRecord> {
+    let b = task.poll().await.unwrap();
+    if b.boundary == headwater_api::plugin::Boundary::Commit {
+        if let Some(l) = b.records.last() {
+            *committed = vec![(l.source_partition.clone(), l.source_offset.clone())];
+            task.commit(committed).await.unwrap();
+        }
+    }
+    b.records
+}
+
+/// Polls until `writes` ended and a committed offset no longer carries an incremental
+/// snapshot's progress, inserting a `tick` row now and then so that offsets keep coming.
+async fn until_ended(
+    task: &mut PostgresSourceTask,
+    committed: &mut Vec<(headwater_api::OffsetMap, headwater_api::OffsetMap)>,
+    seen: &mut Vec<headwater_api::SourceRecord>,
+    db: &tokio_postgres::Client,
+    writes: &tokio::task::JoinHandle<()>,
+    what: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last_tick = Instant::now();
+    let mut tick = 0;
+    loop {
+        let got = step(task, committed).await;
+        let ended = writes.is_finished()
+            && got.last().is_some_and(|r| {
+                r.source_offset.contains_key("lsn_proc")
+                    && !r.source_offset.contains_key("incremental_snapshot")
+            });
+        seen.extend(got);
+        if ended {
+            return;
+        }
+        if writes.is_finished() && last_tick.elapsed() > Duration::from_millis(200) {
+            tick += 1;
+            db.execute(
+                "INSERT INTO inc VALUES (9, $1, 0)",
+                &[&format!("{what}-tick{tick}")],
+            )
+            .await
+            .unwrap();
+            last_tick = Instant::now();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the incremental snapshot did not end"
+        );
+    }
+}
+
+/// The content of `inc`, keyed like [`materialise`]'s.
+async fn inc_table(db: &tokio_postgres::Client) -> std::collections::BTreeMap<(i32, String), i32> {
+    db.query("SELECT grp, name, val FROM inc", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn incremental_snapshot_copies_in_chunks_while_writers_change_the_table() {
     let pg = PostgresServer::start().unwrap();
@@ -1758,21 +1825,6 @@ async fn incremental_snapshot_copies_in_chunks_while_writers_change_the_table() 
             t
         }
     };
-    // Polls once; commits a batch that ends a transaction (as the engine does) and returns
-    // its records and the committed offset.
-    async fn step(
-        task: &mut PostgresSourceTask,
-        committed: &mut Vec<(headwater_api::OffsetMap, headwater_api::OffsetMap)>,
-    ) -> Vec<headwater_api::SourceRecord> {
-        let b = task.poll().await.unwrap();
-        if b.boundary == headwater_api::plugin::Boundary::Commit {
-            if let Some(l) = b.records.last() {
-                *committed = vec![(l.source_partition.clone(), l.source_offset.clone())];
-                task.commit(committed).await.unwrap();
-            }
-        }
-        b.records
-    }
 
     let mut committed = Vec::new();
     let mut t1 = start(Vec::new()).await;
@@ -1852,45 +1904,10 @@ async fn incremental_snapshot_copies_in_chunks_while_writers_change_the_table() 
             }
         })
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut last_tick = Instant::now();
-    let mut tick = 0;
-    loop {
-        let got = step(&mut t2, &mut committed).await;
-        let done = writer.is_finished()
-            && got.last().is_some_and(|r| {
-                r.source_offset.contains_key("lsn_proc")
-                    && !r.source_offset.contains_key("incremental_snapshot")
-            });
-        seen.extend(got);
-        if done {
-            break;
-        }
-        if writer.is_finished() && last_tick.elapsed() > Duration::from_millis(200) {
-            // Something to carry an offset after the copy ends.
-            tick += 1;
-            db.execute(
-                "INSERT INTO inc VALUES (9, $1, 0)",
-                &[&format!("tick{tick}")],
-            )
-            .await
-            .unwrap();
-            last_tick = Instant::now();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the incremental snapshot did not end"
-        );
-    }
+    until_ended(&mut t2, &mut committed, &mut seen, &db, &writer, "first").await;
     writer.await.unwrap();
     catch_up(&mut t2, &db, "caught-up-1", &mut seen).await;
-    let expected: std::collections::BTreeMap<(i32, String), i32> = db
-        .query("SELECT grp, name, val FROM inc", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| ((r.get(0), r.get(1)), r.get(2)))
-        .collect();
+    let expected = inc_table(&db).await;
     assert_eq!(
         materialise(&seen, "idle.public.inc"),
         expected,
@@ -2020,43 +2037,10 @@ async fn incremental_snapshot_copies_in_chunks_while_writers_change_the_table() 
             .unwrap();
         })
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut last_tick = Instant::now();
-    loop {
-        let got = step(&mut t2, &mut committed).await;
-        let done = racer.is_finished()
-            && got.last().is_some_and(|r| {
-                r.source_offset.contains_key("lsn_proc")
-                    && !r.source_offset.contains_key("incremental_snapshot")
-            });
-        seen.extend(got);
-        if done {
-            break;
-        }
-        if racer.is_finished() && last_tick.elapsed() > Duration::from_millis(200) {
-            tick += 1;
-            db.execute(
-                "INSERT INTO inc VALUES (9, $1, 0)",
-                &[&format!("tick{tick}")],
-            )
-            .await
-            .unwrap();
-            last_tick = Instant::now();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the third incremental snapshot did not end"
-        );
-    }
+    until_ended(&mut t2, &mut committed, &mut seen, &db, &racer, "third").await;
     racer.await.unwrap();
     catch_up(&mut t2, &db, "caught-up-2", &mut seen).await;
-    let expected: std::collections::BTreeMap<(i32, String), i32> = db
-        .query("SELECT grp, name, val FROM inc", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| ((r.get(0), r.get(1)), r.get(2)))
-        .collect();
+    let expected = inc_table(&db).await;
     let state = materialise(&seen, "idle.public.inc");
     assert_eq!(
         state.get(&(first_grp, first_name.clone())),
