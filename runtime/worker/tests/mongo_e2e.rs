@@ -247,8 +247,10 @@ fn sigkill_during_snapshot_and_streaming_loses_and_repeats_nothing() {
                 ("snapshot.chunk.documents", "2000"),
                 ("snapshot.max.threads", "2"),
                 // Small batches keep the snapshot long enough to be killed mid-way even when
-                // the test's own polling is slowed by other tests on the machine.
-                ("snapshot.fetch.size", "64"),
+                // the test's own polling is slowed by other tests on the machine (with 64 the
+                // whole snapshot took 0.8 s on a fast machine, and the kill often came after
+                // its end).
+                ("snapshot.fetch.size", "16"),
             ],
         )
         .to_string(),
