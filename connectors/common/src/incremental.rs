@@ -281,6 +281,45 @@ pub fn table_to_read(
     }
 }
 
+/// Acts on a signal of the incremental snapshot: the held chunk's open watermark opens its
+/// window; its close watermark ends it: the window is returned (its rows to hand out now) and
+/// the progress moves past the chunk; `stop-snapshot`, `pause-snapshot`, `resume-snapshot`
+/// steer the progress ([`steer`]), dropping a window they void. Watermarks of a window this
+/// task does not hold are ignored.
+pub fn on_signal<T, R>(
+    signal: IncrementalSignal,
+    window: &mut Option<Window<T, R>>,
+    progress: &mut Option<Progress>,
+    status: &SnapshotProgress,
+) -> Option<Window<T, R>> {
+    match signal {
+        IncrementalSignal::WindowOpen(id) => {
+            if let Some(w) = window.as_mut().filter(|w| w.id == id) {
+                w.open = true;
+            }
+            None
+        }
+        IncrementalSignal::WindowClose(id) => {
+            if window.as_ref().is_none_or(|w| w.id != id) {
+                return None;
+            }
+            let closed = window.take()?;
+            if let Some(p) = progress.as_mut() {
+                p.after = Some(closed.last_key.clone());
+            }
+            status.add_rows(closed.rows_left() as u64);
+            tracing::debug!(chunk = %closed.id, rows = closed.rows_left(), "incremental snapshot chunk handed out");
+            Some(closed)
+        }
+        steering => {
+            if steer(progress, &steering, status) {
+                *window = None;
+            }
+            None
+        }
+    }
+}
+
 /// Acts on `stop-snapshot`, `pause-snapshot` and `resume-snapshot` (watermarks are the
 /// connector's): drops tables from the incremental snapshot (ending it when none is left) or
 /// pauses and resumes it. True when the table whose chunk a window may hold was dropped: that

@@ -1377,38 +1377,18 @@ impl Inner {
         position: Position,
         out: &mut Vec<SourceRecord>,
     ) {
-        match signal {
-            IncrementalSignal::WindowOpen(id) => {
-                if let Some(w) = self.window.as_mut().filter(|w| w.id == id) {
-                    w.open = true;
-                }
-            }
-            IncrementalSignal::WindowClose(id) => {
-                if self.window.as_ref().is_some_and(|w| w.id == id) {
-                    // The chunk's records go out at the close watermark's position.
-                    self.pass_over(position.clone(), None, out);
-                    if let Some(window) = self.window.take() {
-                        if let Some(p) = self.incremental.as_mut() {
-                            p.after = Some(window.last_key.clone());
-                        }
-                        let rows = window.rows_left();
-                        self.progress.add_rows(rows as u64);
-                        let chunk = window.id.clone();
-                        for rec in window.into_rows() {
-                            self.push(rec, None, &position, out);
-                        }
-                        tracing::debug!(chunk = %chunk, rows, "incremental snapshot chunk handed out");
-                    }
-                    return;
-                }
-            }
-            steering => {
-                if incremental::steer(&mut self.incremental, &steering, &self.progress) {
-                    self.window = None;
-                }
-            }
+        let closed = incremental::on_signal(
+            signal,
+            &mut self.window,
+            &mut self.incremental,
+            &self.progress,
+        );
+        // The watermark itself gives no record; a closed chunk's records go out at its
+        // position.
+        self.pass_over(position.clone(), None, out);
+        for rec in closed.into_iter().flat_map(|w| w.into_rows()) {
+            self.push(rec, None, &position, out);
         }
-        self.pass_over(position, None, out);
     }
 
     /// Starts copying the collections an incremental request names (added to the incremental

@@ -739,37 +739,21 @@ impl Inner {
         let Some(signal) = signals::read_row(text(0), text(1), text(2), pending) else {
             return;
         };
-        match signal {
-            signals::IncrementalSignal::WindowOpen(id) => {
-                if let Some(w) = self.window.as_mut().filter(|w| w.id == id) {
-                    w.open = true;
-                }
-            }
-            signals::IncrementalSignal::WindowClose(id) => {
-                if self.window.as_ref().is_some_and(|w| w.id == id) {
-                    self.close_window(at, out);
-                }
-            }
-            steering => {
-                if incremental::common::steer(&mut self.incremental, &steering, &self.progress) {
-                    self.window = None;
-                }
-            }
+        let closed = incremental::common::on_signal(
+            signal,
+            &mut self.window,
+            &mut self.incremental,
+            &self.progress,
+        );
+        if let Some(window) = closed {
+            self.close_window(window, at, out);
         }
     }
 
     /// The stream reached the close watermark of the held chunk: its rows left are handed out
     /// as `r` events of the watermark's transaction, and the progress moves past the chunk.
-    fn close_window(&mut self, at: SourceInfo, out: &mut Vec<SourceRecord>) {
-        let Some(window) = self.window.take() else {
-            return;
-        };
+    fn close_window(&mut self, window: Window, at: SourceInfo, out: &mut Vec<SourceRecord>) {
         let ts = window.table.clone();
-        let (rows, id) = (window.rows_left(), window.id.clone());
-        if let Some(p) = self.incremental.as_mut() {
-            p.after = Some(window.last_key.clone());
-        }
-        self.progress.add_rows(rows as u64);
         let source = self
             .events
             .source(&ts.id.db, Some(&ts.id.table), &at)
@@ -784,7 +768,6 @@ impl Inner {
                 out.push(prev);
             }
         }
-        tracing::debug!(table = %ts.id, chunk = %id, rows, "incremental snapshot chunk handed out");
     }
 
     /// Starts reading the tables an incremental `execute-snapshot` request names (added to the

@@ -2182,39 +2182,23 @@ impl Inner {
         let Some(signal) = signals::read_row(text(0), text(1), text(2), pending) else {
             return;
         };
-        match signal {
-            signals::IncrementalSignal::WindowOpen(id) => {
-                if let Some(w) = self.window.as_mut().filter(|w| w.id == id) {
-                    w.open = true;
-                }
-            }
-            signals::IncrementalSignal::WindowClose(id) => {
-                if self.window.as_ref().is_some_and(|w| w.id == id) {
-                    self.close_window(wal_start, out);
-                }
-            }
-            steering => {
-                if incremental::common::steer(&mut self.incremental, &steering, &self.progress) {
-                    self.window = None;
-                }
-                self.incremental_dirty = true;
-            }
+        let closed = incremental::common::on_signal(
+            signal,
+            &mut self.window,
+            &mut self.incremental,
+            &self.progress,
+        );
+        // Every signal but a window's opening changes the progress (or may).
+        self.incremental_dirty = true;
+        if let Some(window) = closed {
+            self.close_window(window, wal_start, out);
         }
     }
 
     /// The stream reached the close watermark of the held chunk: its rows left are handed out
     /// as `r` events of the watermark's transaction, and the progress moves past the chunk.
-    fn close_window(&mut self, wal_start: Lsn, out: &mut Vec<SourceRecord>) {
-        let Some(window) = self.window.take() else {
-            return;
-        };
+    fn close_window(&mut self, window: Window, wal_start: Lsn, out: &mut Vec<SourceRecord>) {
         let ts = window.table.clone();
-        let (rows, id) = (window.rows_left(), window.id.clone());
-        if let Some(p) = self.incremental.as_mut() {
-            p.after = Some(window.last_key.clone());
-        }
-        self.progress.add_rows(rows as u64);
-        self.incremental_dirty = true;
         let (ts_us, begin, tx_id) = match &self.txn {
             Some(t) => (t.ts_us, Some(t.begin_lsn.as_i64()), Some(i64::from(t.xid))),
             None => (crate::event::now_micros_nanos().0, None, None),
@@ -2246,7 +2230,6 @@ impl Inner {
                 t.records += 1;
             }
         }
-        tracing::debug!(table = %ts.id, chunk = %id, rows, "incremental snapshot chunk handed out");
     }
 
     /// Starts copying the tables an incremental `execute-snapshot` request names (added to the
