@@ -104,14 +104,22 @@ pub fn write_document_bytes(out: &mut String, doc: &[u8], dialect: Dialect) -> R
     for (i, element) in rawbson::elements(doc)?.enumerate() {
         let element = element?;
         if i > 0 {
-            out.push_str(dialect.separator());
+            push_separator(out, dialect);
         }
-        write_string_in(out, element.key, doc);
-        out.push_str(": ");
+        write_key_in(out, element.key, doc);
         write_element(out, element.kind, element.value, doc, dialect)?;
     }
     out.push('}');
     Ok(())
+}
+
+/// Appends the separator between members or items.
+#[inline]
+fn push_separator(out: &mut String, dialect: Dialect) {
+    match dialect {
+        Dialect::Strict | Dialect::RelaxedCompact => out.push(','),
+        Dialect::Relaxed => out.push_str(", "),
+    }
 }
 
 /// Appends one value given as its BSON type byte and value bytes, which lie inside the
@@ -132,7 +140,7 @@ pub fn write_element(
             for (i, item) in rawbson::elements(value)?.enumerate() {
                 let item = item?;
                 if i > 0 {
-                    out.push_str(dialect.separator());
+                    push_separator(out, dialect);
                 }
                 write_element(out, item.kind, item.value, value, dialect)?;
             }
@@ -607,26 +615,78 @@ pub fn write_string(out: &mut String, s: &str) {
 /// when none of it needs a look, copied at once: keys and short values are mostly like that.
 #[inline]
 fn write_string_in(out: &mut String, s: &str, container: &[u8]) {
+    if let Some(offset) = plain_short_offset(s, container) {
+        push_quoted_short(out, container, offset, s.len(), []);
+    } else {
+        write_string(out, s);
+    }
+}
+
+/// A member's name and the `": "` after it, as [`write_string_in`] writes names.
+#[inline]
+fn write_key_in(out: &mut String, key: &str, container: &[u8]) {
+    if let Some(offset) = plain_short_offset(key, container) {
+        push_quoted_short(out, container, offset, key.len(), *b": ");
+    } else {
+        write_string(out, key);
+        out.push_str(": ");
+    }
+}
+
+/// Where `s` starts in `container` when it is at most sixteen bytes long, sixteen bytes of
+/// `container` follow its start, and none of its bytes needs a look (escape or non-ASCII):
+/// the string is then written as its bytes between quotes.
+#[inline]
+fn plain_short_offset(s: &str, container: &[u8]) -> Option<usize> {
     // Where `s` starts inside `container`; a string elsewhere gives an offset past its end
-    // (the subtraction wraps), and the bound check below sends it to the general path.
+    // (the subtraction wraps), and the bound check sends it to the general path.
     let offset = (s.as_ptr() as usize).wrapping_sub(container.as_ptr() as usize);
     if s.len() <= 16
         && offset
             .checked_add(16)
             .is_some_and(|end| end <= container.len())
     {
-        // `s` starts inside `container` and is at most sixteen bytes long, so its bytes are
-        // `container[offset..offset + s.len()]`.
+        // `s` is `container[offset..offset + s.len()]`; the bytes after it are masked off.
         let own_bytes = (1u32 << s.len()) - 1;
         if scan::flagged_mask16::<0x7f>(container, offset) & own_bytes == 0 {
-            out.reserve(s.len() + 2);
-            out.push('"');
-            out.push_str(s);
-            out.push('"');
-            return;
+            return Some(offset);
         }
     }
-    write_string(out, s);
+    None
+}
+
+/// Appends `"`, the `len` (≤ 16) bytes of `container` at `offset`, `"` and `tail`, copying
+/// sixteen bytes at once (the ones past `len` land in spare capacity and are overwritten or
+/// left outside the string). The caller has checked the bytes are ASCII with nothing to
+/// escape, and that sixteen bytes of `container` follow `offset`.
+#[inline(always)]
+fn push_quoted_short<const TAIL: usize>(
+    out: &mut String,
+    container: &[u8],
+    offset: usize,
+    len: usize,
+    tail: [u8; TAIL],
+) {
+    const { assert!(TAIL <= 3) };
+    assert!(len <= 16);
+    let chunk: &[u8; 16] = container[offset..offset + 16]
+        .try_into()
+        .expect("sixteen bytes");
+    out.reserve(1 + 16 + 1 + 3);
+    // SAFETY: capacity for 21 more bytes was reserved, and the writes end at most at
+    // `1 + 16` and `2 + len + TAIL <= 21` bytes past the current length. The new length
+    // covers `"`, `len` ASCII bytes (checked by the caller), `"` and the ASCII `tail`, so the
+    // string stays valid UTF-8.
+    unsafe {
+        let bytes = out.as_mut_vec();
+        let at = bytes.len();
+        let dst = bytes.as_mut_ptr().add(at);
+        dst.write(b'"');
+        std::ptr::copy_nonoverlapping(chunk.as_ptr(), dst.add(1), 16);
+        dst.add(1 + len).write(b'"');
+        std::ptr::copy_nonoverlapping(tail.as_ptr(), dst.add(2 + len), TAIL);
+        bytes.set_len(at + 2 + len + TAIL);
+    }
 }
 
 /// One character as the Java writer writes it inside a string (escaped or as is).

@@ -157,10 +157,13 @@ fn value_len(kind: u8, bytes: &[u8], at: usize) -> Result<usize, BadBson> {
     })
 }
 
-impl<'a> Iterator for Elements<'a> {
-    type Item = Result<Element<'a>, BadBson>;
-
-    fn next(&mut self) -> Option<Self::Item> {
+impl<'a> Elements<'a> {
+    /// The general step, for what [`Iterator::next`]'s fast path does not take: keys near
+    /// the document's end or not ASCII, regular expressions, and every malformed element
+    /// (whose error it reports).
+    #[cold]
+    #[inline(never)]
+    fn next_slow(&mut self) -> Option<Result<Element<'a>, BadBson>> {
         if self.failed {
             return None;
         }
@@ -193,6 +196,83 @@ impl<'a> Iterator for Elements<'a> {
                 Some(Err(e))
             }
         }
+    }
+}
+
+impl<'a> Iterator for Elements<'a> {
+    type Item = Result<Element<'a>, BadBson>;
+
+    /// The fast path, straight-line for the common element: an ASCII key found in one
+    /// sixteen-byte step and a value of fixed size or with a length prefix, inside the
+    /// document. Anything else (and every check that fails) goes to [`Elements::next_slow`],
+    /// which walks the same element with the general rules, so both give the same result.
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        let doc = self.doc;
+        let end = doc.len() - 1;
+        let at = self.at;
+        // `failed` keeps `at` where the failing element began, so this test is not enough
+        // alone; the slow path checks `failed` first.
+        if self.failed || at >= end {
+            if at == end && !self.failed {
+                return None; // the terminator: every document's last step
+            }
+            return self.next_slow();
+        }
+        let kind = doc[at];
+        let key_len = if at + 17 <= end {
+            let (zeros, non_ascii) = headwater_api::scan::zero_and_non_ascii_mask16(doc, at + 1);
+            let key_len = zeros.trailing_zeros() as usize; // 32 when no NUL in the step
+            if key_len >= 16 || non_ascii & ((1u32 << key_len) - 1) != 0 {
+                return self.next_slow();
+            }
+            key_len
+        } else {
+            // Near the document's end (the last members of small documents): byte by byte.
+            let rest = &doc[at + 1..end];
+            match rest.iter().position(|b| *b == 0 || *b >= 0x80) {
+                Some(len) if rest[len] == 0 => len,
+                _ => return self.next_slow(),
+            }
+        };
+        let value_at = at + 1 + key_len + 1;
+        let len = match kind {
+            DOUBLE | DATETIME | TIMESTAMP | INT64 => 8,
+            INT32 => 4,
+            BOOLEAN => 1,
+            OBJECT_ID => 12,
+            DECIMAL128 => 16,
+            NULL | UNDEFINED | MIN_KEY | MAX_KEY => 0,
+            STRING | CODE | SYMBOL | DOCUMENT | ARRAY | CODE_WITH_SCOPE | BINARY | DB_POINTER => {
+                let Some(prefix) = doc[..end].get(value_at..value_at + 4) else {
+                    return self.next_slow();
+                };
+                let n = i32::from_le_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
+                if n < 0 {
+                    return self.next_slow();
+                }
+                n as usize
+                    + match kind {
+                        STRING | CODE | SYMBOL => 4,
+                        BINARY => 5,
+                        DB_POINTER => 4 + 12,
+                        _ => 0,
+                    }
+            }
+            _ => return self.next_slow(),
+        };
+        let value_end = value_at + len;
+        if value_end > end {
+            return self.next_slow();
+        }
+        // SAFETY: the key's bytes are ASCII (checked above), which is valid UTF-8.
+        let key = unsafe { std::str::from_utf8_unchecked(&doc[at + 1..at + 1 + key_len]) };
+        self.at = value_end;
+        Some(Ok(Element {
+            key,
+            kind,
+            value: &doc[value_at..value_end],
+        }))
     }
 }
 
@@ -324,6 +404,53 @@ mod tests {
         let mut b = bytes.clone();
         b[4] = 0x42;
         assert!(elements(&b).unwrap().any(|e| e.is_err()), "an unknown type");
+    }
+
+    /// Every element as (key, type, value) or its error, walked by `step`.
+    type Walked = Vec<Result<(String, u8, Vec<u8>), BadBson>>;
+
+    fn walk(doc: &[u8], general_only: bool) -> Result<Walked, BadBson> {
+        let mut it = elements(doc)?;
+        let mut out = Vec::new();
+        loop {
+            let next = if general_only {
+                it.next_slow()
+            } else {
+                it.next()
+            };
+            match next {
+                Some(e) => out.push(e.map(|e| (e.key.to_owned(), e.kind, e.value.to_vec()))),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    #[test]
+    fn the_fast_step_and_the_general_step_agree_on_every_corruption() {
+        let raw = RawDocumentBuf::try_from(&doc! {
+            "k": "v", "a_key_of_15_byt": 1, "a_key_of_16_bytes": 2i64, "a_key_of_seventeen": 2.5,
+            "ü": "é", "o": ObjectId::new(), "t": true, "n": null,
+            "bin": Binary { subtype: BinarySubtype::Generic, bytes: vec![1, 2, 3] },
+            "re": Regex { pattern: "a.c".try_into().unwrap(), options: "i".try_into().unwrap() },
+            "sub": {"x": [1, {"y": "z"}]}, "last": "a string at the very end",
+        })
+        .unwrap();
+        let bytes = raw.as_bytes().to_vec();
+        let agree = |b: &[u8]| assert_eq!(walk(b, false), walk(b, true), "{b:?}");
+        agree(&bytes);
+        assert!(walk(&bytes, false).unwrap().iter().all(|e| e.is_ok()));
+        for cut in 5..bytes.len() {
+            let mut b = bytes[..cut].to_vec();
+            b[..4].copy_from_slice(&(cut as i32).to_le_bytes());
+            agree(&b);
+        }
+        for i in 4..bytes.len() {
+            for v in [0u8, 1, 0x02, 0x03, 0x05, 0x0b, 0x13, 0x40, 0x7f, 0x80, 0xff] {
+                let mut b = bytes.clone();
+                b[i] = v;
+                agree(&b);
+            }
+        }
     }
 
     /// A string value as BSON stores it: length (with the NUL), bytes, NUL.

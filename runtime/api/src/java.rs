@@ -103,48 +103,61 @@ impl JavaNumber {
     /// fewest fraction digits that give back the value are the shortest round-trip digits, so
     /// this is what the general path writes, with less work.
     fn plain_decimal(value: f64) -> Option<JavaNumber> {
-        const SCALES: [u64; 5] = [1, 10, 100, 1_000, 10_000];
         let magnitude = value.abs();
         if !(1e-3..1e7).contains(&magnitude) {
             return None;
         }
-        for (fraction_digits, (&scale, &power)) in SCALES.iter().zip(&POWERS_OF_TEN).enumerate() {
-            // Below 1e11, so the u64 holds it; an exact decimal's product lies within a few ulps
-            // of its integer, so rounding by adding a half finds it (ties cannot round-trip).
-            let scaled = (magnitude * power + 0.5) as u64;
-            if scaled as f64 / power != magnitude {
-                continue;
-            }
-            let mut n = JavaNumber {
-                buf: [0; 32],
-                len: 0,
-            };
-            if value < 0.0 {
-                n.push_byte(b'-');
-            }
-            n.push_decimal(scaled / scale, 1);
-            n.push_byte(b'.');
-            if fraction_digits == 0 {
-                n.push_byte(b'0');
-            } else {
-                // The fewest digits: the last one is not zero.
-                n.push_decimal(scaled % scale, fraction_digits);
-            }
-            return Some(n);
+        // In ten-thousandths: below 1e11, so the u64 holds it. An exact decimal's product lies
+        // within a few ulps of its integer, so rounding by adding a half finds it (ties cannot
+        // round-trip). When the value is the double nearest that many ten-thousandths, it is
+        // also the double nearest the same decimal with its trailing zeros dropped, and no
+        // shorter decimal gives it (two decimals of at most 11 significant digits are never
+        // the same double), so those digits are the shortest round-trip digits.
+        let scaled = (magnitude * 10_000.0 + 0.5) as u64;
+        if scaled as f64 / 10_000.0 != magnitude {
+            return None;
         }
-        None
-    }
-
-    /// Appends the decimal digits of `v`, left-padded with zeros to at least `width` digits.
-    fn push_decimal(&mut self, mut v: u64, width: usize) {
-        let mut digits = [b'0'; 20];
-        let mut start = digits.len();
-        while v > 0 || digits.len() - start < width {
+        // Laid out from the right: the fraction's digits without its trailing zeros (`0` when
+        // there are none), `.`, the integer digits, the sign.
+        let mut text = [0u8; 24];
+        let mut start = text.len();
+        let mut fraction = scaled % 10_000;
+        if fraction == 0 {
             start -= 1;
-            digits[start] = b'0' + (v % 10) as u8;
-            v /= 10;
+            text[start] = b'0';
+        } else {
+            let mut digits = 4;
+            while fraction.is_multiple_of(10) {
+                fraction /= 10;
+                digits -= 1;
+            }
+            for _ in 0..digits {
+                start -= 1;
+                text[start] = b'0' + (fraction % 10) as u8;
+                fraction /= 10;
+            }
         }
-        self.push(&digits[start..]);
+        start -= 1;
+        text[start] = b'.';
+        let mut integer = scaled / 10_000;
+        loop {
+            start -= 1;
+            text[start] = b'0' + (integer % 10) as u8;
+            integer /= 10;
+            if integer == 0 {
+                break;
+            }
+        }
+        if value < 0.0 {
+            start -= 1;
+            text[start] = b'-';
+        }
+        let mut n = JavaNumber {
+            buf: [0; 32],
+            len: 0,
+        };
+        n.push(&text[start..]);
+        Some(n)
     }
 
     fn push(&mut self, bytes: &[u8]) {
