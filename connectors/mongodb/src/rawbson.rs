@@ -129,31 +129,50 @@ fn cstring(bytes: &[u8], at: usize) -> Result<(&str, usize), BadBson> {
     Ok((text, at + len + 1))
 }
 
+/// How a value of a type is sized.
+#[derive(Clone, Copy)]
+enum SizeRule {
+    /// Always this many bytes.
+    Fixed(usize),
+    /// A little-endian `i32` length prefix, plus this many bytes the prefix does not count.
+    Prefixed(usize),
+    /// Neither: REGEX (two C strings) and unknown types.
+    Other,
+}
+
+#[inline]
+fn size_rule(kind: u8) -> SizeRule {
+    match kind {
+        DOUBLE | DATETIME | TIMESTAMP | INT64 => SizeRule::Fixed(8),
+        INT32 => SizeRule::Fixed(4),
+        BOOLEAN => SizeRule::Fixed(1),
+        OBJECT_ID => SizeRule::Fixed(12),
+        DECIMAL128 => SizeRule::Fixed(16),
+        NULL | UNDEFINED | MIN_KEY | MAX_KEY => SizeRule::Fixed(0),
+        STRING | CODE | SYMBOL => SizeRule::Prefixed(4),
+        DOCUMENT | ARRAY | CODE_WITH_SCOPE => SizeRule::Prefixed(0),
+        BINARY => SizeRule::Prefixed(5),
+        DB_POINTER => SizeRule::Prefixed(4 + 12),
+        _ => SizeRule::Other,
+    }
+}
+
 /// The size of a value of type `kind` that starts at `at` of `bytes`.
 fn value_len(kind: u8, bytes: &[u8], at: usize) -> Result<usize, BadBson> {
-    let length = |extra: usize| -> Result<usize, BadBson> {
-        let n = read_i32(bytes, at)?;
-        usize::try_from(n)
-            .map(|n| n + extra)
-            .map_err(|_| bad("a negative length"))
-    };
-    Ok(match kind {
-        DOUBLE | DATETIME | TIMESTAMP | INT64 => 8,
-        INT32 => 4,
-        BOOLEAN => 1,
-        OBJECT_ID => 12,
-        DECIMAL128 => 16,
-        NULL | UNDEFINED | MIN_KEY | MAX_KEY => 0,
-        STRING | CODE | SYMBOL => length(4)?,
-        DOCUMENT | ARRAY | CODE_WITH_SCOPE => length(0)?,
-        BINARY => length(5)?,
-        DB_POINTER => length(4 + 12)?,
-        REGEX => {
+    Ok(match size_rule(kind) {
+        SizeRule::Fixed(len) => len,
+        SizeRule::Prefixed(extra) => {
+            let n = read_i32(bytes, at)?;
+            usize::try_from(n)
+                .map(|n| n + extra)
+                .map_err(|_| bad("a negative length"))?
+        }
+        SizeRule::Other if kind == REGEX => {
             let (_, after_pattern) = cstring(bytes, at)?;
             let (_, after_options) = cstring(bytes, after_pattern)?;
             after_options - at
         }
-        other => return Err(bad(format!("invalid element type 0x{other:02x}"))),
+        SizeRule::Other => return Err(bad(format!("invalid element type 0x{kind:02x}"))),
     })
 }
 
@@ -236,14 +255,9 @@ impl<'a> Iterator for Elements<'a> {
             }
         };
         let value_at = at + 1 + key_len + 1;
-        let len = match kind {
-            DOUBLE | DATETIME | TIMESTAMP | INT64 => 8,
-            INT32 => 4,
-            BOOLEAN => 1,
-            OBJECT_ID => 12,
-            DECIMAL128 => 16,
-            NULL | UNDEFINED | MIN_KEY | MAX_KEY => 0,
-            STRING | CODE | SYMBOL | DOCUMENT | ARRAY | CODE_WITH_SCOPE | BINARY | DB_POINTER => {
+        let len = match size_rule(kind) {
+            SizeRule::Fixed(len) => len,
+            SizeRule::Prefixed(extra) => {
                 let Some(prefix) = doc[..end].get(value_at..value_at + 4) else {
                     return self.next_slow();
                 };
@@ -251,15 +265,9 @@ impl<'a> Iterator for Elements<'a> {
                 if n < 0 {
                     return self.next_slow();
                 }
-                n as usize
-                    + match kind {
-                        STRING | CODE | SYMBOL => 4,
-                        BINARY => 5,
-                        DB_POINTER => 4 + 12,
-                        _ => 0,
-                    }
+                n as usize + extra
             }
-            _ => return self.next_slow(),
+            SizeRule::Other => return self.next_slow(),
         };
         let value_end = value_at + len;
         if value_end > end {
