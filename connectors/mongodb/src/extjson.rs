@@ -162,13 +162,16 @@ pub fn write_element(
             out.push_str("\"}");
         }
         rawbson::OBJECT_ID => {
+            // Laid out in a stack buffer and appended at once (one capacity check, not 24).
             const HEX: &[u8; 16] = b"0123456789abcdef";
-            out.push_str("{\"$oid\": \"");
-            for b in value {
-                out.push(char::from(HEX[usize::from(b >> 4)]));
-                out.push(char::from(HEX[usize::from(b & 0x0f)]));
+            const PREFIX: usize = "{\"$oid\": \"".len();
+            let mut text = *b"{\"$oid\": \"000000000000000000000000\"}";
+            for (k, b) in value.iter().take(12).enumerate() {
+                text[PREFIX + 2 * k] = HEX[usize::from(b >> 4)];
+                text[PREFIX + 2 * k + 1] = HEX[usize::from(b & 0x0f)];
             }
-            out.push_str("\"}");
+            // The text is ASCII: the template's characters and hex digits.
+            out.push_str(std::str::from_utf8(&text).unwrap_or_default());
         }
         rawbson::DATETIME if !dialect.relaxed() => {
             out.push_str("{\"$date\": ");
