@@ -10,6 +10,7 @@
 //!
 //! Invariant: every function here is pure and works in UTC, the only zone these transforms use.
 
+pub use headwater_api::civil::civil_from_days;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 const MS_PER_DAY: i64 = 86_400_000;
@@ -50,20 +51,6 @@ pub fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let doy = (153 * mp + 2) / 5;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     era * 146_097 + doe - 719_468 + (day - 1)
-}
-
-/// `(year, month 1..=12, day 1..=31)` of days since 1970-01-01.
-pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
 
 /// The broken-down UTC fields of an epoch-millisecond instant.

@@ -15,6 +15,7 @@
 //! an integer that does not fit its column, or a value that does not match its schema, is an
 //! error naming the column, never a wrapped or guessed value.
 
+use headwater_api::civil::days_from_civil;
 use headwater_api::logical::{debezium, decimal};
 use headwater_api::{ConnectError, Schema, SchemaType, Value};
 
@@ -372,17 +373,6 @@ fn two_digits(b: &[u8], at: usize) -> Option<u32> {
     } else {
         None
     }
-}
-
-/// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` by hand, the form Debezium's

@@ -23,6 +23,7 @@ use base64::Engine as _;
 use mongodb::bson::{Bson, Document, RawBsonRef, RawDocument, RawDocumentBuf};
 
 use crate::rawbson;
+use headwater_api::civil::civil_from_days;
 use headwater_api::scan;
 
 /// Which of the Java writer's settings to reproduce.
@@ -547,20 +548,6 @@ fn iso_instant(ms: i64) -> String {
     }
     s.push('Z');
     s
-}
-
-/// (year, month, day) of a day count from 1970-01-01 (proleptic Gregorian).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400;
-    (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 /// Whether the Java writer prints `c` (a UTF-16 code unit's character) as is.

@@ -13,31 +13,7 @@ pub const POSITIVE_INFINITY_MILLIS: i64 = 9_223_372_036_825_200_000;
 /// What pgjdbc reports for `-infinity` timestamps (`PGStatement.DATE_NEGATIVE_INFINITY`).
 pub const NEGATIVE_INFINITY_MILLIS: i64 = -9_223_372_036_832_400_000;
 
-/// (year, month 1-12, day 1-31) of a day number counted from 1970-01-01 (H. Hinnant's
-/// `civil_from_days`).
-pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-/// Day number (from 1970-01-01) of a civil date.
-pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
+pub use headwater_api::civil::{civil_from_days, days_from_civil};
 
 use headwater_connector_common::text::push_digits;
 

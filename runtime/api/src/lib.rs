@@ -13,6 +13,7 @@
 //!
 //! This crate depends on no other Headwater crate; plugins depend on it only.
 
+pub mod civil;
 pub mod config;
 pub mod error;
 pub mod java;
