@@ -43,12 +43,14 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// bindings name no constant for it).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// Memory freed by one thread and no longer used is returned to the OS after this many
-/// milliseconds (mimalloc 3's default is 1000). Change events are allocated on reader threads
-/// and freed on the task's thread, so freed pages pile up between purges: at 100 ms the
-/// MySQL benchmark's peak RSS fell from 87-112 MB to ~70 MB at the same CPU per event
-/// (docs/benchmarks.md). `MIMALLOC_PURGE_DELAY` in the environment still wins.
-const PURGE_DELAY_MS: std::ffi::c_long = 100;
+/// Memory freed and no longer used is returned to the OS after this many milliseconds
+/// (mimalloc 3's default, set here so a future default cannot change it unseen). At 100 ms
+/// the MongoDB connector's ~240 KB reply buffers were returned and faulted in again at every
+/// change-stream batch (~1 µs of system time per event); since rows stopped piling up between
+/// purges, the MySQL and PostgreSQL benchmarks peak at 47 and 39 MB with 1,000 ms
+/// (docs/benchmarks.md, thirteenth session). `MIMALLOC_PURGE_DELAY` in the environment still
+/// wins.
+const PURGE_DELAY_MS: std::ffi::c_long = 1000;
 
 fn main() -> ExitCode {
     // No transparent huge pages for this process: mimalloc asks for them on its arenas, and
