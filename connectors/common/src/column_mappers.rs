@@ -17,8 +17,14 @@
 //! `ObjectOutputStream` writes it; v2: its UTF-8 bytes), cut to the column's declared length
 //! when it has one.
 //!
-//! `column.propagate.source.type` and `datatype.propagate.source.type` with a value are
-//! refused by [`validate`] (not built), so no key is ever silently ignored.
+//! `column.propagate.source.type` (regexes for qualified column names) and
+//! `datatype.propagate.source.type` (regexes for `<table>.<type name>`, the type name as the
+//! connector reports it, e.g. `public.orders.varchar`) add Debezium's
+//! `__debezium.source.column.type` (the type name upper-cased), `.length`, `.scale` (each when
+//! the column has one) and `.name` (the column's own name) parameters to the matched column's
+//! field in the value schema; values are unchanged. Debezium tries them after truncation and
+//! masks and before hashes, and here too the first matching rule is the column's only mapper.
+//! A connector that cannot report the type facts refuses the two keys itself.
 //!
 //! Invariant: [`ColumnMappers::parse`] accepts exactly what [`validate`] accepts.
 
@@ -92,6 +98,32 @@ pub enum ColumnMapper {
         salt: Arc<[u8]>,
         v2: bool,
     },
+    /// The values are kept; the field schema gets the source type parameters.
+    PropagateSourceType,
+}
+
+/// What a column rule is matched against: the qualified column name, or `<table>.<type name>`
+/// (`datatype.propagate.source.type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Matched {
+    ColumnName,
+    DataType,
+}
+
+/// What the rules need to know of one column.
+#[derive(Clone, Copy, Debug)]
+pub struct ColumnFacts<'a> {
+    /// The table's qualified name: `schema.table` or `database.table`.
+    pub table: &'a str,
+    pub column: &'a str,
+    pub kind: ColumnKind,
+    /// The declared length in characters (`varchar(n)`), for truncation and hashes.
+    pub length: Option<usize>,
+    /// The type as Debezium's `Column.typeName()` has it for this source (`int4`, `serial`,
+    /// `VARCHAR`), and its `length()` and `scale()` when set.
+    pub type_name: &'a str,
+    pub type_length: Option<i64>,
+    pub type_scale: Option<i64>,
 }
 
 /// The kind of column a mapper is asked about.
@@ -113,16 +145,16 @@ pub struct MappedColumn {
     /// Whether the mapper changes this column's values (a mask or hash matching a column that
     /// is not character data only marks its schema).
     pub maps_values: bool,
+    /// The parameters the mapper adds to the column's field in the value schema, in order.
+    parameters: Vec<(&'static str, String)>,
 }
 
 impl MappedColumn {
-    /// The schema parameter Debezium adds to the column's field in the value schema:
-    /// `truncateLength` for a truncated column, `masked` for a masked or hashed one.
-    pub fn schema_parameter(&self) -> Option<(&'static str, String)> {
-        match self.mapper {
-            ColumnMapper::Truncate(n) => Some(("truncateLength", n.to_string())),
-            ColumnMapper::Mask(_) | ColumnMapper::Hash { .. } => Some(("masked", "true".into())),
-        }
+    /// The schema parameters Debezium adds to the column's field in the value schema, in
+    /// order: `truncateLength` for a truncated column, `masked` for a masked or hashed one,
+    /// the `__debezium.source.column.*` ones for a propagated type.
+    pub fn schema_parameters(&self) -> &[(&'static str, String)] {
+        &self.parameters
     }
 
     /// Maps a text value (`None` is null); a column whose values the mapper keeps keeps them.
@@ -133,6 +165,7 @@ impl MappedColumn {
         match &self.mapper {
             ColumnMapper::Truncate(n) => value.map(|s| truncate_utf16(s, *n).to_owned()),
             ColumnMapper::Mask(mask) => Some(mask.to_string()),
+            ColumnMapper::PropagateSourceType => value.map(str::to_owned),
             ColumnMapper::Hash {
                 algorithm,
                 salt,
@@ -232,7 +265,7 @@ fn java_serialized_string(s: &str) -> Vec<u8> {
 /// The connector's column mapping rules, in the order they are tried.
 #[derive(Clone, Debug, Default)]
 pub struct ColumnMappers {
-    rules: Vec<(PatternList, ColumnMapper)>,
+    rules: Vec<(PatternList, Matched, ColumnMapper)>,
 }
 
 const TRUNCATE: (&str, &str) = ("column.truncate.to.", ".chars");
@@ -240,7 +273,8 @@ const MASK: (&str, &str) = ("column.mask.with.", ".chars");
 const HASH_V2: &str = "column.mask.hash.v2.";
 const HASH: &str = "column.mask.hash.";
 const SALT: &str = ".with.salt.";
-const NOT_BUILT: [&str; 2] = [
+/// The keys of the type-propagating rules.
+pub const PROPAGATE_KEYS: [&str; 2] = [
     "column.propagate.source.type",
     "datatype.propagate.source.type",
 ];
@@ -283,13 +317,11 @@ fn parse_key(key: &str, value: &str) -> Option<Result<(PatternList, ColumnMapper
                 "{key} must be {HASH}[v2.]<algorithm>{SALT}<salt>"
             )),
         }
-    } else if NOT_BUILT.contains(&key) {
+    } else if PROPAGATE_KEYS.contains(&key) {
         if value.trim().is_empty() {
             return None;
         }
-        Err(format!(
-            "{key} is not supported yet: the __debezium.source.column.* schema parameters are not written; remove the key"
-        ))
+        Ok(ColumnMapper::PropagateSourceType)
     } else if key.starts_with("column.mask.") || key.starts_with("column.truncate.") {
         Err(format!(
             "{key} is not a column mapper Debezium defines (column.truncate.to.<n>.chars, column.mask.with.<n>.chars, column.mask.hash[.v2].<algorithm>.with.salt.<salt>)"
@@ -303,16 +335,21 @@ fn parse_key(key: &str, value: &str) -> Option<Result<(PatternList, ColumnMapper
     }))
 }
 
-/// Debezium's order of mapper kinds; keys of one kind are taken by name.
+/// Debezium's order of mapper kinds (`ColumnMappers.create`: truncate, mask, propagate by
+/// column, propagate by data type, hash, hash v2); keys of one kind are taken by name.
 fn kind_rank(key: &str) -> usize {
     if key.starts_with(TRUNCATE.0) {
         0
     } else if key.starts_with(MASK.0) {
         1
-    } else if key.starts_with(HASH_V2) {
-        3
-    } else {
+    } else if key == PROPAGATE_KEYS[0] {
         2
+    } else if key == PROPAGATE_KEYS[1] {
+        3
+    } else if key.starts_with(HASH_V2) {
+        5
+    } else {
+        4
     }
 }
 
@@ -337,7 +374,17 @@ impl ColumnMappers {
             .collect();
         keyed.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
         ColumnMappers {
-            rules: keyed.into_iter().map(|(_, _, r)| r).collect(),
+            rules: keyed
+                .into_iter()
+                .map(|(_, key, (list, mapper))| {
+                    let matched = if key == PROPAGATE_KEYS[1] {
+                        Matched::DataType
+                    } else {
+                        Matched::ColumnName
+                    };
+                    (list, matched, mapper)
+                })
+                .collect(),
         }
     }
 
@@ -345,27 +392,50 @@ impl ColumnMappers {
         self.rules.is_empty()
     }
 
-    /// The mapper of the column `qualified` (`schema.table.column`) of `kind` with declared
-    /// `length`, if a rule matches it (see [`MappedColumn::maps_values`]). Truncation where
-    /// the declared length cannot exceed the limit is no mapper at all (Debezium's rule).
-    pub fn for_column(
-        &self,
-        qualified: &str,
-        kind: ColumnKind,
-        length: Option<usize>,
-    ) -> Option<MappedColumn> {
-        let (_, mapper) = self.rules.iter().find(|(p, _)| p.matches(qualified))?;
+    /// The mapper of a column, if a rule matches it (see [`MappedColumn::maps_values`]).
+    /// Truncation where the declared length cannot exceed the limit is no mapper at all
+    /// (Debezium's rule).
+    pub fn for_column(&self, facts: &ColumnFacts<'_>) -> Option<MappedColumn> {
+        let qualified_column = format!("{}.{}", facts.table, facts.column);
+        let mut qualified_type = None;
+        let (_, _, mapper) = self.rules.iter().find(|(p, matched, _)| match matched {
+            Matched::ColumnName => p.matches(&qualified_column),
+            Matched::DataType => p.matches(
+                qualified_type
+                    .get_or_insert_with(|| format!("{}.{}", facts.table, facts.type_name)),
+            ),
+        })?;
         let maps_values = match mapper {
-            ColumnMapper::Truncate(n) => length.is_none_or(|l| l > *n),
-            ColumnMapper::Mask(_) | ColumnMapper::Hash { .. } => kind == ColumnKind::Characters,
+            ColumnMapper::Truncate(n) => facts.length.is_none_or(|l| l > *n),
+            ColumnMapper::Mask(_) | ColumnMapper::Hash { .. } => {
+                facts.kind == ColumnKind::Characters
+            }
+            ColumnMapper::PropagateSourceType => false,
         };
-        if !maps_values && matches!(mapper, ColumnMapper::Truncate(_)) {
-            return None;
-        }
+        let parameters = match mapper {
+            ColumnMapper::Truncate(_) if !maps_values => return None,
+            ColumnMapper::Truncate(n) => vec![("truncateLength", n.to_string())],
+            ColumnMapper::Mask(_) | ColumnMapper::Hash { .. } => vec![("masked", "true".into())],
+            ColumnMapper::PropagateSourceType => {
+                let mut p = vec![(
+                    "__debezium.source.column.type",
+                    facts.type_name.to_uppercase(),
+                )];
+                if let Some(length) = facts.type_length {
+                    p.push(("__debezium.source.column.length", length.to_string()));
+                }
+                if let Some(scale) = facts.type_scale {
+                    p.push(("__debezium.source.column.scale", scale.to_string()));
+                }
+                p.push(("__debezium.source.column.name", facts.column.to_owned()));
+                p
+            }
+        };
         Some(MappedColumn {
             mapper: mapper.clone(),
-            length,
+            length: facts.length,
             maps_values,
+            parameters,
         })
     }
 }
@@ -373,6 +443,21 @@ impl ColumnMappers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A column named by `qualified` (`table.column`, the table being everything before the
+    /// last dot) of type `text`.
+    fn facts(qualified: &str, kind: ColumnKind, length: Option<usize>) -> ColumnFacts<'_> {
+        let (table, column) = qualified.rsplit_once('.').unwrap();
+        ColumnFacts {
+            table,
+            column,
+            kind,
+            length,
+            type_name: "text",
+            type_length: Some(i64::from(i32::MAX)),
+            type_scale: Some(0),
+        }
+    }
 
     fn props(kv: &[(&str, &str)]) -> Properties {
         kv.iter()
@@ -395,7 +480,11 @@ mod tests {
             ("table.include.list", "public.users"),
         ]));
         let email = m
-            .for_column("PUBLIC.users.email", ColumnKind::Characters, Some(255))
+            .for_column(&facts(
+                "PUBLIC.users.email",
+                ColumnKind::Characters,
+                Some(255),
+            ))
             .unwrap();
         assert_eq!(email.mapper, ColumnMapper::Mask(Arc::from("*****")));
         assert_eq!(
@@ -404,41 +493,41 @@ mod tests {
             "null is masked too"
         );
         let name = m
-            .for_column("public.users.name", ColumnKind::Characters, None)
+            .for_column(&facts("public.users.name", ColumnKind::Characters, None))
             .unwrap();
         assert_eq!(name.map_text(Some("Zoë Example")).as_deref(), Some("Zoë"));
         assert_eq!(name.map_text(None), None);
         assert_eq!(
-            name.schema_parameter(),
-            Some(("truncateLength", "3".into()))
+            name.schema_parameters(),
+            [("truncateLength", "3".to_owned())]
         );
         let photo = m
-            .for_column("public.users.photo", ColumnKind::Bytes, None)
+            .for_column(&facts("public.users.photo", ColumnKind::Bytes, None))
             .unwrap();
         assert_eq!(photo.map_bytes(b"abcdef"), b"abc");
         assert!(
-            m.for_column("public.users.name", ColumnKind::Characters, Some(2))
+            m.for_column(&facts("public.users.name", ColumnKind::Characters, Some(2)))
                 .is_none(),
             "a column declared no longer than the limit is left alone"
         );
         let masked_number = m
-            .for_column("public.users.ssn", ColumnKind::Other, None)
+            .for_column(&facts("public.users.ssn", ColumnKind::Other, None))
             .unwrap();
         assert_eq!(masked_number.map_text(Some("7")).as_deref(), Some("7"));
         assert_eq!(
-            masked_number.schema_parameter(),
-            Some(("masked", "true".into())),
+            masked_number.schema_parameters(),
+            [("masked", "true".to_owned())],
             "a mask marks any matched column"
         );
         let truncated_json = m
-            .for_column("public.users.name", ColumnKind::Other, None)
+            .for_column(&facts("public.users.name", ColumnKind::Other, None))
             .unwrap();
         assert_eq!(
             truncated_json.map_text(Some("{\"a\": 1}")).as_deref(),
             Some("{\"a")
         );
         assert!(m
-            .for_column("public.users.id", ColumnKind::Characters, None)
+            .for_column(&facts("public.users.id", ColumnKind::Characters, None))
             .is_none());
     }
 
@@ -449,10 +538,10 @@ mod tests {
             ("column.mask.hash.v2.SHA-256.with.salt.salt", "s.t.v2"),
         ]));
         let v1 = m
-            .for_column("s.t.v1", ColumnKind::Characters, None)
+            .for_column(&facts("s.t.v1", ColumnKind::Characters, None))
             .unwrap();
         let v2 = m
-            .for_column("s.t.v2", ColumnKind::Characters, Some(10))
+            .for_column(&facts("s.t.v2", ColumnKind::Characters, Some(10)))
             .unwrap();
         // v1 hashes Java's serialised String: AC ED 00 05 74 00 03 'abc'.
         let mut java = vec![0xAC, 0xED, 0x00, 0x05, 0x74, 0x00, 0x03];
@@ -496,13 +585,87 @@ mod tests {
         assert!(errs["column.mask.hash.SHA3-256.with.salt.x"][0].contains("not supported"));
         assert!(errs["column.mask.with.x.chars"][0].contains("whole number"));
         assert!(errs["column.truncate.to.5.chars"][0].contains("a.b.("));
-        assert!(errs["column.propagate.source.type"][0].contains("not supported yet"));
+        assert!(
+            !errs.contains_key("column.propagate.source.type"),
+            "built: a list of column patterns"
+        );
         assert!(errs["column.mask.hash.SHA-256"][0].contains("with.salt"));
         assert!(!errs.contains_key("column.mask.hash.MD5.with.salt.s"));
         assert!(
             !errs.contains_key("datatype.propagate.source.type"),
             "an empty value is a no-op"
         );
-        assert_eq!(ColumnMappers::parse(&p).rules.len(), 1);
+        assert_eq!(ColumnMappers::parse(&p).rules.len(), 2);
+    }
+
+    #[test]
+    fn propagated_types_come_between_masks_and_hashes() {
+        let m = ColumnMappers::parse(&props(&[
+            (
+                "column.mask.hash.SHA-256.with.salt.s",
+                "public.t.(note|code)",
+            ),
+            (
+                "column.propagate.source.type",
+                "public.t.(code|amount|name)",
+            ),
+            ("datatype.propagate.source.type", ".+\\.SERIAL"),
+            ("column.truncate.to.2.chars", "public.t.name"),
+        ]));
+        let amount = m
+            .for_column(&ColumnFacts {
+                table: "public.t",
+                column: "amount",
+                kind: ColumnKind::Other,
+                length: None,
+                type_name: "numeric",
+                type_length: Some(12),
+                type_scale: Some(2),
+            })
+            .unwrap();
+        assert!(!amount.maps_values);
+        assert_eq!(amount.map_text(Some("1.50")).as_deref(), Some("1.50"));
+        let expected: Vec<(&str, String)> = vec![
+            ("__debezium.source.column.type", "NUMERIC".into()),
+            ("__debezium.source.column.length", "12".into()),
+            ("__debezium.source.column.scale", "2".into()),
+            ("__debezium.source.column.name", "amount".into()),
+        ];
+        assert_eq!(amount.schema_parameters(), expected.as_slice());
+        // Propagation is tried before hashes: `code` keeps its value.
+        let code = m
+            .for_column(&facts("public.t.code", ColumnKind::Characters, Some(8)))
+            .unwrap();
+        assert_eq!(code.mapper, ColumnMapper::PropagateSourceType);
+        assert_eq!(code.map_text(Some("abc")).as_deref(), Some("abc"));
+        let note = m
+            .for_column(&facts("public.t.note", ColumnKind::Characters, None))
+            .unwrap();
+        assert!(matches!(note.mapper, ColumnMapper::Hash { .. }));
+        // Truncation comes first: `name` is only truncated.
+        let name = m
+            .for_column(&facts("public.t.name", ColumnKind::Characters, None))
+            .unwrap();
+        assert_eq!(name.mapper, ColumnMapper::Truncate(2));
+        // By data type: `<table>.<type name>`, case-insensitive; no length or scale unset.
+        let id = m
+            .for_column(&ColumnFacts {
+                table: "public.t",
+                column: "id",
+                kind: ColumnKind::Other,
+                length: None,
+                type_name: "serial",
+                type_length: None,
+                type_scale: None,
+            })
+            .unwrap();
+        let expected: Vec<(&str, String)> = vec![
+            ("__debezium.source.column.type", "SERIAL".into()),
+            ("__debezium.source.column.name", "id".into()),
+        ];
+        assert_eq!(id.schema_parameters(), expected.as_slice());
+        assert!(m
+            .for_column(&facts("public.t.other", ColumnKind::Characters, None))
+            .is_none());
     }
 }

@@ -13,7 +13,9 @@ use headwater_api::{OffsetMap, Schema, SchemaBuilder, SchemaRef, SourceRecord, S
 
 use crate::config::Flavor;
 use crate::types::{self, ColumnSpec, MappingConfig, MyType, Origin, TypeError};
-use headwater_connector_common::column_mappers::{ColumnKind, ColumnMappers, MappedColumn};
+use headwater_connector_common::column_mappers::{
+    ColumnFacts, ColumnKind, ColumnMappers, MappedColumn,
+};
 use headwater_connector_common::name_adjust::NameAdjustments;
 
 /// `db.table`.
@@ -147,6 +149,7 @@ impl TableSchema {
         let mut field_schemas = Vec::new();
         let mut column_names = Vec::new();
         let mut mapped = Vec::new();
+        let table_name = id.to_string();
         for c in &columns {
             if !included(&c.name) {
                 fields.push(None);
@@ -173,13 +176,26 @@ impl TableSchema {
                     MyType::Set(options) => Some((2 * options.len()).saturating_sub(1)),
                     _ => c.length,
                 };
-                mappers.for_column(&format!("{id}.{}", c.name), kind, length)
+                // (The type facts only serve the propagating rules, which validation
+                // refuses for this connector.)
+                mappers.for_column(&ColumnFacts {
+                    table: &table_name,
+                    column: &c.name,
+                    kind,
+                    length,
+                    type_name: "",
+                    type_length: None,
+                    type_scale: None,
+                })
             };
             let schema = b.clone().build_ref();
             // Keys keep the plain field schema; the row's gets the mapper's parameter.
-            let row_field = match mapper.as_ref().and_then(MappedColumn::schema_parameter) {
-                Some((k, v)) => b.parameter(k, v).build_ref(),
-                None => schema.clone(),
+            let row_field = match mapper.as_ref().map(MappedColumn::schema_parameters) {
+                Some(parameters) if !parameters.is_empty() => parameters
+                    .iter()
+                    .fold(b, |b, (k, v)| b.parameter(*k, v.as_str()))
+                    .build_ref(),
+                _ => schema.clone(),
             };
             mapped.push(mapper);
             row = row

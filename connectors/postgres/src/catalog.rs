@@ -96,11 +96,11 @@ impl TypeRegistry {
                         }
                     };
                     let qualified = if nsp == "pg_catalog" {
-                        name
+                        name.clone()
                     } else {
                         format!("{nsp}.{name}")
                     };
-                    TypeInfo::new(oid, qualified, kind)
+                    TypeInfo::named(oid, qualified, name, kind)
                 }
             };
             self.cache.insert(oid, info.clone());
@@ -118,6 +118,8 @@ pub struct ColumnMeta {
     /// The default, evaluated into the column type's binary format.
     pub default_raw: Option<Vec<u8>>,
     pub generated: bool,
+    /// The default calls `nextval(` (a serial column to the JDBC driver).
+    pub serial: bool,
 }
 
 /// A table as the catalog describes it.
@@ -222,6 +224,9 @@ pub async fn load_table(
         let info = types.resolve(client, type_oid).await?;
         let ct = ColumnType { info, typmod };
         let generated = !generated.is_empty();
+        let serial = default_expr
+            .as_deref()
+            .is_some_and(|e| e.contains("nextval("));
         let default_raw = match default_expr {
             Some(expr) if !generated => {
                 if is_constant_default(&expr) {
@@ -247,6 +252,7 @@ pub async fn load_table(
             not_null,
             default_raw,
             generated,
+            serial,
         });
     }
     let pk_rows = client

@@ -17,7 +17,9 @@ use headwater_api::{
 };
 
 use crate::types::{self, decode_binary, ColumnType, MappingConfig, PgType, TypeError};
-use headwater_connector_common::column_mappers::{ColumnKind, ColumnMappers, MappedColumn};
+use headwater_connector_common::column_mappers::{
+    ColumnFacts, ColumnKind, ColumnMappers, MappedColumn,
+};
 use headwater_connector_common::name_adjust::NameAdjustments;
 
 /// What a column mapper needs to know of a column's type: character data (text, varchar,
@@ -59,6 +61,8 @@ pub struct ColumnDef {
     pub ct: ColumnType,
     pub optional: bool,
     pub default_raw: Option<Vec<u8>>,
+    /// The default calls `nextval(` (the JDBC driver's `serial` types).
+    pub serial: bool,
 }
 
 /// A captured column in a built table schema.
@@ -179,6 +183,7 @@ impl TableSchema {
             detail,
         };
         let mut columns = Vec::with_capacity(defs.len());
+        let table_name = id.to_string();
         let mut row = SchemaBuilder::struct_()
             .name(names.schema.schema_name(&format!("{topic}.Value")))
             .optional();
@@ -207,19 +212,29 @@ impl TableSchema {
                 None
             } else {
                 let (kind, length) = mapper_kind(&def.ct);
-                mappers.for_column(&format!("{id}.{}", def.name), kind, length)
+                let source_type = crate::source_type::describe(&def.ct, def.serial);
+                mappers.for_column(&ColumnFacts {
+                    table: &table_name,
+                    column: &def.name,
+                    kind,
+                    length,
+                    type_name: &source_type.name,
+                    type_length: source_type.length,
+                    type_scale: source_type.scale,
+                })
             };
             let schema = match builder.clone().try_build() {
                 Ok(s) => Arc::new(s),
                 Err(_) => plain,
             };
-            let row_field = match mapped.as_ref().and_then(MappedColumn::schema_parameter) {
-                Some((k, v)) => builder
-                    .parameter(k, v)
+            let row_field = match mapped.as_ref().map(MappedColumn::schema_parameters) {
+                Some(parameters) if !parameters.is_empty() => parameters
+                    .iter()
+                    .fold(builder, |b, (k, v)| b.parameter(*k, v.as_str()))
                     .try_build()
                     .map(Arc::new)
                     .unwrap_or_else(|_| schema.clone()),
-                None => schema.clone(),
+                _ => schema.clone(),
             };
             row = row
                 .try_field(names.field.field_name(&def.name), row_field)
@@ -350,6 +365,8 @@ impl TableSchema {
                 // A value taken from elsewhere (an earlier image) is checked; decoded ones are
                 // built for this column's schema.
                 RawColumn::Given(v) => {
+                    // (An earlier image's struct value carries the row field's schema.)
+                    let v = relabelled(v, &col.schema);
                     if !v.is_null() {
                         headwater_api::value::validate_value(&col.schema, &v).map_err(|e| {
                             EventError::Schema {
@@ -366,6 +383,11 @@ impl TableSchema {
             } else {
                 v
             };
+            let v = if self.has_mappers {
+                relabelled(v, self.row_schema.fields()[i].schema())
+            } else {
+                v
+            };
             values.push(v);
         }
         Ok(Struct::from_trusted_values(self.row_schema.clone(), values))
@@ -378,12 +400,24 @@ impl TableSchema {
         let values = self
             .key_fields
             .iter()
-            .map(|&ci| row.values()[ci].clone())
+            .map(|&ci| relabelled(row.values()[ci].clone(), &self.columns[ci].schema))
             .collect();
         Some(Value::Struct(Struct::from_trusted_values(
             schema.clone(),
             values,
         )))
+    }
+}
+
+/// `value` with `schema` if it is a struct (the one kind of value that carries its schema):
+/// a column mapper's parameters make a row field's schema differ from the column's plain one,
+/// which keys keep.
+fn relabelled(value: Value, schema: &SchemaRef) -> Value {
+    match value {
+        Value::Struct(s) if !Arc::ptr_eq(s.schema(), schema) => {
+            Value::Struct(Struct::from_trusted_values(schema.clone(), s.into_values()))
+        }
+        other => other,
     }
 }
 
@@ -612,6 +646,7 @@ mod tests {
             },
             optional,
             default_raw: None,
+            serial: false,
         }
     }
 

@@ -9,7 +9,8 @@
 //! - [`pgoutput`]: the logical replication message decoder;
 //! - [`types`], [`temporal`]: Debezium's type mapping and value conversion from the binary
 //!   wire format (used by both the snapshot and the stream);
-//! - [`catalog`]: table and type metadata from the system catalogs;
+//! - [`catalog`]: table and type metadata from the system catalogs; [`source_type`]: a
+//!   column's type as the JDBC driver describes it (for `column.propagate.source.type`);
 //! - [`event`]: Debezium's key/value/envelope schemas and records;
 //! - [`config`], [`filters`]: connector configuration (Debezium's keys and defaults);
 //! - [`task`], [`connector`]: the `SourceTask` / `SourceConnector` implementations.
@@ -28,6 +29,7 @@ pub mod lsn;
 pub mod pgoutput;
 pub mod replication;
 pub mod snapshot;
+pub mod source_type;
 pub mod streamed;
 pub mod task;
 pub mod temporal;

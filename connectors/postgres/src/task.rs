@@ -1417,6 +1417,7 @@ impl Inner {
                 ct: c.ct.clone(),
                 optional: !c.not_null,
                 default_raw: c.default_raw.clone(),
+                serial: c.serial,
             })
             .collect();
         let id = TableId {
@@ -3075,6 +3076,7 @@ impl Inner {
                 },
                 optional: cm.is_none_or(|m| !m.not_null),
                 default_raw: cm.and_then(|m| m.default_raw.clone()),
+                serial: cm.is_some_and(|m| m.serial),
             });
         }
         let pk = meta

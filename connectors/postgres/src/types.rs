@@ -66,15 +66,26 @@ pub enum PgType {
 #[derive(Clone, Debug, PartialEq)]
 pub struct TypeInfo {
     pub oid: u32,
+    /// `typname`, schema-qualified outside `pg_catalog` (`public.mood`).
     pub name: String,
+    /// `typname` alone.
+    pub typname: String,
     pub kind: PgType,
 }
 
 impl TypeInfo {
+    /// A type whose `typname` is `name` (a `pg_catalog` type).
     pub fn new(oid: u32, name: impl Into<String>, kind: PgType) -> Arc<TypeInfo> {
+        let name = name.into();
+        TypeInfo::named(oid, name.clone(), name, kind)
+    }
+
+    /// A type named `qualified`, whose `typname` is `typname`.
+    pub fn named(oid: u32, qualified: String, typname: String, kind: PgType) -> Arc<TypeInfo> {
         Arc::new(TypeInfo {
             oid,
-            name: name.into(),
+            name: qualified,
+            typname,
             kind,
         })
     }

@@ -1461,6 +1461,114 @@ async fn column_mappers_mask_hash_and_truncate_row_images_but_not_keys() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn propagated_source_types_are_field_parameters_in_snapshot_and_stream() {
+    let pg = PostgresServer::start().unwrap();
+    pg.create_database("types").await.unwrap();
+    let db = pg.connect("types").await.unwrap();
+    db.batch_execute(
+        "CREATE DOMAIN price AS numeric(8,2);
+         CREATE TYPE mood AS ENUM ('ok', 'sad');
+         CREATE TABLE items (id serial PRIMARY KEY, name varchar(40) NOT NULL,
+           amount numeric(12,3), bare numeric, cost price, tags int4[],
+           made timestamptz(3), feeling mood, note text, plain int8);
+         INSERT INTO items (name, amount, bare, cost, tags, made, feeling, note, plain)
+           VALUES ('a', 1.5, 2.25, 3.5, '{1,2}', '2024-01-02 03:04:05.678+00', 'ok', 'n', 7);",
+    )
+    .await
+    .unwrap();
+    let mut task = PostgresSourceTask::new();
+    task.start(
+        SourceTaskContext::default(),
+        task_props(
+            &pg,
+            "types",
+            &[
+                ("slot.name", "types_slot"),
+                ("table.include.list", "public.items"),
+                (
+                    "column.propagate.source.type",
+                    "public.items.(id|name|amount|bare|note)",
+                ),
+                (
+                    "datatype.propagate.source.type",
+                    ".+\\.(_int4|PRICE|mood|timestamptz)",
+                ),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    let snap = drain(&mut task, 1).await;
+    db.batch_execute("INSERT INTO items (name) VALUES ('b')")
+        .await
+        .unwrap();
+    let stream = drain(&mut task, 1).await;
+    task.stop().await;
+
+    let max = i32::MAX.to_string();
+    let expected: Vec<(&str, Vec<(&str, &str)>)> = vec![
+        ("id", vec![("SERIAL", "10"), ("", "0")]),
+        ("name", vec![("VARCHAR", "40"), ("", "0")]),
+        ("amount", vec![("NUMERIC", "12"), ("", "3")]),
+        ("bare", vec![("NUMERIC", "0")]),
+        ("cost", vec![("PRICE", "8"), ("", "2")]),
+        ("tags", vec![("_INT4", "10"), ("", "0")]),
+        ("made", vec![("TIMESTAMPTZ", "32"), ("", "3")]),
+        ("feeling", vec![("MOOD", &max), ("", "0")]),
+        ("note", vec![("TEXT", &max), ("", "0")]),
+    ];
+    for (phase, record) in [("snapshot", &snap[0]), ("stream", &stream[0])] {
+        let after = record
+            .value_schema
+            .as_ref()
+            .unwrap()
+            .field("after")
+            .unwrap()
+            .schema()
+            .clone();
+        for (column, facts) in &expected {
+            let params = after.field(column).unwrap().schema().parameters().unwrap();
+            let propagated: Vec<(&str, &str)> = params
+                .iter()
+                .filter(|(k, _)| k.starts_with("__debezium.source.column."))
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let (type_name, length) = facts[0];
+            let mut want = vec![
+                ("__debezium.source.column.type", type_name),
+                ("__debezium.source.column.length", length),
+            ];
+            if let Some((_, scale)) = facts.get(1) {
+                want.push(("__debezium.source.column.scale", scale));
+            }
+            want.push(("__debezium.source.column.name", column));
+            assert_eq!(propagated, want, "{phase}: {column}");
+            // Debezium's mapper parameters follow the converter's own.
+            assert!(
+                params
+                    .iter()
+                    .skip_while(|(k, _)| !k.starts_with("__debezium"))
+                    .all(|(k, _)| k.starts_with("__debezium")),
+                "{phase}: {column}: {params:?}"
+            );
+        }
+        let amount = after.field("amount").unwrap().schema();
+        assert_eq!(amount.parameter("scale"), Some("3"), "{phase}");
+        assert_eq!(
+            after.field("plain").unwrap().schema().parameters(),
+            None,
+            "{phase}: an unmatched column has none"
+        );
+        let key = record.key_schema.as_ref().unwrap();
+        assert_eq!(
+            key.field("id").unwrap().schema().parameters(),
+            None,
+            "{phase}: keys have none, as in Debezium"
+        );
+    }
+}
+
 #[test]
 fn column_mapper_keys_are_validated() {
     let props: Properties = [
@@ -1474,6 +1582,7 @@ fn column_mapper_keys_are_validated() {
         ("topic.prefix", "cdc"),
         ("column.mask.hash.SHA3-512.with.salt.x", "public.t.c"),
         ("column.propagate.source.type", "public.t.c"),
+        ("datatype.propagate.source.type", "public.t.(int4"),
     ]
     .iter()
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -1481,7 +1590,8 @@ fn column_mapper_keys_are_validated() {
     let v = headwater_connector_postgres::config::validate(&props);
     let errs = v.errors_by_field();
     assert!(errs["column.mask.hash.SHA3-512.with.salt.x"][0].contains("not supported"));
-    assert!(errs["column.propagate.source.type"][0].contains("not supported yet"));
+    assert!(!errs.contains_key("column.propagate.source.type"));
+    assert!(errs["datatype.propagate.source.type"][0].contains("public.t.(int4"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
