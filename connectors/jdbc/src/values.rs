@@ -13,8 +13,51 @@ use jiff::Timestamp;
 
 use crate::config::DatabaseKind;
 
+/// The largest `varchar`/`char` length each destination takes before the type becomes
+/// `text`/`longtext` (PostgreSQL's limit; MySQL's for four-byte characters in a row).
+const PG_MAX_CHARS: u64 = 10_485_760;
+const MYSQL_MAX_CHARS: u64 = 16_383;
+/// MySQL key columns are capped at this many characters (an index key's limit).
+const MYSQL_MAX_KEY_CHARS: u64 = 255;
+
+/// A string column's type from the source's `__debezium.source.column.type` and `.length`
+/// (what `column.propagate.source.type` adds), as Debezium's JDBC sink sizes them:
+/// `char(n)` for `CHAR`/`CHARACTER`/`BPCHAR`/`NCHAR` (n at least 1), `varchar(n)` for
+/// `VARCHAR`/`VARCHAR2`/`CHARACTER VARYING`/`NVARCHAR`/`NVARCHAR2` with a length; MySQL keys
+/// at most 255 characters. `None` (the usual types) without the parameters, for other source
+/// types, and for lengths the destination cannot declare.
+fn propagated_string_type(pg: bool, schema: &Schema, key: bool) -> Option<String> {
+    let source_type = schema
+        .parameter("__debezium.source.column.type")?
+        .to_ascii_uppercase();
+    let length = schema
+        .parameter("__debezium.source.column.length")
+        .and_then(|l| l.parse::<u64>().ok())
+        .unwrap_or(0);
+    let fixed = match source_type.as_str() {
+        "CHAR" | "CHARACTER" | "BPCHAR" | "NCHAR" => true,
+        "VARCHAR" | "VARCHAR2" | "CHARACTER VARYING" | "NVARCHAR" | "NVARCHAR2" => false,
+        _ => return None,
+    };
+    let mut length = if fixed { length.max(1) } else { length };
+    if length == 0 {
+        return None;
+    }
+    if !pg && key {
+        length = length.min(MYSQL_MAX_KEY_CHARS);
+    }
+    if length > if pg { PG_MAX_CHARS } else { MYSQL_MAX_CHARS } {
+        return None;
+    }
+    Some(format!(
+        "{}({length})",
+        if fixed { "char" } else { "varchar" }
+    ))
+}
+
 /// The SQL type of a column for `CREATE TABLE` / `ALTER TABLE ... ADD` (schema evolution).
-/// `key` asks for a type MySQL can index (bounded strings and bytes).
+/// `key` asks for a type MySQL can index (bounded strings and bytes). String columns sized at
+/// the source (`column.propagate.source.type`) keep their `char(n)`/`varchar(n)`.
 pub fn sql_type(db: DatabaseKind, schema: &Schema, key: bool) -> String {
     let pg = db == DatabaseKind::Postgres;
     let name = schema.name().unwrap_or("");
@@ -119,10 +162,11 @@ pub fn sql_type(db: DatabaseKind, schema: &Schema, key: bool) -> String {
             }
         }
         (SchemaType::Boolean, _) => "boolean".into(),
-        (SchemaType::String, _) => match (pg, key) {
-            (true, _) => "text".into(),
-            (false, true) => "varchar(255)".into(),
-            (false, false) => "longtext".into(),
+        (SchemaType::String, _) => match (propagated_string_type(pg, schema, key), pg, key) {
+            (Some(sized), _, _) => sized,
+            (None, true, _) => "text".into(),
+            (None, false, true) => "varchar(255)".into(),
+            (None, false, false) => "longtext".into(),
         },
         (SchemaType::Bytes, _) => match (pg, key) {
             (true, _) => "bytea".into(),
@@ -479,6 +523,32 @@ mod tests {
             .name(debezium::ZONED_TIMESTAMP)
             .build();
         assert_eq!(sql_type(pg, &zoned, false), "timestamptz");
+        let sized = |source_type: &str, length: &str| {
+            SchemaBuilder::string()
+                .parameter("__debezium.source.column.type", source_type)
+                .parameter("__debezium.source.column.length", length)
+                .parameter("__debezium.source.column.scale", "0")
+                .build()
+        };
+        assert_eq!(sql_type(pg, &sized("VARCHAR", "40"), false), "varchar(40)");
+        assert_eq!(sql_type(my, &sized("VARCHAR", "40"), true), "varchar(40)");
+        assert_eq!(
+            sql_type(my, &sized("VARCHAR", "1000"), true),
+            "varchar(255)"
+        );
+        assert_eq!(
+            sql_type(my, &sized("VARCHAR", "1000"), false),
+            "varchar(1000)"
+        );
+        assert_eq!(sql_type(pg, &sized("BPCHAR", "3"), false), "char(3)");
+        assert_eq!(sql_type(pg, &sized("BPCHAR", "0"), false), "char(1)");
+        assert_eq!(
+            sql_type(pg, &sized("VARCHAR", "2147483647"), false),
+            "text",
+            "a varchar without a length"
+        );
+        assert_eq!(sql_type(pg, &sized("TEXT", "2147483647"), false), "text");
+        assert_eq!(sql_type(my, &sized("INT4", "10"), false), "longtext");
         assert_eq!(
             sql_type(pg, &SchemaBuilder::array(Schema::int32()).build(), false),
             "integer[]"

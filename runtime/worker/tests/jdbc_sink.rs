@@ -96,7 +96,7 @@ fn postgres_to_postgres_and_mariadb_tables_end_equal_after_crashes() {
         "CREATE TABLE orders (id bigint PRIMARY KEY, customer_id int NOT NULL, amount numeric(12,2),
             status text NOT NULL, created_at timestamptz NOT NULL, shipped_on date, paid boolean NOT NULL,
             digest_bytes bytea, note text);
-         CREATE TABLE order_items (order_id bigint, line int, sku text NOT NULL, qty int NOT NULL,
+         CREATE TABLE order_items (order_id bigint, line int, sku varchar(24) NOT NULL, qty int NOT NULL,
             PRIMARY KEY (order_id, line));
          INSERT INTO orders
            SELECT g, g % 97, (g * 1.25)::numeric(12,2), 'new', timestamptz '2026-01-01 00:00:00+00' + g * interval '1 minute',
@@ -119,7 +119,8 @@ fn postgres_to_postgres_and_mariadb_tables_end_equal_after_crashes() {
             "database.hostname": "127.0.0.1", "database.port": pg.port().to_string(),
             "database.user": "postgres", "database.dbname": SOURCE_DB, "topic.prefix": "shop",
             "table.include.list": "public.orders,public.order_items", "slot.name": "shop_slot",
-            "plugin.name": "pgoutput"}}),
+            "plugin.name": "pgoutput",
+            "column.propagate.source.type": "public.order_items.sku"}}),
     );
     // The PostgreSQL sink names tables after source.table (so it reads the envelope's source
     // block); the MariaDB one after the topic (so it reads only op and after).
@@ -246,6 +247,24 @@ fn postgres_to_postgres_and_mariadb_tables_end_equal_after_crashes() {
         panic!("destinations differ from the source");
     }
     assert!(last.2 > 700, "rows compared: {}", last.2);
+
+    // The sinks sized the column the source propagated (column.propagate.source.type).
+    let pg_length: Option<i32> = rt
+        .block_on(dst.query_one(
+            "SELECT character_maximum_length FROM information_schema.columns
+              WHERE table_name = 'order_items' AND column_name = 'sku'",
+            &[],
+        ))
+        .unwrap()
+        .get(0);
+    assert_eq!(pg_length, Some(24));
+    let maria_type: Option<String> = rt
+        .block_on(mdb.query_first(
+            "SELECT column_type FROM information_schema.columns
+              WHERE table_schema = DATABASE() AND column_name = 'sku'",
+        ))
+        .unwrap();
+    assert_eq!(maria_type.as_deref(), Some("varchar(24)"));
 
     // The offsets tables say where each sink stands.
     let n: i64 = rt
