@@ -22,22 +22,17 @@ use headwater_connector_common::column_mappers::{
 };
 use headwater_connector_common::name_adjust::NameAdjustments;
 
-/// What a column mapper needs to know of a column's type: character data (text, varchar,
+/// What a column mapper needs to know of a column's kind: character data (text, varchar,
 /// bpchar, name, `"char"`, enums: JDBC's character types, which masks and hashes change),
-/// byte strings (bytea), or other (citext among them: an extension type, JDBC's OTHER); and
-/// its declared length (`varchar(n)`, `char(n)`, 1 for `"char"`, as pgjdbc reports them).
-fn mapper_kind(ct: &ColumnType) -> (ColumnKind, Option<usize>) {
-    let (info, typmod) = ct.resolved();
+/// byte strings (bytea), or other (citext among them: an extension type, JDBC's OTHER). Its
+/// length is the JDBC column size ([`crate::source_type`]), as Debezium's mappers see it.
+fn mapper_kind(ct: &ColumnType) -> ColumnKind {
+    let (info, _) = ct.resolved();
     match info.kind {
-        PgType::Text if info.name == "citext" => (ColumnKind::Other, None),
-        PgType::Text => (
-            ColumnKind::Characters,
-            (typmod >= 4).then(|| (typmod - 4) as usize),
-        ),
-        PgType::Char => (ColumnKind::Characters, Some(1)),
-        PgType::Enum(_) => (ColumnKind::Characters, None),
-        PgType::Bytea => (ColumnKind::Bytes, None),
-        _ => (ColumnKind::Other, None),
+        PgType::Text if info.name == "citext" => ColumnKind::Other,
+        PgType::Text | PgType::Char | PgType::Enum(_) => ColumnKind::Characters,
+        PgType::Bytea => ColumnKind::Bytes,
+        _ => ColumnKind::Other,
     }
 }
 
@@ -211,13 +206,12 @@ impl TableSchema {
             let mapped = if mappers.is_empty() {
                 None
             } else {
-                let (kind, length) = mapper_kind(&def.ct);
                 let source_type = crate::source_type::describe(&def.ct, def.serial);
                 mappers.for_column(&ColumnFacts {
                     table: &table_name,
                     column: &def.name,
-                    kind,
-                    length,
+                    kind: mapper_kind(&def.ct),
+                    length: source_type.length.and_then(|l| usize::try_from(l).ok()),
                     type_name: &source_type.name,
                     type_length: source_type.length,
                     type_scale: source_type.scale,
