@@ -384,8 +384,26 @@ struct Inner {
     /// The incremental snapshot's chunk read between watermarks (its records, keyed by their
     /// `_id` as the record keys write it), until the stream reaches the close watermark.
     window: Option<ChunkWindow>,
+    /// A chunk whose open watermark is written and not read yet: it is read once the stream
+    /// has passed that watermark, so that every change before the watermark is visible to the
+    /// read (a write the server orders before the watermark can become visible after it).
+    pending_chunk: Option<PendingChunk>,
+    /// The stream just passed the pending chunk's open watermark: the poll ends there so the
+    /// chunk is read before the changes after it are handled.
+    chunk_to_read: bool,
     /// Chunks read by this task (part of each chunk id).
     chunks_read: u64,
+}
+
+/// An incremental snapshot chunk between its two steps: the open watermark written, the
+/// documents not read yet.
+struct PendingChunk {
+    id: String,
+    table: TableRequest,
+    /// The chunk's query: `_id` above the last chunk's, up to the largest, and the condition.
+    filter: Document,
+    /// Whether the stream has passed the open watermark.
+    opened: bool,
 }
 
 /// A chunk of an incremental snapshot: (database, collection), and the chunk's records.
@@ -497,6 +515,8 @@ impl Inner {
             incremental: None,
             incremental_request: None,
             window: None,
+            pending_chunk: None,
+            chunk_to_read: false,
             chunks_read: 0,
             reopens: 0,
             reopen_pending: false,
@@ -1377,6 +1397,12 @@ impl Inner {
         position: Position,
         out: &mut Vec<SourceRecord>,
     ) {
+        if let IncrementalSignal::WindowOpen(id) = &signal {
+            if let Some(p) = self.pending_chunk.as_mut().filter(|p| &p.id == id) {
+                p.opened = true;
+                self.chunk_to_read = true;
+            }
+        }
         let closed = incremental::on_signal(
             signal,
             &mut self.window,
@@ -1417,6 +1443,7 @@ impl Inner {
     /// Reads the incremental snapshot's next chunk between two watermarks, unless one is held
     /// already, the snapshot is paused or there is none.
     async fn advance_incremental(&mut self) -> Result<(), ConnectError> {
+        self.chunk_to_read = false;
         loop {
             if self.window.is_some() {
                 return Ok(());
@@ -1425,7 +1452,19 @@ impl Inner {
             else {
                 return Ok(());
             };
-            let held = self.read_incremental_chunk(&table).await?;
+            // A pending chunk of a table the snapshot no longer copies first (stopped) is
+            // dropped; one whose open watermark the stream has not passed yet waits.
+            if let Some(p) = &self.pending_chunk {
+                if p.table != table {
+                    self.pending_chunk = None;
+                } else if !p.opened {
+                    return Ok(());
+                }
+            }
+            let held = match self.pending_chunk.take() {
+                Some(pending) => self.read_incremental_chunk(pending).await?,
+                None => self.open_incremental_chunk(&table).await?,
+            };
             if held {
                 return Ok(());
             }
@@ -1437,10 +1476,11 @@ impl Inner {
         }
     }
 
-    /// Reads the next chunk of a collection between an open and a close watermark document
-    /// into [`Inner::window`]; false when the collection has nothing left (or is skipped: a
-    /// query the server refuses is logged, not retried forever).
-    async fn read_incremental_chunk(&mut self, table: &TableRequest) -> Result<bool, ConnectError> {
+    /// Starts the next chunk of a collection: writes its open watermark document and keeps
+    /// the chunk's query in [`Inner::pending_chunk`] (read by [`Self::read_incremental_chunk`]
+    /// once the stream has passed the watermark); false when the collection has nothing left
+    /// (or is skipped: a query the server refuses is logged, not retried forever).
+    async fn open_incremental_chunk(&mut self, table: &TableRequest) -> Result<bool, ConnectError> {
         let name = table.name();
         let Some((signal_db, signal_coll)) = self.signal_ns.clone() else {
             tracing::error!("incremental snapshot abandoned: signal.data.collection is not set, so there is no collection to write its watermarks into");
@@ -1448,10 +1488,10 @@ impl Inner {
             self.progress.finish();
             return Ok(true);
         };
-        let Some((rules, schemas)) = self.namespace(&table.schema, &table.table) else {
+        if self.namespace(&table.schema, &table.table).is_none() {
             tracing::warn!(collection = %name, "incremental snapshot: the collection is no longer captured; skipped");
             return Ok(false);
-        };
+        }
         let condition = match table
             .condition
             .as_deref()
@@ -1537,12 +1577,7 @@ impl Inner {
             .client
             .database(&signal_db)
             .collection::<Document>(&signal_coll);
-        let watermark = |open: bool| {
-            let (id, kind, data) =
-                incremental::watermark_row(&chunk, open, &incremental::now_iso());
-            doc! {"_id": id, "type": kind, "data": data}
-        };
-        if let Err(e) = signals.insert_one(watermark(true)).await {
+        if let Err(e) = signals.insert_one(watermark_document(&chunk, true)).await {
             if matches!(
                 *e.kind,
                 mongodb::error::ErrorKind::Command(_) | mongodb::error::ErrorKind::Write(_)
@@ -1557,8 +1592,46 @@ impl Inner {
                 e,
             ));
         }
+        self.pending_chunk = Some(PendingChunk {
+            id: chunk,
+            table: table.clone(),
+            filter: doc! {"$and": parts},
+            opened: false,
+        });
+        Ok(true)
+    }
+
+    /// Reads a chunk whose open watermark the stream has passed into [`Inner::window`] (open)
+    /// and writes its close watermark; false when the collection has nothing left (or is
+    /// skipped, as in [`Self::open_incremental_chunk`]).
+    async fn read_incremental_chunk(
+        &mut self,
+        pending: PendingChunk,
+    ) -> Result<bool, ConnectError> {
+        let PendingChunk {
+            id: chunk,
+            table,
+            filter,
+            ..
+        } = pending;
+        let name = table.name();
+        let Some((signal_db, signal_coll)) = self.signal_ns.clone() else {
+            return Ok(false);
+        };
+        let Some((rules, schemas)) = self.namespace(&table.schema, &table.table) else {
+            tracing::warn!(collection = %name, "incremental snapshot: the collection is no longer captured; skipped");
+            return Ok(false);
+        };
+        let coll = self
+            .client
+            .database(&table.schema)
+            .collection::<mongodb::bson::RawDocumentBuf>(&table.table);
+        let refused = |what: &str, e: &mongodb::error::Error| {
+            tracing::error!(collection = %name, error = %e, "incremental snapshot: {what} failed; the collection is skipped");
+            Ok(false)
+        };
         let found = coll
-            .find(doc! {"$and": parts})
+            .find(filter)
             .sort(doc! {"_id": 1})
             .limit(self.cfg.incremental_chunk_size as i64)
             .await;
@@ -1609,14 +1682,19 @@ impl Inner {
         let Some(last) = last else {
             return Ok(false);
         };
-        signals
-            .insert_one(watermark(false))
+        self.client
+            .database(&signal_db)
+            .collection::<Document>(&signal_coll)
+            .insert_one(watermark_document(&chunk, false))
             .await
             .map_err(|e| classify("inserting an incremental snapshot watermark".into(), e))?;
         tracing::debug!(collection = %name, chunk = %chunk, documents = rows.len(), "incremental snapshot chunk read");
         let ns = Arc::new((table.schema.clone(), table.table.clone()));
         let last = vec![last.into_canonical_extjson().to_string()];
-        self.window = Some(incremental::Window::new(chunk, ns, rows, last));
+        let mut window = incremental::Window::new(chunk, ns, rows, last);
+        // The stream passed the open watermark before the read.
+        window.open = true;
+        self.window = Some(window);
         Ok(true)
     }
 
@@ -1965,7 +2043,7 @@ impl Inner {
                         invalidated = true;
                         break;
                     }
-                    if self.signal.is_some() {
+                    if self.signal.is_some() || self.chunk_to_read {
                         break;
                     }
                     if std::mem::take(&mut self.ended_transaction) {
@@ -2081,6 +2159,7 @@ impl Inner {
             // Streaming starts again after the signal: a chunk waiting for its close
             // watermark is read again later.
             self.window = None;
+            self.pending_chunk = None;
             self.start_snapshot(None, Some((request, at))).await?;
             return Ok(SourceBatch::committed(out));
         }
@@ -2223,6 +2302,12 @@ impl<'a> EventFields<'a> {
             _ => RawBsonRef::Null,
         }))
     }
+}
+
+/// The document of an incremental snapshot chunk's open or close watermark.
+fn watermark_document(chunk: &str, open: bool) -> Document {
+    let (id, kind, data) = incremental::watermark_row(chunk, open, &incremental::now_iso());
+    doc! {"_id": id, "type": kind, "data": data}
 }
 
 /// Reads the change stream into the task's queue, a reply at a time.
