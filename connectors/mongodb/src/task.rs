@@ -1508,10 +1508,6 @@ impl Inner {
             .client
             .database(&table.schema)
             .collection::<mongodb::bson::RawDocumentBuf>(&table.table);
-        let refused = |what: &str, e: &mongodb::error::Error| {
-            tracing::error!(collection = %name, error = %e, "incremental snapshot: {what} failed; the collection is skipped");
-            Ok(false)
-        };
         let id_of = |text: &str| -> Option<Bson> {
             serde_json::from_str::<serde_json::Value>(text)
                 .ok()
@@ -1546,12 +1542,7 @@ impl Inner {
                         }
                         max
                     }
-                    Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(_)) => {
-                        return refused("reading the largest _id", &e)
-                    }
-                    Err(e) => {
-                        return Err(classify(format!("reading the largest _id of {name}"), e))
-                    }
+                    Err(e) => return chunk_read_failed(&name, "reading the largest _id", e),
                 }
             }
         };
@@ -1626,10 +1617,6 @@ impl Inner {
             .client
             .database(&table.schema)
             .collection::<mongodb::bson::RawDocumentBuf>(&table.table);
-        let refused = |what: &str, e: &mongodb::error::Error| {
-            tracing::error!(collection = %name, error = %e, "incremental snapshot: {what} failed; the collection is skipped");
-            Ok(false)
-        };
         let found = coll
             .find(filter)
             .sort(doc! {"_id": 1})
@@ -1637,10 +1624,7 @@ impl Inner {
             .await;
         let mut cursor = match found {
             Ok(c) => c,
-            Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(_)) => {
-                return refused("reading a chunk", &e)
-            }
-            Err(e) => return Err(classify(format!("reading a chunk of {name}"), e)),
+            Err(e) => return chunk_read_failed(&name, "reading a chunk", e),
         };
         let (ms, us, ns) = now();
         let info = SourceInfo {
@@ -1659,10 +1643,7 @@ impl Inner {
         while let Some(doc) = cursor.next().await {
             let doc = match doc {
                 Ok(d) => d,
-                Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(_)) => {
-                    return refused("reading a chunk", &e)
-                }
-                Err(e) => return Err(classify(format!("reading a chunk of {name}"), e)),
+                Err(e) => return chunk_read_failed(&name, "reading a chunk", e),
             };
             let (id, key, json) = snapshots::render(&doc, &rules, true)
                 .map_err(|e| ConnectError::data(format!("a document of {name}: {e}")))?;
@@ -2302,6 +2283,21 @@ impl<'a> EventFields<'a> {
             _ => RawBsonRef::Null,
         }))
     }
+}
+
+/// How a failed read of an incremental snapshot's collection ends: a query the server refuses
+/// skips the collection (`Ok(false)`: logged, not retried forever); any other failure is the
+/// task's error.
+fn chunk_read_failed(
+    name: &str,
+    what: &str,
+    e: mongodb::error::Error,
+) -> Result<bool, ConnectError> {
+    if matches!(*e.kind, mongodb::error::ErrorKind::Command(_)) {
+        tracing::error!(collection = %name, error = %e, "incremental snapshot: {what} failed; the collection is skipped");
+        return Ok(false);
+    }
+    Err(classify(format!("{what} of {name}"), e))
 }
 
 /// The document of an incremental snapshot chunk's open or close watermark.
