@@ -233,22 +233,17 @@ async fn a_task_snapshots_and_streams_over_verified_tls() {
     .await
     .unwrap();
     let root = pki.path("ca.pem");
-    let mut task = PostgresSourceTask::new();
-    task.start(
-        SourceTaskContext::default(),
-        task_props(
-            &pg,
-            "shop",
-            &[
-                ("database.hostname", "localhost"),
-                ("database.user", "tls_user"),
-                ("database.sslmode", "verify-full"),
-                ("database.sslrootcert", root.as_str()),
-            ],
-        ),
+    let mut task = started_task(
+        &pg,
+        "shop",
+        &[
+            ("database.hostname", "localhost"),
+            ("database.user", "tls_user"),
+            ("database.sslmode", "verify-full"),
+            ("database.sslrootcert", root.as_str()),
+        ],
     )
-    .await
-    .unwrap();
+    .await;
     let snapshot = drain(&mut task, 2).await;
     assert_eq!(snapshot.len(), 2);
     db.execute("INSERT INTO captured VALUES (3, 'streamed')", &[])
@@ -575,6 +570,15 @@ fn task_props(pg: &PostgresServer, db: &str, extra: &[(&str, &str)]) -> Properti
     p
 }
 
+/// A task started with `task_props(pg, db, extra)` and the default context.
+async fn started_task(pg: &PostgresServer, db: &str, extra: &[(&str, &str)]) -> PostgresSourceTask {
+    let mut task = PostgresSourceTask::new();
+    task.start(SourceTaskContext::default(), task_props(pg, db, extra))
+        .await
+        .unwrap();
+    task
+}
+
 async fn confirmed(db: &tokio_postgres::Client, slot: &str) -> Lsn {
     let s: String = db
         .query_one(
@@ -822,22 +826,17 @@ async fn streamed_in_progress_transactions_are_buffered_until_they_end() {
     }
     let spill = tempfile::tempdir().unwrap();
     let spill_dir = spill.path().to_str().unwrap().to_owned();
-    let mut task = PostgresSourceTask::new();
-    task.start(
-        SourceTaskContext::default(),
-        task_props(
-            &pg,
-            "streamed",
-            &[
-                ("snapshot.mode", "no_data"),
-                ("slot.name", "streamed_slot"),
-                ("max.batch.size", "256"),
-                ("transaction.spill.dir", spill_dir.as_str()),
-            ],
-        ),
+    let mut task = started_task(
+        &pg,
+        "streamed",
+        &[
+            ("snapshot.mode", "no_data"),
+            ("slot.name", "streamed_slot"),
+            ("max.batch.size", "256"),
+            ("transaction.spill.dir", spill_dir.as_str()),
+        ],
     )
-    .await
-    .unwrap();
+    .await;
     let big = pg.connect("streamed").await.unwrap();
     let other = pg.connect("streamed").await.unwrap();
     // A large transaction (~600 kB of changes) with a rolled-back savepoint; a small one commits
@@ -1303,31 +1302,26 @@ async fn column_mappers_mask_hash_and_truncate_row_images_but_not_keys() {
     )
     .await
     .unwrap();
-    let mut task = PostgresSourceTask::new();
-    task.start(
-        SourceTaskContext::default(),
-        task_props(
-            &pg,
-            "masks",
-            &[
-                ("slot.name", "masks_slot"),
-                ("table.include.list", "public.users,public.notes"),
-                ("snapshot.include.collection.list", "public.users"),
-                ("skip.messages.without.change", "true"),
-                ("column.mask.with.4.chars", "public.users.(ssn|email|age)"),
-                (
-                    "column.mask.hash.v2.SHA-256.with.salt.pepper",
-                    "public.users.token",
-                ),
-                (
-                    "column.truncate.to.6.chars",
-                    "public.users.bio,public.users.photo",
-                ),
-            ],
-        ),
+    let mut task = started_task(
+        &pg,
+        "masks",
+        &[
+            ("slot.name", "masks_slot"),
+            ("table.include.list", "public.users,public.notes"),
+            ("snapshot.include.collection.list", "public.users"),
+            ("skip.messages.without.change", "true"),
+            ("column.mask.with.4.chars", "public.users.(ssn|email|age)"),
+            (
+                "column.mask.hash.v2.SHA-256.with.salt.pepper",
+                "public.users.token",
+            ),
+            (
+                "column.truncate.to.6.chars",
+                "public.users.bio,public.users.photo",
+            ),
+        ],
     )
-    .await
-    .unwrap();
+    .await;
     let snap = drain(&mut task, 1).await;
     assert_eq!(
         snap.len(),
@@ -1477,30 +1471,25 @@ async fn propagated_source_types_are_field_parameters_in_snapshot_and_stream() {
     )
     .await
     .unwrap();
-    let mut task = PostgresSourceTask::new();
-    task.start(
-        SourceTaskContext::default(),
-        task_props(
-            &pg,
-            "types",
-            &[
-                ("slot.name", "types_slot"),
-                ("table.include.list", "public.items"),
-                (
-                    "column.propagate.source.type",
-                    "public.items.(id|name|amount|bare|note)",
-                ),
-                (
-                    "datatype.propagate.source.type",
-                    ".+\\.(_int4|PRICE|mood|timestamptz)",
-                ),
-                // int8's JDBC size is 19: nothing to truncate, so no mapper (Debezium's rule).
-                ("column.truncate.to.20.chars", "public.items.plain"),
-            ],
-        ),
+    let mut task = started_task(
+        &pg,
+        "types",
+        &[
+            ("slot.name", "types_slot"),
+            ("table.include.list", "public.items"),
+            (
+                "column.propagate.source.type",
+                "public.items.(id|name|amount|bare|note)",
+            ),
+            (
+                "datatype.propagate.source.type",
+                ".+\\.(_int4|PRICE|mood|timestamptz)",
+            ),
+            // int8's JDBC size is 19: nothing to truncate, so no mapper (Debezium's rule).
+            ("column.truncate.to.20.chars", "public.items.plain"),
+        ],
     )
-    .await
-    .unwrap();
+    .await;
     let snap = drain(&mut task, 1).await;
     db.batch_execute("INSERT INTO items (name) VALUES ('b')")
         .await
@@ -1608,33 +1597,28 @@ async fn snapshot_select_statement_overrides_filter_the_initial_snapshot() {
     )
     .await
     .unwrap();
-    let mut task = PostgresSourceTask::new();
-    task.start(
-        SourceTaskContext::default(),
-        task_props(
-            &pg,
-            "over",
-            &[
-                ("slot.name", "over_slot"),
-                ("table.include.list", "public.t,public.u,public.w"),
-                ("snapshot.chunk.rows", "2"),
-                (
-                    "snapshot.select.statement.overrides",
-                    "public.t,\"public\".\"w\"",
-                ),
-                (
-                    "snapshot.select.statement.overrides.public.w",
-                    "SELECT * FROM public.w WHERE name <> 'b' -- not b",
-                ),
-                (
-                    "snapshot.select.statement.overrides.public.t",
-                    "SELECT * FROM public.t WHERE id % 2 = 0",
-                ),
-            ],
-        ),
+    let mut task = started_task(
+        &pg,
+        "over",
+        &[
+            ("slot.name", "over_slot"),
+            ("table.include.list", "public.t,public.u,public.w"),
+            ("snapshot.chunk.rows", "2"),
+            (
+                "snapshot.select.statement.overrides",
+                "public.t,\"public\".\"w\"",
+            ),
+            (
+                "snapshot.select.statement.overrides.public.w",
+                "SELECT * FROM public.w WHERE name <> 'b' -- not b",
+            ),
+            (
+                "snapshot.select.statement.overrides.public.t",
+                "SELECT * FROM public.t WHERE id % 2 = 0",
+            ),
+        ],
     )
-    .await
-    .unwrap();
+    .await;
     let snap = drain(&mut task, 13).await;
     let of = |topic: &str| -> Vec<i32> {
         snap.iter()
@@ -1688,23 +1672,18 @@ async fn avro_name_adjustment_renames_schemas_and_fields() {
     )
     .await
     .unwrap();
-    let mut task = PostgresSourceTask::new();
-    task.start(
-        SourceTaskContext::default(),
-        task_props(
-            &pg,
-            "names",
-            &[
-                ("slot.name", "names_slot"),
-                ("topic.prefix", "my-server"),
-                ("table.include.list", "public.order-lines"),
-                ("schema.name.adjustment.mode", "avro"),
-                ("field.name.adjustment.mode", "avro"),
-            ],
-        ),
+    let mut task = started_task(
+        &pg,
+        "names",
+        &[
+            ("slot.name", "names_slot"),
+            ("topic.prefix", "my-server"),
+            ("table.include.list", "public.order-lines"),
+            ("schema.name.adjustment.mode", "avro"),
+            ("field.name.adjustment.mode", "avro"),
+        ],
     )
-    .await
-    .unwrap();
+    .await;
     let snap = drain(&mut task, 1).await;
     task.stop().await;
     let r = &snap[0];
