@@ -9,6 +9,12 @@
 //! column's collation orders and compares), binary keys as `X'…'`. Tables keyed by other types
 //! (ENUM, SET, BIT, JSON, spatial) are not read in chunks. Bounds are spelled out as `OR`
 //! chains rather than row comparisons, which MariaDB does not turn into index ranges.
+//!
+//! A chunk is read right after its open watermark commits. Every transaction before the
+//! watermark in the binlog is visible to that read: the server commits transactions in the
+//! storage engine in binlog order (MariaDB always; MySQL with `binlog_order_commits=ON`, its
+//! default), and a semi-synchronous wait comes before the engine commit for the watermark as
+//! for any other. (PostgreSQL has no such order; its connector checks what its read saw.)
 
 use headwater_api::Struct;
 use mysql_async::prelude::Queryable;

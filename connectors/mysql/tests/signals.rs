@@ -452,14 +452,23 @@ async fn incremental_snapshot_reads_chunks_while_writers_change_the_table() {
         ],
     );
     async fn step(task: &mut MySqlSourceTask, committed: &mut Committed) -> Vec<SourceRecord> {
+        step_to(task, committed).await.0
+    }
+    /// One poll: its records and whether the batch ended at a commit boundary (a batch may
+    /// end inside a transaction, its last record without an offset).
+    async fn step_to(
+        task: &mut MySqlSourceTask,
+        committed: &mut Committed,
+    ) -> (Vec<SourceRecord>, bool) {
         let b = task.poll().await.unwrap();
-        if b.boundary == Boundary::Commit {
+        let at_commit = b.boundary == Boundary::Commit;
+        if at_commit {
             if let Some(l) = b.records.last() {
                 *committed = committed_at(l);
                 task.commit(committed).await.unwrap();
             }
         }
-        b.records
+        (b.records, at_commit)
     }
     let is_r = |r: &SourceRecord| op_of(r).as_deref() == Some("r");
     let mut committed = Vec::new();
@@ -472,8 +481,14 @@ async fn incremental_snapshot_reads_chunks_while_writers_change_the_table() {
     .unwrap();
     let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !seen.iter().any(is_r) {
-        seen.extend(step(&mut t1, &mut committed).await);
+    // Until the first chunk is out and a batch ended at a commit boundary after it (the chunk
+    // goes out at its close watermark's row event; the transaction's end may come in the
+    // next batch).
+    let mut at_commit = false;
+    while !(at_commit && seen.iter().any(is_r)) {
+        let (got, commit) = step_to(&mut t1, &mut committed).await;
+        seen.extend(got);
+        at_commit = commit;
         assert!(
             Instant::now() < deadline,
             "no chunk arrived: {:?}",
