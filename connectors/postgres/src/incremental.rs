@@ -12,6 +12,17 @@
 //! rows left are handed out as `r` events (`source.snapshot = "incremental"`) in the
 //! watermark's transaction, whose offset says how far the copy got.
 //!
+//! PostgreSQL makes a commit visible only after writing its commit record, so a transaction
+//! can precede the open watermark in the WAL and still be invisible to the chunk's read (for
+//! microseconds, or as long as it waits for a synchronous standby). Its change goes out before
+//! the window opens and the chunk holds the row as it was before: handed out at the close
+//! watermark, that older copy would undo the change downstream. So a chunk is read in a
+//! repeatable-read transaction whose snapshot names the transactions it does not see
+//! ([`ChunkTable::unseen`]); a change by one of them replaces the chunk's row wherever the
+//! stream meets it before the close watermark, and a chunk whose read missed a transaction the
+//! stream handed out already ([`RecentXids`]) is dropped and read again a second later.
+//! (Debezium reads the chunk right after the open watermark and has this race.)
+//!
 //! Invariants:
 //! - [`Progress::after`] moves only when a chunk's rows are handed out, in the same batch as
 //!   the offset that carries it; after a restart the next chunk is read after it again, under
@@ -22,6 +33,9 @@
 //!   so a key must be unique and not null: a primary key, or `message.key.columns` naming such
 //!   columns. Tables without a key are not copied (logged).
 
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+
 use futures_util::StreamExt;
 use headwater_api::{ConnectError, Struct};
 pub use headwater_connector_common::incremental::{
@@ -30,7 +44,7 @@ pub use headwater_connector_common::incremental::{
 use tokio_postgres::Client;
 
 use crate::catalog::{quote_ident, quote_literal};
-use crate::event::{RawColumn, TableSchema};
+use crate::event::{RawColumn, TableId, TableSchema};
 use crate::snapshot::CopyParser;
 use crate::types::MappingConfig;
 
@@ -128,16 +142,114 @@ impl From<tokio_postgres::Error> for ChunkError {
 /// A chunk's rows in key order, and the last row's key as text (`None`: no row).
 pub type ChunkRows = (Vec<Struct>, Option<Vec<String>>);
 
+/// What a held chunk knows of its table and of the read that copied it.
+pub struct ChunkTable {
+    pub schema: Arc<TableSchema>,
+    /// The transactions (top-level xids, as pgoutput names them) in progress when the chunk's
+    /// read took its snapshot. PostgreSQL makes a commit visible only after writing its commit
+    /// record, so one of them may commit before the open watermark in the WAL and still be
+    /// invisible to the read: its changes of the table are newer than the chunk's rows even
+    /// though the stream decodes them before the window opens.
+    pub unseen: HashSet<u32>,
+}
+
 /// A chunk held until its close watermark (its table's schema rides along).
-pub type Window = common::Window<TableSchema>;
+pub type Window = common::Window<ChunkTable>;
+
+/// Whether a change of `table` by transaction `xid` replaces the window's rows: once the
+/// stream passed the open watermark, any; before, only one the chunk's read did not see.
+pub fn covers(window: &Window, table: &TableId, xid: Option<u32>) -> bool {
+    window.table.schema.id == *table
+        && (window.open || xid.is_some_and(|x| window.table.unseen.contains(&x)))
+}
+
+/// The xids of the last [`RecentXids::CAPACITY`] transactions the stream handed out. A chunk
+/// whose read did not see one of them ([`ChunkTable::unseen`]) may hold rows that transaction
+/// changed, and its events went out already: the chunk is read again later, once the
+/// transaction is visible. (A transaction stays invisible after its commit record only while
+/// it waits, e.g. for a synchronous standby the task's own session does not wait for.)
+#[derive(Default)]
+pub struct RecentXids {
+    order: VecDeque<u32>,
+    set: HashSet<u32>,
+}
+
+impl RecentXids {
+    pub const CAPACITY: usize = 16_384;
+
+    /// A transaction the stream hands out (its begin).
+    pub fn push(&mut self, xid: u32) {
+        if !self.set.insert(xid) {
+            return;
+        }
+        self.order.push_back(xid);
+        if self.order.len() > Self::CAPACITY {
+            if let Some(old) = self.order.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+    }
+
+    /// One of `unseen` the stream handed out already, if any.
+    pub fn handed_out(&self, unseen: &HashSet<u32>) -> Option<u32> {
+        unseen.iter().copied().find(|x| self.set.contains(x))
+    }
+}
+
+/// The in-progress transactions of a `pg_current_snapshot()` text (`xmin:xmax:xip,...`),
+/// each as its 32-bit xid (the epoch dropped, as pgoutput sends them).
+pub fn in_progress_xids(snapshot: &str) -> Result<HashSet<u32>, String> {
+    let mut parts = snapshot.trim().splitn(3, ':');
+    let (Some(_xmin), Some(_xmax), Some(xip)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(format!("not a snapshot: {snapshot:?}"));
+    };
+    xip.split(',')
+        .filter(|x| !x.is_empty())
+        .map(|x| {
+            x.parse::<u64>()
+                .map(|full| full as u32)
+                .map_err(|_| format!("not a transaction id in the snapshot {snapshot:?}: {x:?}"))
+        })
+        .collect()
+}
 
 /// A row's key values as one string, to find the chunk's row a change replaces.
 pub fn key_text(ts: &TableSchema, row: &Struct) -> String {
     common::key_text(row, &ts.key_fields)
 }
 
-/// Reads a chunk ([`chunk_statement`]).
+/// Reads a chunk ([`chunk_statement`]) in a repeatable-read transaction of its own, with the
+/// transactions its snapshot did not see ([`ChunkTable::unseen`]). The transaction is ended
+/// whatever happens, so the connection stays usable after a refused read.
 pub async fn read_chunk(
+    sql: &Client,
+    ts: &TableSchema,
+    statement: &str,
+    mapping: &MappingConfig,
+    placeholder: &str,
+) -> Result<(ChunkRows, HashSet<u32>), ChunkError> {
+    sql.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .await?;
+    let read = async {
+        let snapshot: String = sql
+            .query_one("SELECT pg_current_snapshot()::text", &[])
+            .await?
+            .get(0);
+        let unseen = in_progress_xids(&snapshot).map_err(ChunkError::Data)?;
+        let rows = copy_chunk(sql, ts, statement, mapping, placeholder).await?;
+        sql.batch_execute("COMMIT").await?;
+        Ok((rows, unseen))
+    }
+    .await;
+    if read.is_err() {
+        // Best effort: a connection that cannot even roll back fails the next statement.
+        let _ = sql.batch_execute("ROLLBACK").await;
+    }
+    read
+}
+
+/// Copies a chunk's rows out (inside [`read_chunk`]'s transaction).
+async fn copy_chunk(
     sql: &Client,
     ts: &TableSchema,
     statement: &str,
@@ -242,6 +354,34 @@ pub fn refusal(context: &str, e: &tokio_postgres::Error) -> ConnectError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn snapshots_give_their_in_progress_transactions() {
+        assert_eq!(in_progress_xids("10:20:").unwrap(), HashSet::new());
+        assert_eq!(
+            in_progress_xids("10:20:12,15").unwrap(),
+            HashSet::from([12, 15])
+        );
+        // xid8 values carry the epoch in the high half; pgoutput sends the low half.
+        assert_eq!(
+            in_progress_xids("4294967300:4294967310:4294967305").unwrap(),
+            HashSet::from([9])
+        );
+        assert!(in_progress_xids("10:20").is_err());
+        assert!(in_progress_xids("10:20:x").is_err());
+    }
+
+    #[test]
+    fn recent_xids_are_bounded() {
+        let mut recent = RecentXids::default();
+        for x in 0..(RecentXids::CAPACITY as u32 + 10) {
+            recent.push(x);
+        }
+        recent.push(20);
+        assert_eq!(recent.order.len(), RecentXids::CAPACITY);
+        assert_eq!(recent.handed_out(&HashSet::from([3, 5])), None);
+        assert_eq!(recent.handed_out(&HashSet::from([3, 20])), Some(20));
+    }
 
     #[test]
     fn watermarks_carry_the_chunk_id() {

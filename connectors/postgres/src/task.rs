@@ -327,6 +327,11 @@ struct Inner {
     incremental_dirty: bool,
     /// Chunks read by this task (part of each chunk id).
     chunks_read: u64,
+    /// The transactions the stream handed out last: a chunk whose read did not see one of
+    /// them is read again later.
+    recent_xids: incremental::RecentXids,
+    /// No chunk is read before then (the last one was read too early, see `recent_xids`).
+    chunk_retry_at: Option<Instant>,
 }
 
 /// What reading an incremental snapshot's chunk came to.
@@ -337,6 +342,8 @@ enum ChunkOutcome {
     TableDone,
     /// The incremental snapshot cannot go on (see the log).
     Abandoned,
+    /// The chunk was read too early and is read again at a later poll.
+    Later,
 }
 
 /// The offset key of an incremental snapshot's progress ([`Progress::to_json`]).
@@ -646,6 +653,8 @@ impl Inner {
             window: None,
             incremental_dirty: false,
             chunks_read: 0,
+            recent_xids: incremental::RecentXids::default(),
+            chunk_retry_at: None,
             events,
             cfg,
         };
@@ -2199,7 +2208,7 @@ impl Inner {
     /// The stream reached the close watermark of the held chunk: its rows left are handed out
     /// as `r` events of the watermark's transaction, and the progress moves past the chunk.
     fn close_window(&mut self, window: Window, wal_start: Lsn, out: &mut Vec<SourceRecord>) {
-        let ts = window.table.clone();
+        let ts = window.table.schema.clone();
         let (ts_us, begin, tx_id) = match &self.txn {
             Some(t) => (t.ts_us, Some(t.begin_lsn.as_i64()), Some(i64::from(t.xid))),
             None => (crate::event::now_micros_nanos().0, None, None),
@@ -2262,6 +2271,9 @@ impl Inner {
             if self.window.is_some() || self.txn.is_some() || self.held.is_some() {
                 return Ok(());
             }
+            if self.chunk_retry_at.is_some_and(|at| Instant::now() < at) {
+                return Ok(());
+            }
             let was_running = self.incremental.is_some();
             let Some(table) =
                 incremental::common::table_to_read(&mut self.incremental, &self.progress)
@@ -2286,7 +2298,7 @@ impl Inner {
                 Some(ts) => self.read_incremental_chunk(&table, ts).await?,
             };
             match outcome {
-                ChunkOutcome::Held => return Ok(()),
+                ChunkOutcome::Held | ChunkOutcome::Later => return Ok(()),
                 ChunkOutcome::TableDone => {
                     tracing::info!(table = %name, "incremental snapshot of table done");
                     self.progress.table_done();
@@ -2381,7 +2393,7 @@ impl Inner {
             &self.cfg.unavailable_placeholder,
         )
         .await;
-        let (rows, last_key) = match read {
+        let ((rows, last_key), unseen) = match read {
             Ok(read) => read,
             Err(incremental::ChunkError::Sql(e)) if incremental::refused(&e) => {
                 let e = incremental::refusal(&format!("reading a chunk of {name}"), &e);
@@ -2399,6 +2411,13 @@ impl Inner {
         let Some(last_key) = last_key else {
             return Ok(ChunkOutcome::TableDone);
         };
+        if let Some(xid) = self.recent_xids.handed_out(&unseen) {
+            // Its changes went out before this read, which saw the rows as they were: the
+            // chunk is dropped (its open watermark alone is ignored) and read again later.
+            tracing::warn!(table = %name, xid, "incremental snapshot: a transaction the stream handed out is not visible to the chunk's read yet (waiting for a synchronous standby?); the chunk is read again in a second");
+            self.chunk_retry_at = Some(Instant::now() + Duration::from_secs(1));
+            return Ok(ChunkOutcome::Later);
+        }
         let close = incremental::watermark_statement(signal, &id, false);
         self.sql
             .batch_execute(&close)
@@ -2409,7 +2428,8 @@ impl Inner {
             .into_iter()
             .map(|row| (incremental::key_text(&ts, &row), row))
             .collect();
-        self.window = Some(Window::new(id, ts, rows, last_key));
+        let table = incremental::ChunkTable { schema: ts, unseen };
+        self.window = Some(Window::new(id, Arc::new(table), rows, last_key));
         Ok(ChunkOutcome::Held)
     }
 
@@ -2537,18 +2557,20 @@ impl Inner {
         }
     }
 
-    /// A change of `ts` while a chunk of the same table is in an open window: the chunk's
-    /// rows with the keys of the change's images are dropped (the change is newer).
+    /// A change of `ts` while a chunk of the same table is held, inside its open window or by
+    /// a transaction the chunk's read did not see ([`incremental::covers`]): the chunk's rows
+    /// with the keys of the change's images are dropped (the change is newer).
     fn window_replaced<const N: usize>(
         &mut self,
         ts: &TableSchema,
         map: &[usize],
         images: [Option<&TupleData>; N],
     ) -> Result<(), ConnectError> {
+        let xid = self.txn.as_ref().map(|t| t.xid);
         if !self
             .window
             .as_ref()
-            .is_some_and(|w| w.covers(|t| t.id == ts.id))
+            .is_some_and(|w| incremental::covers(w, &ts.id, xid))
         {
             return Ok(());
         }
@@ -2601,6 +2623,7 @@ impl Inner {
                         ts_us.div_euclid(1000),
                     );
                 }
+                self.recent_xids.push(xid);
                 self.txn = Some(Txn {
                     xid,
                     commit_lsn: final_lsn,
@@ -2814,7 +2837,12 @@ impl Inner {
                     let Some((ts, _)) = self.rel(rid)? else {
                         continue;
                     };
-                    if let Some(w) = self.window.as_mut().filter(|w| w.covers(|t| t.id == ts.id)) {
+                    let xid = self.txn.as_ref().map(|t| t.xid);
+                    if let Some(w) = self
+                        .window
+                        .as_mut()
+                        .filter(|w| incremental::covers(w, &ts.id, xid))
+                    {
                         w.truncated();
                     }
                     if self.cfg.skipped.truncate {

@@ -1814,14 +1814,24 @@ async fn step(
     task: &mut PostgresSourceTask,
     committed: &mut Vec<(headwater_api::OffsetMap, headwater_api::OffsetMap)>,
 ) -> Vec<headwater_api::SourceRecord> {
+    step_to(task, committed).await.0
+}
+
+/// One poll: its records and whether the batch ended at a commit boundary (a batch may end
+/// inside a transaction, its last record without an offset).
+async fn step_to(
+    task: &mut PostgresSourceTask,
+    committed: &mut Vec<(headwater_api::OffsetMap, headwater_api::OffsetMap)>,
+) -> (Vec<headwater_api::SourceRecord>, bool) {
     let b = task.poll().await.unwrap();
-    if b.boundary == headwater_api::plugin::Boundary::Commit {
+    let at_commit = b.boundary == headwater_api::plugin::Boundary::Commit;
+    if at_commit {
         if let Some(l) = b.records.last() {
             *committed = vec![(l.source_partition.clone(), l.source_offset.clone())];
             task.commit(committed).await.unwrap();
         }
     }
-    b.records
+    (b.records, at_commit)
 }
 
 /// Polls until `writes` ended and a committed offset no longer carries an incremental
@@ -1928,8 +1938,13 @@ async fn incremental_snapshot_copies_in_chunks_while_writers_change_the_table() 
     // The first chunk comes out; the task stops before reading the rest.
     let mut seen = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !seen.iter().any(|r| op_of(r).as_deref() == Some("r")) {
-        seen.extend(step(&mut t1, &mut committed).await);
+    // Until the chunk is out and a batch ended at a commit boundary after it (the chunk goes
+    // out at its close watermark; the transaction's end may come in the next batch).
+    let mut at_commit = false;
+    while !(at_commit && seen.iter().any(|r| op_of(r).as_deref() == Some("r"))) {
+        let (got, commit) = step_to(&mut t1, &mut committed).await;
+        seen.extend(got);
+        at_commit = commit;
         assert!(
             Instant::now() < deadline,
             "no chunk arrived: {:?}",
@@ -2143,4 +2158,172 @@ async fn incremental_snapshot_copies_in_chunks_while_writers_change_the_table() 
         "the events in order give the table's content"
     );
     t2.stop().await;
+}
+
+/// A transaction whose commit record precedes a chunk's watermarks in the WAL but which is not
+/// visible yet when the chunk is read, streamed after the read: the chunk's copy of the row
+/// it changed is dropped (see [`unseen_transaction`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_the_chunk_read_did_not_see_replaces_its_row_before_the_window_opens() {
+    unseen_transaction(false).await;
+}
+
+/// As above, the transaction streamed before the read: the chunk is read again once it is
+/// visible.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunk_read_that_misses_a_transaction_handed_out_already_is_read_again() {
+    unseen_transaction(true).await;
+}
+
+/// PostgreSQL writes a commit record, then waits for a synchronous standby, and only then
+/// makes the transaction visible; the logical stream decodes it before that. Here the
+/// writer's session waits for a standby that never comes (`synchronous_commit=on`; the
+/// server's default, and so the task's sessions, is `off`), so its update is in the WAL
+/// before the chunk's watermarks and invisible to the chunk's read. `streamed_first`: the
+/// update is handed out before the incremental snapshot starts (else the signal is in the WAL
+/// before it and the chunk is read before the stream reaches it). Either way the chunk must
+/// not hand out the row as it was after the update.
+async fn unseen_transaction(streamed_first: bool) {
+    let pg = PostgresServer::start().unwrap();
+    pg.create_database("inc").await.unwrap();
+    let db = pg.connect("inc").await.unwrap();
+    db.batch_execute(
+        "CREATE TABLE inc (grp int, name text, val int NOT NULL, PRIMARY KEY (grp, name));
+         INSERT INTO inc SELECT 0, 'n' || i, i FROM generate_series(1, 5) i;
+         CREATE TABLE debezium_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));",
+    )
+    .await
+    .unwrap();
+    let mut task = started_task(
+        &pg,
+        "inc",
+        &[
+            ("slot.name", "unseen_slot"),
+            ("table.include.list", "public.inc"),
+            ("publication.autocreate.mode", "filtered"),
+            ("signal.data.collection", "public.debezium_signal"),
+            ("snapshot.mode", "no_data"),
+            ("incremental.snapshot.chunk.size", "10"),
+        ],
+    )
+    .await;
+    let mut committed = Vec::new();
+    let mut seen = step(&mut task, &mut committed).await;
+    const TOPIC: &str = "idle.public.inc";
+    let n1 = (0, "n1".to_owned());
+    let signal = r#"INSERT INTO debezium_signal VALUES ('inc-1', 'execute-snapshot', '{"data-collections": ["public\\.inc"]}')"#;
+    if !streamed_first {
+        db.batch_execute(signal).await.unwrap();
+    }
+
+    // The writer's commit waits for a synchronous standby named "nobody".
+    db.batch_execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+        .await
+        .unwrap();
+    db.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+    let writer_conn = pg.connect("inc").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let names: String = writer_conn
+            .query_one("SHOW synchronous_standby_names", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if names == "nobody" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the setting did not take");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    writer_conn
+        .batch_execute("SET synchronous_commit = on")
+        .await
+        .unwrap();
+    let writer = tokio::spawn(async move {
+        writer_conn
+            .batch_execute("UPDATE inc SET val = 424242 WHERE name = 'n1'")
+            .await
+            .unwrap();
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: i64 = db
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the update does not wait");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let invisible: i32 = db
+        .query_one("SELECT val FROM inc WHERE name = 'n1'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(invisible, 1, "the update is not visible yet");
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    if streamed_first {
+        // The update is decoded and handed out while its session still waits.
+        while materialise(&seen, TOPIC).get(&n1) != Some(&424242) {
+            seen.extend(step(&mut task, &mut committed).await);
+            assert!(
+                Instant::now() < deadline,
+                "the waiting update was not streamed: {:?}",
+                seen.iter().map(summary).collect::<Vec<_>>()
+            );
+        }
+        db.batch_execute(signal).await.unwrap();
+        // Chunks are read (and dropped) while the update stays invisible.
+        let until = Instant::now() + Duration::from_millis(2500);
+        while Instant::now() < until {
+            seen.extend(step(&mut task, &mut committed).await);
+        }
+        assert!(
+            seen.iter()
+                .all(|r| op_of(r).as_deref() != Some("r") || r.topic != TOPIC),
+            "no chunk goes out while a transaction it missed was handed out: {:?}",
+            seen.iter().map(summary).collect::<Vec<_>>()
+        );
+    } else {
+        // The chunk goes out, without the row the update replaced, while the update waits.
+        let names = |seen: &[headwater_api::SourceRecord]| {
+            seen.iter()
+                .filter(|r| r.topic == TOPIC && op_of(r).as_deref() == Some("r"))
+                .count()
+        };
+        while names(&seen) < 4 {
+            seen.extend(step(&mut task, &mut committed).await);
+            assert!(
+                Instant::now() < deadline,
+                "the chunk did not go out: {:?}",
+                seen.iter().map(summary).collect::<Vec<_>>()
+            );
+        }
+        assert_eq!(
+            materialise(&seen, TOPIC).get(&n1),
+            Some(&424242),
+            "the update is the row's last event: {:?}",
+            seen.iter().map(summary).collect::<Vec<_>>()
+        );
+    }
+    db.batch_execute("ALTER SYSTEM RESET synchronous_standby_names")
+        .await
+        .unwrap();
+    db.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+    until_ended(&mut task, &mut committed, &mut seen, &db, &writer, "unseen").await;
+    writer.await.unwrap();
+    assert_eq!(
+        materialise(&seen, TOPIC),
+        inc_table(&db).await,
+        "the events in order give the table"
+    );
+    assert_eq!(materialise(&seen, TOPIC).get(&n1), Some(&424242));
+    task.stop().await;
 }
