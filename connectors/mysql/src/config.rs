@@ -402,14 +402,6 @@ fn tls_settings(props: &Properties) -> Option<TlsSettings> {
 pub fn validate(props: &Properties) -> ConfigValidation {
     let mut v = config_def().validate(props);
     column_mappers::validate(&mut v, props);
-    for key in column_mappers::PROPAGATE_KEYS {
-        if props.get(key).is_some_and(|value| !value.trim().is_empty()) {
-            v.add_error(
-                key,
-                format!("{key} is not supported by the MySQL/MariaDB connector yet (the PostgreSQL connector has it): the __debezium.source.column.* parameters would need Debezium's DDL-parser lengths; remove the key"),
-            );
-        }
-    }
     if let Err(e) = headwater_connector_common::config::parse_snapshot_overrides(props) {
         v.add_error("snapshot.select.statement.overrides", e);
     }
@@ -680,7 +672,6 @@ mod tests {
             ("snapshot.query.mode", "custom"),
             ("include.schema.comments", "true"),
             ("column.mask.with.x.chars", "a.b.c"),
-            ("column.propagate.source.type", "a.b.c"),
         ]);
         p.remove("database.server.id");
         let v = validate(&p);
@@ -697,7 +688,6 @@ mod tests {
             "snapshot.query.mode",
             "include.schema.comments",
             "column.mask.with.x.chars",
-            "column.propagate.source.type",
             "heartbeat.interval.ms",
             "event.deserialization.failure.handling.mode",
         ] {

@@ -176,16 +176,22 @@ impl TableSchema {
                     MyType::Set(options) => Some((2 * options.len()).saturating_sub(1)),
                     _ => c.length,
                 };
-                // (The type facts only serve the propagating rules, which validation
-                // refuses for this connector.)
+                let fallback;
+                let source_type = match &c.source_type {
+                    Some(t) => t.as_ref(),
+                    None => {
+                        fallback = crate::source_type::from_spec(c);
+                        &fallback
+                    }
+                };
                 mappers.for_column(&ColumnFacts {
                     table: &table_name,
                     column: &c.name,
                     kind,
                     length,
-                    type_name: "",
-                    type_length: None,
-                    type_scale: None,
+                    type_name: &source_type.name,
+                    type_length: source_type.length,
+                    type_scale: source_type.scale,
                 })
             };
             let schema = b.clone().build_ref();
@@ -511,6 +517,7 @@ mod tests {
             optional,
             default: None,
             length: None,
+            source_type: None,
         };
         let ts = TableSchema::build(
             TableId {

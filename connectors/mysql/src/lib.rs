@@ -23,6 +23,7 @@ pub mod filters;
 pub mod incremental;
 pub mod schema;
 pub mod snapshot;
+pub mod source_type;
 pub mod task;
 pub mod tls;
 pub mod types;

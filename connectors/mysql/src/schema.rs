@@ -200,6 +200,7 @@ pub fn specs_from_table_map(
             optional: nullable.get(i).as_deref().copied().unwrap_or(true),
             default: None,
             length: None,
+            source_type: None,
         });
     }
     let pk_names = pk
@@ -315,6 +316,9 @@ pub async fn load_table(
             optional: nullable.eq_ignore_ascii_case("YES"),
             default: None,
             length: declared_length(&data_type, &column_type),
+            source_type: Some(std::sync::Arc::new(crate::source_type::from_column_type(
+                &column_type,
+            ))),
         };
         spec.default = types::default_from_text(&spec, default.as_deref(), mapping);
         columns.push(spec);
@@ -334,14 +338,15 @@ pub async fn load_table(
     })
 }
 
-/// Copies information_schema's defaults and declared lengths onto TABLE_MAP columns whose
-/// name and type match.
+/// Copies information_schema's defaults, declared lengths and type renderings onto TABLE_MAP
+/// columns whose name and type match.
 pub fn apply_defaults(specs: &mut [ColumnSpec], catalog: Option<&CatalogTable>) {
     let Some(cat) = catalog else { return };
     for s in specs.iter_mut() {
         if let Some(c) = cat.columns.iter().find(|c| c.same_column(s)) {
             s.default = c.default.clone();
             s.length = c.length;
+            s.source_type = c.source_type.clone();
         }
     }
 }

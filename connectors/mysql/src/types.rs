@@ -113,6 +113,9 @@ pub struct ColumnSpec {
     /// The declared length of a character or binary column (`varchar(n)`), from the catalog
     /// (TABLE_MAP events carry bytes, not characters); for column mappers.
     pub length: Option<usize>,
+    /// The type as `information_schema` renders it, for the propagating column mappers
+    /// (from the catalog, as `length`).
+    pub source_type: Option<std::sync::Arc<crate::source_type::SourceColumnType>>,
 }
 
 impl ColumnSpec {
@@ -651,6 +654,7 @@ mod tests {
             optional: true,
             default: None,
             length: None,
+            source_type: None,
         }
     }
 

@@ -1,7 +1,9 @@
 //! Debezium's column mappers against a real MariaDB: `column.mask.with.<n>.chars`,
 //! `column.mask.hash.<algorithm>.with.salt.<salt>` and `column.truncate.to.<n>.chars` change
 //! the row images of snapshot and streamed events (a hash cut to the column's declared length),
-//! never the keys; the truncated field carries Debezium's `truncateLength` parameter.
+//! never the keys; the truncated field carries Debezium's `truncateLength` parameter, and
+//! `column.propagate.source.type` / `datatype.propagate.source.type` add the
+//! `__debezium.source.column.*` parameters.
 
 use std::time::{Duration, Instant};
 
@@ -211,5 +213,125 @@ async fn column_mappers_mask_hash_and_truncate_row_images_but_not_keys() {
             .schema()
             .parameter("masked"),
         None
+    );
+}
+
+/// The `__debezium.source.column.*` parameters of a value-schema field, in order.
+fn propagated(r: &SourceRecord, column: &str) -> Vec<(String, String)> {
+    let after = r
+        .value_schema
+        .as_ref()
+        .unwrap()
+        .field("after")
+        .unwrap()
+        .schema()
+        .clone();
+    let field = after.field(column).unwrap().schema().clone();
+    field
+        .parameters()
+        .map(|p| {
+            p.iter()
+                .filter(|(k, _)| k.starts_with("__debezium.source.column."))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn propagated_source_types_are_field_parameters_in_snapshot_and_stream() {
+    let server = MariaDbServer::start().unwrap();
+    server.create_database("app").await.unwrap();
+    let mut db = server.connect("app").await.unwrap();
+    db.query_drop(
+        "CREATE TABLE items (id int(10) unsigned AUTO_INCREMENT PRIMARY KEY, name varchar(40) NOT NULL,
+           amount decimal(12,3), flag tinyint(1), kind enum('a','b','c'), tags set('x','y'),
+           made datetime(3), note text, big bigint(20) unsigned zerofill, plain int);
+         INSERT INTO items (name, amount, flag, kind, tags, made, note, big, plain)
+           VALUES ('a', 1.5, 1, 'b', 'x,y', '2024-01-02 03:04:05.678', 'n', 7, 8);",
+    )
+    .await
+    .unwrap();
+    let props: Properties = [
+        ("connector.class", "mariadb"),
+        ("database.hostname", "127.0.0.1"),
+        ("database.port", &server.port().to_string()),
+        ("database.user", "root"),
+        ("database.server.id", "7202"),
+        ("topic.prefix", "cdc"),
+        ("table.include.list", "app.items"),
+        ("include.schema.changes", "false"),
+        ("poll.interval.ms", "100"),
+        (
+            "column.propagate.source.type",
+            "app.items.(id|name|amount|flag|note)",
+        ),
+        (
+            "datatype.propagate.source.type",
+            ".+\\.(enum|SET|DATETIME|BIGINT UNSIGNED ZEROFILL)",
+        ),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    let mut task = MySqlSourceTask::new();
+    task.start(SourceTaskContext::default(), props)
+        .await
+        .unwrap();
+    let snap = drain(&mut task, 1).await;
+    db.query_drop("INSERT INTO items (name) VALUES ('b')")
+        .await
+        .unwrap();
+    let stream = drain(&mut task, 1).await;
+    db.query_drop(
+        "ALTER TABLE items MODIFY name varchar(80) NOT NULL; INSERT INTO items (name) VALUES ('c')",
+    )
+    .await
+    .unwrap();
+    let altered = drain(&mut task, 1).await;
+    task.stop().await;
+
+    // (column, type, length, scale) as Debezium's snapshot reads MariaDB's SHOW CREATE TABLE.
+    let expected: [(&str, &str, Option<&str>, Option<&str>); 9] = [
+        ("id", "INT UNSIGNED", Some("10"), None),
+        ("name", "VARCHAR", Some("40"), None),
+        ("amount", "DECIMAL", Some("12"), Some("3")),
+        ("flag", "TINYINT", Some("1"), None),
+        ("kind", "ENUM", Some("1"), None),
+        ("tags", "SET", Some("3"), None),
+        ("made", "DATETIME", Some("3"), None),
+        ("note", "TEXT", None, None),
+        ("big", "BIGINT UNSIGNED ZEROFILL", Some("20"), None),
+    ];
+    for (phase, record) in [("snapshot", &snap[0]), ("stream", &stream[0])] {
+        for (column, type_name, length, scale) in expected {
+            let mut want = vec![(
+                "__debezium.source.column.type".to_owned(),
+                type_name.to_owned(),
+            )];
+            if let Some(l) = length {
+                want.push(("__debezium.source.column.length".into(), l.into()));
+            }
+            if let Some(s) = scale {
+                want.push(("__debezium.source.column.scale".into(), s.into()));
+            }
+            want.push(("__debezium.source.column.name".into(), column.into()));
+            assert_eq!(propagated(record, column), want, "{phase}: {column}");
+        }
+        assert!(
+            propagated(record, "plain").is_empty(),
+            "{phase}: an unmatched column has none"
+        );
+        let key = record.key_schema.as_ref().unwrap();
+        assert_eq!(
+            key.field("id").unwrap().schema().parameters(),
+            None,
+            "{phase}: keys have none, as in Debezium"
+        );
+    }
+    assert_eq!(
+        propagated(&altered[0], "name")[1],
+        ("__debezium.source.column.length".into(), "80".into()),
+        "a DDL changes the length"
     );
 }
