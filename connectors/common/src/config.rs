@@ -1,6 +1,6 @@
 //! Configuration pieces every Debezium-compatible source shares: `skipped.operations`, the
-//! include/exclude pair rule, and Debezium's signalling keys (channels other than `source` are
-//! refused, so no signal is ever silently ignored).
+//! include/exclude pair rule, and Debezium's signalling keys (channels a connector does not
+//! read are refused, so no signal is ever silently ignored).
 //!
 //! Invariant: parsing accepts exactly Debezium's vocabulary and says what is wrong otherwise.
 
@@ -8,40 +8,71 @@ use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, Validator};
 use headwater_api::{ConfigValidation, Properties};
 
 /// Debezium's signalling keys beside `signal.data.collection` (which each connector defines
-/// with its own name form). Channels other than `source` are refused, so no signal is ever
-/// silently ignored. The poll interval is accepted and unused: source signals arrive with the
-/// stream. The incremental snapshot's chunk size is each connector's to read.
-pub fn define_signal_keys(def: ConfigDef) -> ConfigDef {
-    def.define(
+/// with its own name form). `signal.enabled.channels` takes `source` and, where the
+/// connector reads it (`file_channel`), `file` ([`crate::signal_file`]); other channels are
+/// refused, so no signal is ever silently ignored. `signal.poll.interval.ms` is how often the
+/// file is read (source signals arrive with the stream). The incremental snapshot's chunk
+/// size is each connector's to read.
+pub fn define_signal_keys(def: ConfigDef, file_channel: bool) -> ConfigDef {
+    let def = def.define(
         ConfigKey::new("signal.enabled.channels", ConfigType::String)
             .default_str("source")
-            .validator(Validator::custom(|v| {
+            .validator(Validator::custom(move |v| {
                 let text = v.to_config_string();
-                match text
-                    .split(',')
-                    .map(str::trim)
-                    .find(|c| !c.is_empty() && !c.eq_ignore_ascii_case("source"))
-                {
-                    Some(channel) => Err(format!(
-                        "signal channel {channel:?} is not supported: only source (signal.data.collection) is"
-                    )),
+                let read = |c: &str| {
+                    c.is_empty()
+                        || c.eq_ignore_ascii_case("source")
+                        || (file_channel && c.eq_ignore_ascii_case("file"))
+                };
+                match text.split(',').map(str::trim).find(|c| !read(c)) {
+                    Some(channel) => Err(if file_channel {
+                        format!("signal channel {channel:?} is not supported: source (signal.data.collection) and file (signal.file) are")
+                    } else {
+                        format!("signal channel {channel:?} is not supported by this connector: only source (signal.data.collection) is")
+                    }),
                     None => Ok(()),
                 }
             }))
-            .doc("Only source: signals are read from signal.data.collection."),
+            .doc(if file_channel {
+                "source (rows of signal.data.collection) and/or file (lines of signal.file)."
+            } else {
+                "Only source: signals are read from signal.data.collection."
+            }),
     )
     .define(
         ConfigKey::new("signal.poll.interval.ms", ConfigType::Long)
             .default_str("5000")
             .validator(Validator::at_least(0.0))
-            .doc("Accepted; unused (source signals arrive with the change stream)."),
+            .doc(if file_channel {
+                "How often the file channel reads signal.file (source signals arrive with the change stream)."
+            } else {
+                "Accepted; unused (source signals arrive with the change stream)."
+            }),
     )
     .define(
         ConfigKey::new("incremental.snapshot.chunk.size", ConfigType::Int)
             .default_str("1024")
             .validator(Validator::at_least(1.0))
             .doc("Rows (documents) per chunk of an incremental snapshot."),
+    );
+    if !file_channel {
+        return def;
+    }
+    def.define(
+        ConfigKey::new("signal.file", ConfigType::String)
+            .default_str("file-signals.txt")
+            .doc("The file channel's file: one JSON signal per line ({\"id\", \"type\", \"data\"}), emptied once read; a relative path is relative to the worker's working directory."),
     )
+}
+
+/// Whether `signal.enabled.channels` (its value in `props`, Debezium's default `source` when
+/// unset) names `channel`.
+pub fn channel_enabled(props: &Properties, channel: &str) -> bool {
+    props
+        .get("signal.enabled.channels")
+        .map_or("source", String::as_str)
+        .split(',')
+        .any(|c| c.trim().eq_ignore_ascii_case(channel))
 }
 
 /// A Debezium key whose non-default values Headwater does not build: set to anything but one
@@ -218,7 +249,7 @@ mod tests {
 
     #[test]
     fn signal_channels_other_than_source_are_refused() {
-        let def = define_signal_keys(ConfigDef::new());
+        let def = define_signal_keys(ConfigDef::new(), false);
         let check = |kv: &[(&str, &str)]| {
             let mut p = Properties::new();
             for (k, v) in kv {
@@ -239,7 +270,15 @@ mod tests {
         let refused = check(&[("signal.enabled.channels", "source,kafka")]);
         assert_eq!(refused[0].0, "signal.enabled.channels");
         assert!(refused[0].1.contains("\"kafka\""), "{refused:?}");
+        assert!(!check(&[("signal.enabled.channels", "file")]).is_empty());
         assert!(def.key("signal.data.collection").is_none());
+        let with_file = define_signal_keys(ConfigDef::new(), true);
+        let mut p = Properties::new();
+        p.insert("signal.enabled.channels".into(), "source, file".into());
+        assert!(with_file.validate(&p).errors_by_field().is_empty());
+        assert!(channel_enabled(&p, "file") && channel_enabled(&p, "source"));
+        assert!(channel_enabled(&Properties::new(), "source"));
+        assert!(!channel_enabled(&Properties::new(), "file"));
     }
 
     #[test]

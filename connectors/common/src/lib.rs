@@ -6,6 +6,7 @@
 //! - [`name_adjust`]: Debezium's `avro` schema and field name adjustment.
 //! - [`config`]: `skipped.operations` and the include/exclude pair rule.
 //! - [`signal`]: Debezium's source signals (`execute-snapshot`, `log`).
+//! - [`signal_file`]: Debezium's file signal channel (`signal.file`).
 //! - [`incremental`]: what incremental snapshots share (progress, windows, watermarks).
 //! - [`heartbeat`]: Debezium's heartbeat records (`heartbeat.interval.ms`).
 //! - [`text`]: allocation-free number text for timestamps and times.
@@ -18,5 +19,6 @@ pub mod incremental;
 pub mod name_adjust;
 pub mod name_filter;
 pub mod signal;
+pub mod signal_file;
 pub mod text;
 pub mod txmeta;

@@ -239,6 +239,12 @@ pub fn parse_incremental(
     })
 }
 
+/// Whether a signal type is an incremental snapshot's watermark (acted on whichever channels
+/// are enabled: the snapshot writes them itself).
+pub fn is_watermark(kind: Option<&str>) -> bool {
+    matches!(kind, Some("snapshot-window-open" | "snapshot-window-close"))
+}
+
 /// Reads a row inserted into a relational connector's signal table (its id, type and data
 /// columns as text, Debezium's order): an incremental snapshot's watermark or steering signal
 /// is returned for the connector to act on at once; an `execute-snapshot` request is merged

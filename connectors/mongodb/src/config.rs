@@ -388,7 +388,7 @@ pub fn config_def() -> ConfigDef {
         def,
         headwater_connector_common::config::NAME_ADJUSTMENT_NONE,
     );
-    headwater_connector_common::config::define_signal_keys(def)
+    headwater_connector_common::config::define_signal_keys(def, false)
 }
 
 /// Debezium MongoDB keys that change what is emitted and that Headwater has only in their

@@ -16,6 +16,9 @@ pub struct Filters {
     /// `signal.data.collection` (database, table): captured whatever the lists say, as in
     /// Debezium, but never snapshotted.
     pub signal_table: Option<(String, String)>,
+    /// Whether the table's rows are signals (the source channel is enabled); its watermark
+    /// rows are read either way.
+    pub source_signals: bool,
 }
 
 /// Databases that are never captured when `table.ignore.builtin` is on.

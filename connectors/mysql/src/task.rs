@@ -48,6 +48,7 @@ use mysql_async::{BinlogStreamRequest, Conn, OptsBuilder, Value as MyValue};
 
 use crate::tls::SslMode;
 use headwater_connector_common::signal::{self as signals, SnapshotRequest};
+use headwater_connector_common::signal_file::{self, FileSignals};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
@@ -334,6 +335,8 @@ struct Inner {
     window: Option<Window>,
     /// Chunks read by this task (part of each chunk id).
     chunks_read: u64,
+    /// The file signal channel, when enabled.
+    file_signals: Option<FileSignals>,
 }
 
 /// The offset key of an incremental snapshot's progress ([`Progress::to_json`]).
@@ -490,6 +493,7 @@ impl Inner {
             incremental: None,
             window: None,
             chunks_read: 0,
+            file_signals: FileSignals::from_props(&props),
             txmeta: cfg
                 .transaction_topic
                 .as_deref()
@@ -735,8 +739,13 @@ impl Inner {
             Some(MyValue::Bytes(b)) => Some(String::from_utf8_lossy(b).into_owned()),
             _ => None,
         };
+        let kind = text(1);
+        if !self.cfg.filters.source_signals && !signals::is_watermark(kind.as_deref()) {
+            // The source channel is off: the table holds the watermarks only.
+            return;
+        }
         let pending = self.txn.as_mut().map(|t| &mut t.signal);
-        let Some(signal) = signals::read_row(text(0), text(1), text(2), pending) else {
+        let Some(signal) = signals::read_row(text(0), kind, text(2), pending) else {
             return;
         };
         let closed = incremental::common::on_signal(
@@ -748,6 +757,26 @@ impl Inner {
         if let Some(window) = closed {
             self.close_window(window, at, out);
         }
+    }
+
+    /// Between binlog transactions while streaming: acts on the signals written to the file
+    /// channel since it was read last, as on rows of the signal table (an `execute-snapshot`
+    /// runs from this poll on; watermarks are the signal table's only).
+    fn read_file_signals(&mut self) {
+        if !matches!(self.phase, Phase::Stream) || self.txn.is_some() || self.held.is_some() {
+            return;
+        }
+        let Some(signals) = self.file_signals.as_mut().map(FileSignals::due) else {
+            return;
+        };
+        // Offsets carry the incremental snapshot's progress as it is when each is made.
+        signal_file::act_on(
+            signals,
+            &mut self.pending_signal,
+            &mut self.window,
+            &mut self.incremental,
+            &self.progress,
+        );
     }
 
     /// The stream reached the close watermark of the held chunk: its rows left are handed out
@@ -1780,6 +1809,7 @@ impl Inner {
     async fn poll(&mut self) -> Result<SourceBatch, ConnectError> {
         // One clock read per poll for the envelopes' processing time.
         self.now = crate::event::now_micros_nanos();
+        self.read_file_signals();
         match self.phase {
             Phase::Snapshot(_) => self.poll_snapshot().await,
             Phase::Stream if self.pending_signal.is_some() => {

@@ -714,3 +714,77 @@ async fn a_signalled_read_the_server_refuses_part_way_is_given_up_and_streaming_
     );
     t.stop().await;
 }
+
+/// `signal.enabled.channels=file`: a JSON line in `signal.file` runs an incremental snapshot
+/// (its watermarks still go into the signal table), a row inserted into the signal table is
+/// no signal, and the file is emptied once read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_channel_signals_run_an_incremental_snapshot() {
+    let server = MariaDbServer::start().unwrap();
+    server.create_database("app").await.unwrap();
+    let mut db = server.connect("app").await.unwrap();
+    let rows: Vec<String> = (1..=10).map(|i| format!("({i}, 'open')")).collect();
+    db.query_drop(format!(
+        "CREATE TABLE captured (id int PRIMARY KEY, status varchar(16) NOT NULL);
+         INSERT INTO captured VALUES {};
+         CREATE TABLE debezium_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));",
+        rows.join(", ")
+    ))
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("signals.txt");
+    let file_text = file.display().to_string();
+    let p = props(
+        &server,
+        &[
+            ("snapshot.mode", "no_data"),
+            ("signal.enabled.channels", "file"),
+            ("signal.file", &file_text),
+            ("signal.poll.interval.ms", "100"),
+            ("incremental.snapshot.chunk.size", "4"),
+        ],
+    );
+    let mut t = start(p, Vec::new()).await;
+    let mut seen = drain(&mut t, 0).await;
+    db.query_drop(
+        r#"INSERT INTO debezium_signal VALUES ('row-1', 'execute-snapshot', '{"data-collections": ["app\\\\.captured"], "type": "blocking"}');
+           INSERT INTO captured VALUES (11, 'after');"#,
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ids(&seen, "c").contains(&11) {
+        seen.extend(drain(&mut t, 1).await);
+        assert!(Instant::now() < deadline, "the insert did not arrive");
+    }
+    let until = Instant::now() + Duration::from_millis(800);
+    while Instant::now() < until {
+        seen.extend(t.poll().await.unwrap().records);
+    }
+    assert!(ids(&seen, "r").is_empty(), "the signal row ran nothing");
+
+    std::fs::write(
+        &file,
+        "{\"id\": \"f-1\", \"type\": \"execute-snapshot\", \"data\": {\"data-collections\": [\"app\\\\.captured\"]}}\n",
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ids(&seen, "r").len() < 11 {
+        seen.extend(drain(&mut t, 1).await);
+        assert!(
+            Instant::now() < deadline,
+            "the incremental snapshot did not copy the table: {:?}",
+            ids(&seen, "r")
+        );
+    }
+    let mut read = ids(&seen, "r");
+    read.sort_unstable();
+    assert_eq!(read, (1..=11).collect::<Vec<_>>(), "every row once");
+    assert_eq!(
+        std::fs::read(&file).unwrap().len(),
+        0,
+        "the file is emptied"
+    );
+    t.stop().await;
+}

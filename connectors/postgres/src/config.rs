@@ -12,7 +12,7 @@ use std::time::Duration;
 use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, ConfigValue, Importance, Validator};
 use headwater_api::{ConfigValidation, Properties};
 use headwater_connector_common::column_mappers::{self, ColumnMappers};
-use headwater_connector_common::config::{pair_check, Unbuilt, COMMON_UNBUILT};
+use headwater_connector_common::config::{channel_enabled, pair_check, Unbuilt, COMMON_UNBUILT};
 pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
 use headwater_connector_common::name_adjust::NameAdjustments;
 
@@ -303,7 +303,7 @@ pub fn config_def() -> ConfigDef {
         def,
         headwater_connector_common::config::NAME_ADJUSTMENT_AVRO,
     );
-    headwater_connector_common::config::define_signal_keys(def)
+    headwater_connector_common::config::define_signal_keys(def, true)
 }
 
 /// Debezium PostgreSQL keys that change what is emitted and that Headwater has only in their
@@ -493,6 +493,7 @@ impl PostgresConfig {
         let lower = |k: &str| s(k).to_ascii_lowercase();
         let long = |k: &str| p.get_long(k).unwrap_or(0);
         let ms = |k: &str| Duration::from_millis(u64::try_from(long(k)).unwrap_or(0));
+        let source_signals = channel_enabled(props, "source");
         let snapshot_mode = match lower("snapshot.mode").as_str() {
             "always" => SnapshotMode::Always,
             "initial_only" => SnapshotMode::InitialOnly,
@@ -573,16 +574,14 @@ impl PostgresConfig {
                 tables: selector(&p, "table.include.list", "table.exclude.list"),
                 columns: selector(&p, "column.include.list", "column.exclude.list"),
                 ignore_builtin: p.get_bool("table.ignore.builtin").unwrap_or(true),
-                // Signals are read only when the source channel is enabled (Debezium's rule).
+                // Rows of the table are signals only when the source channel is enabled
+                // (Debezium's rule); with the file channel alone it holds the watermarks.
                 signal_table: p
                     .get_string("signal.data.collection")
                     .filter(|t| !t.trim().is_empty())
                     .and_then(|t| parse_signal_table(t).ok())
-                    .filter(|_| {
-                        s("signal.enabled.channels")
-                            .split(',')
-                            .any(|c| c.trim().eq_ignore_ascii_case("source"))
-                    }),
+                    .filter(|_| source_signals || channel_enabled(props, "file")),
+                source_signals,
             },
             slot_name: s("slot.name"),
             slot_drop_on_stop: p.get_bool("slot.drop.on.stop").unwrap_or(false),

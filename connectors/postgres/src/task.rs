@@ -43,6 +43,7 @@ use tokio_postgres::Client;
 
 use headwater_connector_common::heartbeat::Heartbeats;
 use headwater_connector_common::signal::{self as signals, SnapshotRequest};
+use headwater_connector_common::signal_file::{self, FileSignals};
 use headwater_connector_common::txmeta::TransactionMetadata;
 
 use crate::catalog::{self, quote_ident, quote_literal, TypeRegistry};
@@ -327,6 +328,8 @@ struct Inner {
     incremental_dirty: bool,
     /// Chunks read by this task (part of each chunk id).
     chunks_read: u64,
+    /// The file signal channel, when enabled.
+    file_signals: Option<FileSignals>,
     /// The transactions the stream handed out last: a chunk whose read did not see one of
     /// them is read again later.
     recent_xids: incremental::RecentXids,
@@ -653,6 +656,7 @@ impl Inner {
             window: None,
             incremental_dirty: false,
             chunks_read: 0,
+            file_signals: FileSignals::from_props(&props),
             recent_xids: incremental::RecentXids::default(),
             chunk_retry_at: None,
             events,
@@ -1706,6 +1710,7 @@ impl Inner {
 
     async fn poll(&mut self) -> Result<SourceBatch, ConnectError> {
         self.maybe_heartbeat().await?;
+        self.read_file_signals();
         match &self.phase {
             Phase::Snapshot(_) => self.poll_snapshot().await,
             Phase::Streaming if self.pending_signal.is_some() => {
@@ -2188,8 +2193,13 @@ impl Inner {
             }
             _ => None,
         };
+        let kind = text(1);
+        if !self.cfg.filters.source_signals && !signals::is_watermark(kind.as_deref()) {
+            // The source channel is off: the table holds the watermarks only.
+            return;
+        }
         let pending = self.txn.as_mut().map(|t| &mut t.signal);
-        let Some(signal) = signals::read_row(text(0), text(1), text(2), pending) else {
+        let Some(signal) = signals::read_row(text(0), kind, text(2), pending) else {
             return;
         };
         let closed = incremental::common::on_signal(
@@ -2203,6 +2213,26 @@ impl Inner {
         if let Some(window) = closed {
             self.close_window(window, wal_start, out);
         }
+    }
+
+    /// Between source transactions while streaming: acts on the signals written to the file
+    /// channel since it was read last, as on rows of the signal table (an `execute-snapshot`
+    /// runs from this poll on; watermarks are the signal table's only).
+    fn read_file_signals(&mut self) {
+        if !matches!(self.phase, Phase::Streaming) || self.txn.is_some() || self.held.is_some() {
+            return;
+        }
+        let Some(signals) = self.file_signals.as_mut().map(FileSignals::due) else {
+            return;
+        };
+        let changed = signal_file::act_on(
+            signals,
+            &mut self.pending_signal,
+            &mut self.window,
+            &mut self.incremental,
+            &self.progress,
+        );
+        self.incremental_dirty |= changed;
     }
 
     /// The stream reached the close watermark of the held chunk: its rows left are handed out

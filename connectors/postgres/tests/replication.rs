@@ -2319,11 +2319,123 @@ async fn unseen_transaction(streamed_first: bool) {
     db.batch_execute("SELECT pg_reload_conf()").await.unwrap();
     until_ended(&mut task, &mut committed, &mut seen, &db, &writer, "unseen").await;
     writer.await.unwrap();
+    // A tick inserted last may still be on its way.
+    catch_up(&mut task, &db, "unseen-caught-up", &mut seen).await;
     assert_eq!(
         materialise(&seen, TOPIC),
         inc_table(&db).await,
         "the events in order give the table"
     );
     assert_eq!(materialise(&seen, TOPIC).get(&n1), Some(&424242));
+    task.stop().await;
+}
+
+/// `signal.enabled.channels=file`: signals written as JSON lines to `signal.file` run
+/// incremental and blocking snapshots (the incremental one still writes its watermarks into
+/// the signal table); rows inserted into the signal table are not signals then; each line is
+/// acted on once and the file is emptied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_channel_signals_run_snapshots_and_are_read_once() {
+    let pg = PostgresServer::start().unwrap();
+    pg.create_database("files").await.unwrap();
+    let db = pg.connect("files").await.unwrap();
+    db.batch_execute(
+        "CREATE TABLE t (id int PRIMARY KEY, v text);
+         INSERT INTO t SELECT i, 'v' || i FROM generate_series(1, 10) i;
+         CREATE TABLE debezium_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));",
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("signals.txt");
+    let file_text = file.display().to_string();
+    let mut task = started_task(
+        &pg,
+        "files",
+        &[
+            ("slot.name", "files_slot"),
+            ("table.include.list", "public.t"),
+            ("publication.autocreate.mode", "filtered"),
+            ("signal.data.collection", "public.debezium_signal"),
+            ("signal.enabled.channels", "file"),
+            ("signal.file", &file_text),
+            ("signal.poll.interval.ms", "100"),
+            ("snapshot.mode", "no_data"),
+            ("incremental.snapshot.chunk.size", "4"),
+        ],
+    )
+    .await;
+    let mut committed = Vec::new();
+    let mut seen = step(&mut task, &mut committed).await;
+
+    // A row in the signal table is no signal with the source channel off.
+    db.batch_execute(
+        r#"INSERT INTO debezium_signal VALUES ('row-1', 'execute-snapshot', '{"data-collections": ["public\\.t"], "type": "blocking"}');
+           INSERT INTO t VALUES (11, 'v11');"#,
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ids(&seen, "c").contains(&11) {
+        seen.extend(step(&mut task, &mut committed).await);
+        assert!(Instant::now() < deadline, "the insert did not arrive");
+    }
+    let until = Instant::now() + Duration::from_millis(800);
+    while Instant::now() < until {
+        seen.extend(step(&mut task, &mut committed).await);
+    }
+    assert!(ids(&seen, "r").is_empty(), "the signal row ran nothing");
+
+    std::fs::write(
+        &file,
+        "not a signal\n{\"id\": \"f-1\", \"type\": \"execute-snapshot\", \"data\": {\"data-collections\": [\"public\\\\.t\"], \"type\": \"incremental\"}}\n",
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = step(&mut task, &mut committed).await;
+        let ended = ids(&seen, "r").len() >= 11
+            && got.last().is_some_and(|r| {
+                r.source_offset.contains_key("lsn_proc")
+                    && !r.source_offset.contains_key("incremental_snapshot")
+            });
+        seen.extend(got);
+        if ended {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the incremental snapshot did not end: {:?}",
+            seen.iter().map(summary).collect::<Vec<_>>()
+        );
+    }
+    let mut read: Vec<i32> = ids(&seen, "r");
+    read.sort_unstable();
+    assert_eq!(read, (1..=11).collect::<Vec<_>>(), "every row once");
+    assert_eq!(
+        std::fs::read(&file).unwrap().len(),
+        0,
+        "the file is emptied"
+    );
+
+    // A blocking request from the file copies the table again; the line is read once.
+    std::fs::write(
+        &file,
+        "{\"id\": \"f-2\", \"type\": \"execute-snapshot\", \"data\": \"{\\\"data-collections\\\": [\\\"public.t\\\"], \\\"type\\\": \\\"blocking\\\"}\"}\n",
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ids(&seen, "r").len() < 22 {
+        seen.extend(step(&mut task, &mut committed).await);
+        assert!(
+            Instant::now() < deadline,
+            "the blocking snapshot did not run"
+        );
+    }
+    let until = Instant::now() + Duration::from_millis(800);
+    while Instant::now() < until {
+        seen.extend(step(&mut task, &mut committed).await);
+    }
+    assert_eq!(ids(&seen, "r").len(), 22, "the line ran once");
     task.stop().await;
 }
