@@ -8,60 +8,44 @@ use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, Validator};
 use headwater_api::{ConfigValidation, Properties};
 
 /// Debezium's signalling keys beside `signal.data.collection` (which each connector defines
-/// with its own name form). `signal.enabled.channels` takes `source` and, where the
-/// connector reads it (`file_channel`), `file` ([`crate::signal_file`]); other channels are
-/// refused, so no signal is ever silently ignored. `signal.poll.interval.ms` is how often the
-/// file is read (source signals arrive with the stream). The incremental snapshot's chunk
-/// size is each connector's to read.
-pub fn define_signal_keys(def: ConfigDef, file_channel: bool) -> ConfigDef {
-    let def = def.define(
+/// with its own name form). `signal.enabled.channels` takes `source` and `file`
+/// ([`crate::signal_file`]); other channels are refused, so no signal is ever silently
+/// ignored. `signal.poll.interval.ms` is how often the file is read (source signals arrive
+/// with the stream). The incremental snapshot's chunk size is each connector's to read.
+pub fn define_signal_keys(def: ConfigDef) -> ConfigDef {
+    def.define(
         ConfigKey::new("signal.enabled.channels", ConfigType::String)
             .default_str("source")
-            .validator(Validator::custom(move |v| {
+            .validator(Validator::custom(|v| {
                 let text = v.to_config_string();
                 let read = |c: &str| {
-                    c.is_empty()
-                        || c.eq_ignore_ascii_case("source")
-                        || (file_channel && c.eq_ignore_ascii_case("file"))
+                    c.is_empty() || c.eq_ignore_ascii_case("source") || c.eq_ignore_ascii_case("file")
                 };
                 match text.split(',').map(str::trim).find(|c| !read(c)) {
-                    Some(channel) => Err(if file_channel {
-                        format!("signal channel {channel:?} is not supported: source (signal.data.collection) and file (signal.file) are")
-                    } else {
-                        format!("signal channel {channel:?} is not supported by this connector: only source (signal.data.collection) is")
-                    }),
+                    Some(channel) => Err(format!(
+                        "signal channel {channel:?} is not supported: source (signal.data.collection) and file (signal.file) are"
+                    )),
                     None => Ok(()),
                 }
             }))
-            .doc(if file_channel {
-                "source (rows of signal.data.collection) and/or file (lines of signal.file)."
-            } else {
-                "Only source: signals are read from signal.data.collection."
-            }),
+            .doc("source (rows of signal.data.collection) and/or file (lines of signal.file)."),
+    )
+    .define(
+        ConfigKey::new("signal.file", ConfigType::String)
+            .default_str("file-signals.txt")
+            .doc("The file channel's file: one JSON signal per line ({\"id\", \"type\", \"data\"}), emptied once read; a relative path is relative to the worker's working directory."),
     )
     .define(
         ConfigKey::new("signal.poll.interval.ms", ConfigType::Long)
             .default_str("5000")
             .validator(Validator::at_least(0.0))
-            .doc(if file_channel {
-                "How often the file channel reads signal.file (source signals arrive with the change stream)."
-            } else {
-                "Accepted; unused (source signals arrive with the change stream)."
-            }),
+            .doc("How often the file channel reads signal.file (source signals arrive with the change stream)."),
     )
     .define(
         ConfigKey::new("incremental.snapshot.chunk.size", ConfigType::Int)
             .default_str("1024")
             .validator(Validator::at_least(1.0))
             .doc("Rows (documents) per chunk of an incremental snapshot."),
-    );
-    if !file_channel {
-        return def;
-    }
-    def.define(
-        ConfigKey::new("signal.file", ConfigType::String)
-            .default_str("file-signals.txt")
-            .doc("The file channel's file: one JSON signal per line ({\"id\", \"type\", \"data\"}), emptied once read; a relative path is relative to the worker's working directory."),
     )
 }
 
@@ -248,8 +232,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn signal_channels_other_than_source_are_refused() {
-        let def = define_signal_keys(ConfigDef::new(), false);
+    fn signal_channels_other_than_source_and_file_are_refused() {
+        let def = define_signal_keys(ConfigDef::new());
         let check = |kv: &[(&str, &str)]| {
             let mut p = Properties::new();
             for (k, v) in kv {
@@ -270,12 +254,10 @@ mod tests {
         let refused = check(&[("signal.enabled.channels", "source,kafka")]);
         assert_eq!(refused[0].0, "signal.enabled.channels");
         assert!(refused[0].1.contains("\"kafka\""), "{refused:?}");
-        assert!(!check(&[("signal.enabled.channels", "file")]).is_empty());
         assert!(def.key("signal.data.collection").is_none());
-        let with_file = define_signal_keys(ConfigDef::new(), true);
+        assert!(check(&[("signal.enabled.channels", "source, FILE")]).is_empty());
         let mut p = Properties::new();
         p.insert("signal.enabled.channels".into(), "source, file".into());
-        assert!(with_file.validate(&p).errors_by_field().is_empty());
         assert!(channel_enabled(&p, "file") && channel_enabled(&p, "source"));
         assert!(channel_enabled(&Properties::new(), "source"));
         assert!(!channel_enabled(&Properties::new(), "file"));

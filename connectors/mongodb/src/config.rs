@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, ConfigValue, Importance, Validator};
 use headwater_api::{ConfigValidation, Properties};
-use headwater_connector_common::config::pair_check;
+use headwater_connector_common::config::{channel_enabled, pair_check};
 pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
 use headwater_connector_common::name_filter::{split_list, PatternList, Selector};
 use mongodb::bson::Document;
@@ -107,8 +107,12 @@ pub struct MongoConfig {
     /// `snapshot.collection.filter.overrides`: a query per `db.collection` restricting which
     /// of its documents the snapshot copies.
     pub snapshot_filters: Vec<(String, Document)>,
-    /// `signal.data.collection`: `<db>.<collection>` whose inserts are signals.
+    /// `signal.data.collection`: `<db>.<collection>` whose inserts are signals (with the
+    /// source channel) and where incremental snapshots write their watermarks.
     pub signal_collection: Option<String>,
+    /// Whether the signal collection's inserts are signals (the source channel is enabled);
+    /// its watermarks are read either way.
+    pub source_signals: bool,
     /// `cursor.pipeline`: the user's change-stream stages.
     pub user_pipeline: Vec<Document>,
     pub pipeline_order: PipelineOrder,
@@ -388,7 +392,7 @@ pub fn config_def() -> ConfigDef {
         def,
         headwater_connector_common::config::NAME_ADJUSTMENT_NONE,
     );
-    headwater_connector_common::config::define_signal_keys(def, false)
+    headwater_connector_common::config::define_signal_keys(def)
 }
 
 /// Debezium MongoDB keys that change what is emitted and that Headwater has only in their
@@ -600,14 +604,12 @@ impl MongoConfig {
         };
         Ok(MongoConfig {
             snapshot_filters,
-            // Signals are read only when the source channel is enabled (Debezium's rule).
+            // Inserts are signals only when the source channel is enabled (Debezium's rule);
+            // with the file channel alone the collection holds the watermarks.
             signal_collection: opt("signal.data.collection")
                 .map(|s| s.trim().to_owned())
-                .filter(|_| {
-                    s("signal.enabled.channels")
-                        .split(',')
-                        .any(|c| c.trim().eq_ignore_ascii_case("source"))
-                }),
+                .filter(|_| channel_enabled(props, "source") || channel_enabled(props, "file")),
+            source_signals: channel_enabled(props, "source"),
             user_pipeline: parse_pipeline(&s("cursor.pipeline")).unwrap_or_default(),
             pipeline_order,
             oversize,

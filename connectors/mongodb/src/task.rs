@@ -56,6 +56,7 @@ use crate::snapshot::{self as snapshots, ChunkMsg, Readers, Rendered, SnapshotCo
 use crate::split::{Fragments, Piece};
 use headwater_connector_common::incremental::{self as incremental, Progress, TableRequest};
 use headwater_connector_common::signal::IncrementalSignal;
+use headwater_connector_common::signal_file::FileSignals;
 
 /// Server error codes that mean the resume point is gone from the oplog.
 const HISTORY_LOST_CODES: [i32; 2] = [286, 280];
@@ -393,6 +394,8 @@ struct Inner {
     chunk_to_read: bool,
     /// Chunks read by this task (part of each chunk id).
     chunks_read: u64,
+    /// The file signal channel, when enabled.
+    file_signals: Option<FileSignals>,
 }
 
 /// An incremental snapshot chunk between its two steps: the open watermark written, the
@@ -518,6 +521,7 @@ impl Inner {
             pending_chunk: None,
             chunk_to_read: false,
             chunks_read: 0,
+            file_signals: FileSignals::from_props(&props),
             reopens: 0,
             reopen_pending: false,
             rules: NamespaceMap::default(),
@@ -1352,7 +1356,18 @@ impl Inner {
         let Some(doc) = inserted else {
             return skip(self, out);
         };
-        match crate::signal::parse(&doc) {
+        let signal = crate::signal::parse(&doc);
+        let watermark = matches!(
+            signal,
+            Signal::Incremental(
+                IncrementalSignal::WindowOpen(_) | IncrementalSignal::WindowClose(_)
+            )
+        );
+        if !self.cfg.source_signals && !watermark {
+            // The source channel is off: the collection holds the watermarks only.
+            return skip(self, out);
+        }
+        match signal {
             // Acting on it mid-transaction would cut the transaction in two around the copy.
             Signal::ExecuteSnapshot(_) if in_transaction => {
                 tracing::warn!(document = %doc, "execute-snapshot signal inserted inside a multi-document transaction: not acted on; insert signals on their own");
@@ -1385,6 +1400,64 @@ impl Inner {
             Signal::Unsupported(kind, why) => {
                 tracing::warn!(signal = %kind, %why, document = %doc, "signal not acted on");
                 skip(self, out);
+            }
+        }
+    }
+
+    /// Between transactions while streaming: acts on the signals written to the file channel
+    /// since it was read last, as on inserts into the signal collection at the position the
+    /// stream has reached (a blocking `execute-snapshot` ends the poll there; watermarks
+    /// belong in the signal collection and are ignored here).
+    fn read_file_signals(&mut self) {
+        let in_transaction = self.held.as_ref().is_some_and(|(_, t, _)| t.is_some());
+        if !matches!(self.phase, Phase::Stream) || in_transaction || self.signal.is_some() {
+            return;
+        }
+        let Some(signals) = self.file_signals.as_mut().map(FileSignals::due) else {
+            return;
+        };
+        for s in signals {
+            let mut doc = Document::new();
+            doc.insert("id", s.id.map_or(Bson::Null, Bson::String));
+            doc.insert("type", s.kind.map_or(Bson::Null, Bson::String));
+            doc.insert("data", s.data.map_or(Bson::Null, Bson::String));
+            match crate::signal::parse(&doc) {
+                Signal::ExecuteSnapshot(request) if request.incremental => {
+                    tracing::info!(collections = ?request.collections, "execute-snapshot signal of type incremental from the signal file");
+                    match &self.incremental_request {
+                        Some(_) => {
+                            tracing::warn!(collections = ?request.collections, "a second incremental execute-snapshot signal in one read of the signal file: not acted on; send it again")
+                        }
+                        None => self.incremental_request = Some(request),
+                    }
+                }
+                Signal::ExecuteSnapshot(request) => match &self.signal {
+                    Some(_) => {
+                        tracing::warn!(collections = ?request.collections, "a second blocking execute-snapshot signal in one read of the signal file: not acted on; send it again")
+                    }
+                    None => {
+                        tracing::info!(collections = ?request.collections, "execute-snapshot signal from the signal file: snapshotting the collections it names, then streaming on");
+                        self.signal = Some((request, self.position.clone()));
+                    }
+                },
+                Signal::Incremental(
+                    IncrementalSignal::WindowOpen(_) | IncrementalSignal::WindowClose(_),
+                ) => {
+                    tracing::warn!("a watermark in the signal file is ignored (incremental snapshots write theirs into the signal collection)");
+                }
+                Signal::Incremental(steering) => {
+                    // Stop, pause or resume: no window closes here.
+                    let _ = incremental::on_signal(
+                        steering,
+                        &mut self.window,
+                        &mut self.incremental,
+                        &self.progress,
+                    );
+                }
+                Signal::Log(message) => tracing::info!(%message, "log signal"),
+                Signal::Unsupported(kind, why) => {
+                    tracing::warn!(signal = %kind, %why, "signal from the signal file not acted on")
+                }
             }
         }
     }
@@ -1998,7 +2071,8 @@ impl Inner {
             self.reopen_stream().await?;
         }
         loop {
-            if out.len() >= self.cfg.max_batch_size {
+            // A blocking request from the signal file ends the poll before any change.
+            if out.len() >= self.cfg.max_batch_size || self.signal.is_some() {
                 break;
             }
             // The events of the reply in hand first.
@@ -2201,6 +2275,7 @@ impl Inner {
         let mut batch = match self.phase {
             Phase::Snapshot(_) => self.poll_snapshot().await?,
             Phase::Stream => {
+                self.read_file_signals();
                 self.advance_incremental().await?;
                 self.poll_stream().await?
             }

@@ -303,7 +303,7 @@ pub fn config_def() -> ConfigDef {
         def,
         headwater_connector_common::config::NAME_ADJUSTMENT_AVRO,
     );
-    headwater_connector_common::config::define_signal_keys(def, true)
+    headwater_connector_common::config::define_signal_keys(def)
 }
 
 /// Debezium PostgreSQL keys that change what is emitted and that Headwater has only in their

@@ -1323,3 +1323,124 @@ fn an_incremental_snapshot_copies_chunks_while_a_writer_runs_and_survives_a_sigk
         "the events in order give the collection's content"
     );
 }
+
+/// `signal.enabled.channels=file`: JSON lines in `signal.file` run a blocking and an
+/// incremental snapshot (the incremental one's watermarks still go into the signal
+/// collection); an insert into the signal collection is no signal then; the file is emptied.
+#[test]
+fn file_channel_signals_run_blocking_and_incremental_snapshots() {
+    const N: usize = 50;
+    let server = MongoServer::start().expect("SecantusDB");
+    let rt = runtime();
+    let c = client(&rt, &server);
+    let db = c.database("fs");
+    let items = db.collection::<Document>("items");
+    let signals = db.collection::<Document>("signals");
+    let ids: Vec<ObjectId> = (0..N).map(|_| ObjectId::new()).collect();
+    let docs: Vec<Document> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| doc! {"_id": id, "v": i as i64})
+        .collect();
+    wait(&rt, items.insert_many(docs)).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let signal_file = tmp.path().join("signals.txt");
+    let signal_path = signal_file.display().to_string();
+    let (data, file) = config_file(
+        tmp.path(),
+        config(
+            "fs",
+            &server,
+            "fs",
+            &[
+                ("collection.include.list", "fs.items"),
+                ("snapshot.mode", "no_data"),
+                ("signal.data.collection", "fs.signals"),
+                ("signal.enabled.channels", "file"),
+                ("signal.file", &signal_path),
+                ("signal.poll.interval.ms", "100"),
+                ("incremental.snapshot.chunk.size", "16"),
+            ],
+        ),
+    );
+    let w = Worker::start(&data, &[&file]);
+    wait_until("streaming", Duration::from_secs(30), || {
+        w.logs().iter().any(|l| l.contains("streaming changes"))
+    });
+    // No signal from the collection with the source channel off.
+    wait(
+        &rt,
+        signals.insert_one(
+            doc! {"_id": "row-1", "type": "log", "data": {"message": "from the collection"}},
+        ),
+    )
+    .unwrap();
+    let first = ObjectId::new();
+    wait(&rt, items.insert_one(doc! {"_id": first, "v": -1i64})).unwrap();
+    std::fs::write(
+        &signal_file,
+        "{\"id\": \"f-1\", \"type\": \"log\", \"data\": {\"message\": \"from the file\"}}\n\
+         {\"id\": \"f-2\", \"type\": \"execute-snapshot\", \"data\": {\"data-collections\": [\"fs\\\\.items\"], \"type\": \"blocking\"}}\n",
+    )
+    .unwrap();
+    let ops = |data: &Path| -> Vec<(String, String)> {
+        log_records(data, "fs.fs.items")
+            .iter()
+            .filter_map(|(id, v)| {
+                let op = v.as_ref()?["payload"]["op"].as_str()?.to_owned();
+                Some((id.clone(), op))
+            })
+            .collect()
+    };
+    let reads = |w: &Worker| {
+        let (status, _, body) = http(
+            w.addr,
+            "GET",
+            "/topics/fs.fs.items/partitions/0/records?offset=0&max=10000",
+            None,
+        );
+        if status != 200 {
+            return 0;
+        }
+        body["records"].as_array().map_or(0, |records| {
+            records
+                .iter()
+                .filter(|r| r["value"]["payload"]["op"] == "r")
+                .count()
+        })
+    };
+    wait_until("the blocking snapshot", Duration::from_secs(60), || {
+        reads(&w) > N
+    });
+    assert!(w.logs().iter().any(|l| l.contains("from the file")));
+    assert!(!w.logs().iter().any(|l| l.contains("from the collection")));
+    assert_eq!(std::fs::read(&signal_file).unwrap().len(), 0, "emptied");
+    std::fs::write(
+        &signal_file,
+        "{\"id\": \"f-3\", \"type\": \"execute-snapshot\", \"data\": {\"data-collections\": [\"fs\\\\.items\"]}}\n",
+    )
+    .unwrap();
+    wait_until("the incremental snapshot", Duration::from_secs(60), || {
+        reads(&w) >= 2 * (N + 1)
+    });
+    let last = ObjectId::new();
+    wait(&rt, items.insert_one(doc! {"_id": last, "v": -2i64})).unwrap();
+    wait_until("the insert after it", Duration::from_secs(60), || {
+        let (status, _, body) = http(
+            w.addr,
+            "GET",
+            "/topics/fs.fs.items/partitions/0/records?offset=0&max=10000",
+            None,
+        );
+        status == 200 && body["records"].to_string().contains(&last.to_hex())
+    });
+    w.sigterm();
+    let ops = ops(&data);
+    let count = |op: &str| ops.iter().filter(|(_, o)| o == op).count();
+    assert_eq!(count("c"), 2, "each streamed insert once");
+    assert_eq!(
+        count("r"),
+        2 * (N + 1),
+        "both snapshots read every document once"
+    );
+}
