@@ -133,6 +133,8 @@ pub struct TableMeta {
     pub primary_key: Vec<String>,
     /// `relreplident`: `d`, `n`, `f` or `i`.
     pub replica_identity: char,
+    /// A partitioned table (`relkind = 'p'`): its rows are its partitions'.
+    pub partitioned: bool,
 }
 
 /// Quotes an identifier for SQL.
@@ -190,7 +192,7 @@ pub async fn load_table(
 ) -> Result<Option<TableMeta>, tokio_postgres::Error> {
     let Some(rel) = client
         .query_opt(
-            "SELECT c.oid, c.relreplident::text FROM pg_class c \
+            "SELECT c.oid, c.relreplident::text, c.relkind = 'p' FROM pg_class c \
              JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = $1 AND c.relname = $2",
             &[&schema, &table],
@@ -201,6 +203,7 @@ pub async fn load_table(
     };
     let oid: u32 = rel.get(0);
     let replident: String = rel.get(1);
+    let partitioned: bool = rel.get(2);
     let rows = client
         .query(
             "SELECT a.attname::text, a.atttypid, a.atttypmod, a.attnotnull, \
@@ -271,18 +274,31 @@ pub async fn load_table(
         columns,
         primary_key: pk_rows.iter().map(|r| r.get(0)).collect(),
         replica_identity: replident.chars().next().unwrap_or('d'),
+        partitioned,
     }))
 }
 
-/// Every ordinary table outside the system schemas, as `(schema, table)` sorted by name.
-pub async fn list_tables(client: &Client) -> Result<Vec<(String, String)>, tokio_postgres::Error> {
+/// Every table outside the system schemas, as `(schema, table)` sorted by name: ordinary
+/// tables (partitions included), or with `via_root` (`publish.via.partition.root`) the tables
+/// that are no partition, partitioned roots among them.
+pub async fn list_tables(
+    client: &Client,
+    via_root: bool,
+) -> Result<Vec<(String, String)>, tokio_postgres::Error> {
+    let kinds = if via_root {
+        "c.relkind IN ('r', 'p') AND NOT c.relispartition"
+    } else {
+        "c.relkind = 'r'"
+    };
     let rows = client
         .query(
-            "SELECT n.nspname::text, c.relname::text FROM pg_class c \
+            &format!(
+                "SELECT n.nspname::text, c.relname::text FROM pg_class c \
              JOIN pg_namespace n ON n.oid = c.relnamespace \
-             WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema') \
+             WHERE {kinds} AND n.nspname NOT IN ('pg_catalog', 'information_schema') \
                AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp%' \
-             ORDER BY 1, 2",
+             ORDER BY 1, 2"
+            ),
             &[],
         )
         .await?;

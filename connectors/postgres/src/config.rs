@@ -77,6 +77,8 @@ pub struct PostgresConfig {
     pub slot_retry_delay: Duration,
     pub publication_name: String,
     pub publication_autocreate: PublicationAutocreate,
+    /// `publish.via.partition.root`: partitioned tables are captured as their root table.
+    pub publish_via_root: bool,
     pub snapshot_mode: SnapshotMode,
     pub snapshot_fetch_size: usize,
     pub snapshot_max_threads: usize,
@@ -238,6 +240,8 @@ pub fn config_def() -> ConfigDef {
         .define(key("publication.autocreate.mode", String).default_str("all_tables")
             .validator(Validator::one_of_case_insensitive(&["disabled", "all_tables", "filtered", "no_tables"]))
             .doc("Whether and how the publication is created."))
+        .define(key("publish.via.partition.root", Boolean).default_str("false")
+            .doc("Capture partitioned tables as their root: the publication is created with publish_via_partition_root, changes of every partition go out under the root's topic, and the root (not its partitions) is snapshotted."))
         .define(key("snapshot.mode", String).default_str("initial")
             .validator(Validator::custom(|v| {
                 let s = v.to_config_string().to_ascii_lowercase();
@@ -323,11 +327,6 @@ const POSTGRES_UNBUILT: &[Unbuilt] = &[
         key: "snapshot.query.mode",
         accepted: &["select_all"],
         why: "snapshots copy whole tables",
-    },
-    Unbuilt {
-        key: "publish.via.partition.root",
-        accepted: &["false"],
-        why: "changes of partitions are emitted under each partition's own table",
     },
     Unbuilt {
         key: "replica.identity.autoset.values",
@@ -594,6 +593,7 @@ impl PostgresConfig {
             slot_max_retries: long("slot.max.retries") as u32,
             slot_retry_delay: ms("slot.retry.delay.ms"),
             publication_name: s("publication.name"),
+            publish_via_root: p.get_bool("publish.via.partition.root").unwrap_or(false),
             publication_autocreate: match lower("publication.autocreate.mode").as_str() {
                 "disabled" => PublicationAutocreate::Disabled,
                 "filtered" => PublicationAutocreate::Filtered,
@@ -704,7 +704,7 @@ mod tests {
             ("time.precision.mode", "nanoseconds"),
             ("converters", "isbn"),
             ("topic.delimiter", "_"),
-            ("publish.via.partition.root", "true"),
+            ("publish.via.partition.root", "maybe"),
             (
                 "topic.naming.strategy",
                 "io.debezium.schema.DefaultTopicNamingStrategy",
@@ -724,7 +724,10 @@ mod tests {
         assert!(errs["time.precision.mode"][0].contains("not supported yet"));
         assert!(errs["converters"][0].contains("converters=isbn is not supported"));
         assert!(errs["topic.delimiter"][0].contains("RegexRouter"));
-        assert!(errs["publish.via.partition.root"][0].contains("not supported"));
+        assert!(
+            errs.contains_key("publish.via.partition.root"),
+            "not a boolean: {errs:?}"
+        );
         assert!(
             errs["topic.naming.strategy"][0].contains("drops the schema"),
             "DefaultTopicNamingStrategy names PostgreSQL topics <prefix>.<table>"

@@ -85,6 +85,9 @@ pub struct TableSchema {
     pub envelope_schema: SchemaRef,
     /// Whether any column has a mapper (see [`TableSchema::map_row`]).
     pub has_mappers: bool,
+    /// A partitioned root (captured with `publish.via.partition.root`): reads take its
+    /// partitions' rows.
+    pub partitioned: bool,
 }
 
 /// Replaces characters Kafka does not allow in topic names with `_` (as Debezium does).
@@ -288,7 +291,23 @@ impl TableSchema {
             row_schema,
             envelope_schema,
             has_mappers,
+            partitioned: false,
         })
+    }
+
+    /// The table as a `FROM` item for reads: `ONLY "schema"."table"` (an inheritance
+    /// parent's children are tables of their own), a partitioned root with its partitions.
+    pub fn relation(&self) -> String {
+        let name = format!(
+            "{}.{}",
+            crate::catalog::quote_ident(&self.id.schema),
+            crate::catalog::quote_ident(&self.id.table)
+        );
+        if self.partitioned {
+            name
+        } else {
+            format!("ONLY {name}")
+        }
     }
 
     /// A row image as change events carry it: each column with a mapper mapped (keys are
@@ -320,6 +339,7 @@ impl TableSchema {
     /// can be kept).
     pub fn same_shape(&self, other: &TableSchema) -> bool {
         self.topic == other.topic
+            && self.partitioned == other.partitioned
             && self.key_fields == other.key_fields
             && self.columns.len() == other.columns.len()
             && self

@@ -77,10 +77,9 @@ pub fn max_key_statement(ts: &TableSchema, condition: Option<&str>) -> String {
     let cols = key_columns(ts);
     let filter = condition.map_or(String::new(), |c| format!(" WHERE ({c}\n)"));
     format!(
-        "SELECT {} FROM ONLY {}.{}{filter} ORDER BY {} LIMIT 1",
+        "SELECT {} FROM {}{filter} ORDER BY {} LIMIT 1",
         key_texts(&cols),
-        quote_ident(&ts.id.schema),
-        quote_ident(&ts.id.table),
+        ts.relation(),
         cols.iter()
             .map(|c| format!("{c} DESC"))
             .collect::<Vec<_>>()
@@ -116,10 +115,9 @@ pub fn chunk_statement(
         conds.push(format!("({c}\n)"));
     }
     format!(
-        "COPY (SELECT {} FROM ONLY {}.{} WHERE {} ORDER BY {} LIMIT {limit}) TO STDOUT (FORMAT binary)",
+        "COPY (SELECT {} FROM {} WHERE {} ORDER BY {} LIMIT {limit}) TO STDOUT (FORMAT binary)",
         select.join(", "),
-        quote_ident(&ts.id.schema),
-        quote_ident(&ts.id.table),
+        ts.relation(),
         conds.join(" AND "),
         keys.join(", "),
     )

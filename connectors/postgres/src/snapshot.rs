@@ -210,11 +210,7 @@ impl Chunk {
         let from = match &self.source {
             // On its own line: a trailing `--` comment must not swallow the parenthesis.
             Some(select) => format!("({select}\n) AS hw_override"),
-            None => format!(
-                "ONLY {}.{}",
-                quote_ident(&ts.id.schema),
-                quote_ident(&ts.id.table)
-            ),
+            None => ts.relation(),
         };
         format!(
             "COPY (SELECT {} FROM {from}{filter}{order}) TO STDOUT (FORMAT binary)",
@@ -239,26 +235,32 @@ fn sql_error(context: String, e: tokio_postgres::Error) -> ConnectError {
     }
 }
 
-/// Estimated rows of a table: `pg_class.reltuples` when analyzed, else an exact count.
+/// Estimated rows and pages of a table: `pg_class.reltuples` when analyzed (a partitioned
+/// root: its leaf partitions', and no pages, so it is never split by page ranges), else an
+/// exact count.
 pub async fn estimate_rows(sql: &Client, ts: &TableSchema) -> Result<(u64, i64), ConnectError> {
     let name = format!(
         "{}.{}",
         quote_ident(&ts.id.schema),
         quote_ident(&ts.id.table)
     );
+    let statement = if ts.partitioned {
+        "SELECT CASE WHEN bool_or(c.reltuples >= 0) THEN sum(greatest(c.reltuples, 0))::bigint ELSE -1 END, 0::bigint \
+         FROM pg_partition_tree($1::text::regclass) t JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf"
+    } else {
+        "SELECT reltuples::bigint, (pg_relation_size(oid) / current_setting('block_size')::bigint)::bigint FROM pg_class WHERE oid = $1::text::regclass"
+    };
     let row = sql
-        .query_one(
-            "SELECT reltuples::bigint, (pg_relation_size(oid) / current_setting('block_size')::bigint)::bigint FROM pg_class WHERE oid = $1::text::regclass",
-            &[&name],
-        )
+        .query_one(statement, &[&name])
         .await
         .map_err(|e| sql_error(format!("estimating the size of {}", ts.id), e))?;
-    let (tuples, pages): (i64, i64) = (row.get(0), row.get(1));
+    let (tuples, pages): (Option<i64>, i64) = (row.get(0), row.get(1));
+    let tuples = tuples.unwrap_or(-1);
     if tuples >= 0 {
         return Ok((tuples as u64, pages));
     }
     let n: i64 = sql
-        .query_one(&format!("SELECT count(*) FROM ONLY {name}"), &[])
+        .query_one(&format!("SELECT count(*) FROM {}", ts.relation()), &[])
         .await
         .map_err(|e| sql_error(format!("counting the rows of {}", ts.id), e))?
         .get(0);
@@ -296,9 +298,8 @@ pub async fn plan_table(
         let row = sql
             .query_one(
                 &format!(
-                    "SELECT min({k})::bigint, max({k})::bigint FROM ONLY {}.{}{cond}",
-                    quote_ident(&ts.id.schema),
-                    quote_ident(&ts.id.table)
+                    "SELECT min({k})::bigint, max({k})::bigint FROM {}{cond}",
+                    ts.relation()
                 ),
                 &[],
             )

@@ -676,12 +676,13 @@ impl Inner {
 
     /// Tables the filters capture, in snapshot order.
     async fn captured_tables(&self) -> Result<Vec<(String, String)>, ConnectError> {
-        let mut tables: Vec<(String, String)> = catalog::list_tables(&self.sql)
-            .await
-            .map_err(|e| sql_err("listing tables", e))?
-            .into_iter()
-            .filter(|(s, t)| self.cfg.filters.table_included(s, t))
-            .collect();
+        let mut tables: Vec<(String, String)> =
+            catalog::list_tables(&self.sql, self.cfg.publish_via_root)
+                .await
+                .map_err(|e| sql_err("listing tables", e))?
+                .into_iter()
+                .filter(|(s, t)| self.cfg.filters.table_included(s, t))
+                .collect();
         tables.sort_by_key(|(s, t)| self.cfg.filters.snapshot_rank(s, t));
         Ok(tables)
     }
@@ -691,12 +692,35 @@ impl Inner {
         let exists = self
             .sql
             .query_opt(
-                "SELECT puballtables FROM pg_publication WHERE pubname = $1",
+                "SELECT pubviaroot FROM pg_publication WHERE pubname = $1",
                 &[name],
             )
             .await
             .map_err(|e| sql_err("reading pg_publication", e))?;
         let ident = quote_ident(name);
+        let via_root = self.cfg.publish_via_root;
+        let with = if via_root {
+            " WITH (publish_via_partition_root = true)"
+        } else {
+            ""
+        };
+        if let Some(row) = &exists {
+            let has: bool = row.get(0);
+            if has != via_root {
+                if self.cfg.publication_autocreate == PublicationAutocreate::Filtered {
+                    let stmt = format!(
+                        "ALTER PUBLICATION {ident} SET (publish_via_partition_root = {via_root})"
+                    );
+                    tracing::info!(publication = %name, statement = %stmt, "managing publication");
+                    self.sql
+                        .batch_execute(&stmt)
+                        .await
+                        .map_err(|e| sql_err(&format!("altering publication {name:?}"), e))?;
+                } else {
+                    tracing::warn!(publication = %name, publish_via_partition_root = has, "the publication's publish_via_partition_root differs from publish.via.partition.root={via_root}: partitions' changes go out as the publication says (ALTER PUBLICATION ... SET (publish_via_partition_root = {via_root}) to change it)");
+                }
+            }
+        }
         let statement = match (self.cfg.publication_autocreate, exists.is_some()) {
             (PublicationAutocreate::Disabled, false) => {
                 return Err(ConnectError::fatal(format!(
@@ -705,10 +729,10 @@ impl Inner {
             }
             (PublicationAutocreate::Disabled, true) => None,
             (PublicationAutocreate::AllTables, false) => {
-                Some(format!("CREATE PUBLICATION {ident} FOR ALL TABLES"))
+                Some(format!("CREATE PUBLICATION {ident} FOR ALL TABLES{with}"))
             }
             (PublicationAutocreate::NoTables, false) => {
-                Some(format!("CREATE PUBLICATION {ident}"))
+                Some(format!("CREATE PUBLICATION {ident}{with}"))
             }
             (PublicationAutocreate::AllTables | PublicationAutocreate::NoTables, true) => None,
             (PublicationAutocreate::Filtered, exists) => {
@@ -725,7 +749,10 @@ impl Inner {
                 Some(if exists {
                     format!("ALTER PUBLICATION {ident} SET TABLE {}", list.join(", "))
                 } else {
-                    format!("CREATE PUBLICATION {ident} FOR TABLE {}", list.join(", "))
+                    format!(
+                        "CREATE PUBLICATION {ident} FOR TABLE {}{with}",
+                        list.join(", ")
+                    )
                 })
             }
         };
@@ -1438,7 +1465,8 @@ impl Inner {
             table: table.to_owned(),
         };
         let key = self.key_columns(&id, &meta.primary_key, &defs);
-        self.install_schema(id, defs, &key).map(Some)
+        self.install_schema(id, defs, &key, meta.partitioned)
+            .map(Some)
     }
 
     fn key_columns(&self, id: &TableId, pk: &[String], defs: &[ColumnDef]) -> Vec<String> {
@@ -1460,8 +1488,9 @@ impl Inner {
         id: TableId,
         defs: Vec<ColumnDef>,
         key: &[String],
+        partitioned: bool,
     ) -> Result<Arc<TableSchema>, ConnectError> {
-        let ts = TableSchema::build(
+        let mut ts = TableSchema::build(
             id.clone(),
             &self.cfg.topic_prefix,
             defs,
@@ -1472,6 +1501,7 @@ impl Inner {
             self.cfg.names,
         )
         .map_err(|e| ConnectError::fatal(e.to_string()))?;
+        ts.partitioned = partitioned;
         if let Some(old) = self.schemas.get(&id) {
             if old.same_shape(&ts) {
                 return Ok(old.clone());
@@ -3142,7 +3172,8 @@ impl Inner {
             .map(|m| m.primary_key.clone())
             .unwrap_or_default();
         let key = self.key_columns(&id, &pk, &defs);
-        let ts = self.install_schema(id, defs, &key)?;
+        let partitioned = meta.as_ref().is_some_and(|m| m.partitioned);
+        let ts = self.install_schema(id, defs, &key, partitioned)?;
         let col_map = ts
             .columns
             .iter()

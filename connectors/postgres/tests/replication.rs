@@ -2439,3 +2439,80 @@ async fn file_channel_signals_run_snapshots_and_are_read_once() {
     assert_eq!(ids(&seen, "r").len(), 22, "the line ran once");
     task.stop().await;
 }
+
+/// `publish.via.partition.root=true`: a partitioned table is captured as its root: the root
+/// is snapshotted (its partitions' rows, none of them twice), the publication is created with
+/// `publish_via_partition_root`, and changes of every partition go out under the root's
+/// topic; the partitions get no topics of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_tables_are_captured_as_their_root() {
+    let pg = PostgresServer::start().unwrap();
+    pg.create_database("parts").await.unwrap();
+    let db = pg.connect("parts").await.unwrap();
+    db.batch_execute(
+        "CREATE TABLE events (id int, region text, v int, PRIMARY KEY (id, region)) PARTITION BY LIST (region);
+         CREATE TABLE events_eu PARTITION OF events FOR VALUES IN ('eu');
+         CREATE TABLE events_us PARTITION OF events FOR VALUES IN ('us');
+         CREATE TABLE plain (id int PRIMARY KEY);
+         INSERT INTO events SELECT i, CASE WHEN i % 2 = 0 THEN 'eu' ELSE 'us' END, i FROM generate_series(1, 10) i;
+         INSERT INTO plain VALUES (1);",
+    )
+    .await
+    .unwrap();
+    let mut task = started_task(
+        &pg,
+        "parts",
+        &[
+            ("slot.name", "parts_slot"),
+            ("table.include.list", "public.events.*,public.plain"),
+            ("publication.autocreate.mode", "filtered"),
+            ("publish.via.partition.root", "true"),
+        ],
+    )
+    .await;
+    let snap = drain(&mut task, 11).await;
+    let topics: std::collections::BTreeSet<&str> = snap.iter().map(|r| r.topic.as_str()).collect();
+    assert_eq!(
+        topics,
+        ["idle.public.events", "idle.public.plain"]
+            .into_iter()
+            .collect(),
+        "the root is snapshotted, not its partitions"
+    );
+    let mut read = ids(&snap, "r");
+    read.sort_unstable();
+    assert_eq!(read, [1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10], "each row once");
+    let via_root: bool = db
+        .query_one(
+            "SELECT pubviaroot FROM pg_publication WHERE pubname = 'dbz_publication'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(via_root, "the publication publishes via the root");
+
+    db.batch_execute(
+        "INSERT INTO events VALUES (11, 'eu', 11), (12, 'us', 12);
+         UPDATE events SET v = 100 WHERE id = 2;
+         DELETE FROM events WHERE id = 3;",
+    )
+    .await
+    .unwrap();
+    let stream = drain(&mut task, 4).await;
+    task.stop().await;
+    assert!(
+        stream.iter().all(|r| r.topic == "idle.public.events"),
+        "partitions' changes go out under the root: {:?}",
+        stream.iter().map(|r| r.topic.as_str()).collect::<Vec<_>>()
+    );
+    assert_eq!(ids(&stream, "c"), [11, 12]);
+    assert_eq!(ids(&stream, "u"), [2]);
+    assert_eq!(
+        stream
+            .iter()
+            .filter(|r| op_of(r).as_deref() == Some("d"))
+            .count(),
+        1
+    );
+}
