@@ -30,6 +30,32 @@ async fn drain(task: &mut MySqlSourceTask, n: usize) -> Vec<SourceRecord> {
     got
 }
 
+/// A task of a MariaDB connector on `server` (topic prefix `cdc`, no schema-change records),
+/// with `extra` settings, started.
+async fn started(server: &MariaDbServer, extra: &[(&str, &str)]) -> MySqlSourceTask {
+    let port = server.port().to_string();
+    let mut props: Properties = [
+        ("connector.class", "mariadb"),
+        ("database.hostname", "127.0.0.1"),
+        ("database.port", port.as_str()),
+        ("database.user", "root"),
+        ("topic.prefix", "cdc"),
+        ("include.schema.changes", "false"),
+        ("poll.interval.ms", "100"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    for (k, v) in extra {
+        props.insert((*k).to_owned(), (*v).to_owned());
+    }
+    let mut task = MySqlSourceTask::new();
+    task.start(SourceTaskContext::default(), props)
+        .await
+        .unwrap();
+    task
+}
+
 fn field(r: &SourceRecord, image: &str, column: &str) -> Option<Value> {
     r.value
         .as_struct()?
@@ -55,36 +81,26 @@ async fn column_mappers_mask_hash_and_truncate_row_images_but_not_keys() {
     )
     .await
     .unwrap();
-    let props: Properties = [
-        ("connector.class", "mariadb"),
-        ("database.hostname", "127.0.0.1"),
-        ("database.port", &server.port().to_string()),
-        ("database.user", "root"),
-        ("database.server.id", "7201"),
-        ("topic.prefix", "cdc"),
-        ("table.include.list", "app.users,app.notes"),
-        ("column.exclude.list", "app.users.note"),
-        ("snapshot.include.collection.list", "app.users"),
-        ("skip.messages.without.change", "true"),
-        ("include.schema.changes", "false"),
-        ("poll.interval.ms", "100"),
-        ("column.mask.with.4.chars", "app.users.(ssn|email|age)"),
-        (
-            "column.mask.hash.SHA-256.with.salt.pepper",
-            "app.users.token",
-        ),
-        (
-            "column.truncate.to.6.chars",
-            "app.users.bio,app.users.photo",
-        ),
-    ]
-    .iter()
-    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-    .collect();
-    let mut task = MySqlSourceTask::new();
-    task.start(SourceTaskContext::default(), props)
-        .await
-        .unwrap();
+    let mut task = started(
+        &server,
+        &[
+            ("database.server.id", "7201"),
+            ("table.include.list", "app.users,app.notes"),
+            ("column.exclude.list", "app.users.note"),
+            ("snapshot.include.collection.list", "app.users"),
+            ("skip.messages.without.change", "true"),
+            ("column.mask.with.4.chars", "app.users.(ssn|email|age)"),
+            (
+                "column.mask.hash.SHA-256.with.salt.pepper",
+                "app.users.token",
+            ),
+            (
+                "column.truncate.to.6.chars",
+                "app.users.bio,app.users.photo",
+            ),
+        ],
+    )
+    .await;
     let snap = drain(&mut task, 1).await;
     assert_eq!(
         snap.len(),
@@ -252,32 +268,22 @@ async fn propagated_source_types_are_field_parameters_in_snapshot_and_stream() {
     )
     .await
     .unwrap();
-    let props: Properties = [
-        ("connector.class", "mariadb"),
-        ("database.hostname", "127.0.0.1"),
-        ("database.port", &server.port().to_string()),
-        ("database.user", "root"),
-        ("database.server.id", "7202"),
-        ("topic.prefix", "cdc"),
-        ("table.include.list", "app.items"),
-        ("include.schema.changes", "false"),
-        ("poll.interval.ms", "100"),
-        (
-            "column.propagate.source.type",
-            "app.items.(id|name|amount|flag|note)",
-        ),
-        (
-            "datatype.propagate.source.type",
-            ".+\\.(enum|SET|DATETIME|BIGINT UNSIGNED ZEROFILL)",
-        ),
-    ]
-    .iter()
-    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-    .collect();
-    let mut task = MySqlSourceTask::new();
-    task.start(SourceTaskContext::default(), props)
-        .await
-        .unwrap();
+    let mut task = started(
+        &server,
+        &[
+            ("database.server.id", "7202"),
+            ("table.include.list", "app.items"),
+            (
+                "column.propagate.source.type",
+                "app.items.(id|name|amount|flag|note)",
+            ),
+            (
+                "datatype.propagate.source.type",
+                ".+\\.(enum|SET|DATETIME|BIGINT UNSIGNED ZEROFILL)",
+            ),
+        ],
+    )
+    .await;
     let snap = drain(&mut task, 1).await;
     db.query_drop("INSERT INTO items (name) VALUES ('b')")
         .await

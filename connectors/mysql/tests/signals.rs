@@ -674,12 +674,12 @@ async fn incremental_snapshot_reads_chunks_while_writers_change_the_table() {
     t2.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_signalled_read_the_server_refuses_part_way_is_given_up_and_streaming_goes_on() {
+/// A server whose `app.captured` holds rows 1..=`n` (status `open`), with a signal table.
+async fn server_with_captured_rows(n: i32) -> (MariaDbServer, mysql_async::Conn) {
     let server = MariaDbServer::start().unwrap();
     server.create_database("app").await.unwrap();
     let mut db = server.connect("app").await.unwrap();
-    let rows: Vec<String> = (1..=20).map(|i| format!("({i}, 'open')")).collect();
+    let rows: Vec<String> = (1..=n).map(|i| format!("({i}, 'open')")).collect();
     db.query_drop(format!(
         "CREATE TABLE captured (id int PRIMARY KEY, status varchar(16) NOT NULL);
          INSERT INTO captured VALUES {};
@@ -688,6 +688,12 @@ async fn a_signalled_read_the_server_refuses_part_way_is_given_up_and_streaming_
     ))
     .await
     .unwrap();
+    (server, db)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signalled_read_the_server_refuses_part_way_is_given_up_and_streaming_goes_on() {
+    let (server, mut db) = server_with_captured_rows(20).await;
     let mut t = start(props(&server, &[("snapshot.mode", "no_data")]), Vec::new()).await;
     let _ = drain(&mut t, 0).await;
     // The trial (LIMIT 1) meets only id 1, where `id < 3` decides; from id 3 on the subquery
@@ -720,18 +726,7 @@ async fn a_signalled_read_the_server_refuses_part_way_is_given_up_and_streaming_
 /// no signal, and the file is emptied once read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_channel_signals_run_an_incremental_snapshot() {
-    let server = MariaDbServer::start().unwrap();
-    server.create_database("app").await.unwrap();
-    let mut db = server.connect("app").await.unwrap();
-    let rows: Vec<String> = (1..=10).map(|i| format!("({i}, 'open')")).collect();
-    db.query_drop(format!(
-        "CREATE TABLE captured (id int PRIMARY KEY, status varchar(16) NOT NULL);
-         INSERT INTO captured VALUES {};
-         CREATE TABLE debezium_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));",
-        rows.join(", ")
-    ))
-    .await
-    .unwrap();
+    let (server, mut db) = server_with_captured_rows(10).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("signals.txt");
     let file_text = file.display().to_string();
