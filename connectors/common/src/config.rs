@@ -33,7 +33,7 @@ pub fn define_signal_keys(def: ConfigDef) -> ConfigDef {
     .define(
         ConfigKey::new("signal.file", ConfigType::String)
             .default_str("file-signals.txt")
-            .doc("The file channel's file: one JSON signal per line ({\"id\", \"type\", \"data\"}), emptied once read; a relative path is relative to the worker's working directory."),
+            .doc("The file channel's file: one JSON signal per line ({\"id\", \"type\", \"data\"}), taken (renamed aside, read, removed) every signal.poll.interval.ms; a relative path is relative to the worker's working directory."),
     )
     .define(
         ConfigKey::new("signal.poll.interval.ms", ConfigType::Long)

@@ -4,15 +4,17 @@
 //! signal table, at the next boundary between source transactions. An incremental snapshot
 //! still writes its watermarks into `signal.data.collection`.
 //!
-//! As Debezium's channel does, a read takes every line in the file and empties it: a line is
-//! acted on once. A line that is not a JSON object with a text `type` is logged and skipped.
-//! `data` may be a JSON object (as Debezium writes it) or a string holding one (as the signal
-//! table's column holds it).
+//! As with Debezium's channel, each line is acted on once: a read takes every line in the
+//! file, which is gone afterwards (Debezium empties it in place; here it is first renamed to
+//! `<file>.reading`, read and removed, so a line appended while it is read goes into a new
+//! file instead of being cut off). A line that is not a JSON object with a text `type` is
+//! logged and skipped. `data` may be a JSON object (as Debezium writes it) or a string
+//! holding one (as the signal table's column holds it).
 //!
-//! Invariants: the file is emptied only after it was read whole; nothing is read before the
-//! interval has passed since the last read, so a missing file costs one `stat` per interval.
+//! Invariants: the file is removed only after it was read whole (a `.reading` file left by a
+//! crash is read at the next interval); nothing is read before the interval has passed since
+//! the last read, so a missing file costs one `rename` per interval.
 
-use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -82,21 +84,20 @@ impl FileSignals {
         }
     }
 
-    /// Reads the whole file and empties it.
+    /// Takes the file's lines: renames it aside (unless a crash left one aside already),
+    /// reads it whole and removes it.
     fn take_lines(&self) -> std::io::Result<String> {
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&self.path)?;
-        if file.metadata()?.is_dir() {
-            return Ok(String::new());
+        let mut aside = self.path.clone().into_os_string();
+        aside.push(".reading");
+        let aside = PathBuf::from(aside);
+        if !aside.exists() {
+            if self.path.is_dir() {
+                return Ok(String::new());
+            }
+            std::fs::rename(&self.path, &aside)?;
         }
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)?;
-        if !bytes.is_empty() {
-            file.set_len(0)?;
-            file.seek(SeekFrom::Start(0))?;
-        }
+        let bytes = std::fs::read(&aside)?;
+        std::fs::remove_file(&aside)?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 }
@@ -105,7 +106,7 @@ impl FileSignals {
 /// table: an `execute-snapshot` request is merged into `pending` (the connector runs it at
 /// once), `stop-snapshot`, `pause-snapshot` and `resume-snapshot` steer the incremental
 /// snapshot, `log` is logged; watermarks are ignored (they belong in the signal table).
-/// Returns whether there were signals (the incremental snapshot's progress may have changed).
+/// Returns whether the incremental snapshot's progress changed.
 pub fn act_on<T, R>(
     signals: Vec<FileSignal>,
     pending: &mut Option<SnapshotRequest>,
@@ -113,7 +114,7 @@ pub fn act_on<T, R>(
     progress: &mut Option<Progress>,
     status: &SnapshotProgress,
 ) -> bool {
-    let any = !signals.is_empty();
+    let before = progress.as_ref().map(Progress::to_json);
     for s in signals {
         if is_watermark(s.kind.as_deref()) {
             tracing::warn!(signal = ?s.kind, "a watermark in the signal file is ignored (incremental snapshots write theirs into the signal table)");
@@ -124,7 +125,7 @@ pub fn act_on<T, R>(
             let _ = on_signal(signal, window, progress, status);
         }
     }
-    any
+    progress.as_ref().map(Progress::to_json) != before
 }
 
 /// The signals of the file's lines, skipping (and logging) the ones that are not signals.
@@ -210,9 +211,20 @@ mod tests {
         assert!(channel.due().is_empty(), "the interval has not passed");
         channel.next_read = Instant::now();
         assert_eq!(channel.due().len(), 1);
-        assert_eq!(std::fs::read(&path).unwrap().len(), 0, "emptied");
+        assert!(!path.exists(), "taken");
         channel.next_read = Instant::now();
         assert!(channel.due().is_empty(), "read once");
+        // A file set aside by a read a crash interrupted is read first.
+        std::fs::write(
+            dir.join("signals.txt.reading"),
+            "{\"id\": \"2\", \"type\": \"log\", \"data\": {}}\n",
+        )
+        .unwrap();
+        std::fs::write(&path, "{\"id\": \"3\", \"type\": \"log\", \"data\": {}}\n").unwrap();
+        channel.next_read = Instant::now();
+        assert_eq!(channel.due()[0].id.as_deref(), Some("2"));
+        channel.next_read = Instant::now();
+        assert_eq!(channel.due()[0].id.as_deref(), Some("3"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

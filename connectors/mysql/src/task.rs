@@ -802,7 +802,11 @@ impl Inner {
     /// Starts reading the tables an incremental `execute-snapshot` request names (added to the
     /// incremental snapshot under way, if any) while streaming goes on.
     async fn start_incremental(&mut self, request: SnapshotRequest) -> Result<(), ConnectError> {
-        if !self.check_signal(&request).await? || self.cfg.filters.signal_table.is_none() {
+        if !self.check_signal(&request).await? {
+            return Ok(());
+        }
+        if self.cfg.filters.signal_table.is_none() {
+            tracing::error!(tables = ?request.collections, "incremental execute-snapshot not acted on: it writes its watermarks into signal.data.collection, which is not set; set it (or send the signal with \"type\": \"blocking\")");
             return Ok(());
         }
         let tables = self

@@ -33,7 +33,7 @@
 //!   so a key must be unique and not null: a primary key, or `message.key.columns` naming such
 //!   columns. Tables without a key are not copied (logged).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use futures_util::StreamExt;
@@ -161,36 +161,72 @@ pub fn covers(window: &Window, table: &TableId, xid: Option<u32>) -> bool {
         && (window.open || xid.is_some_and(|x| window.table.unseen.contains(&x)))
 }
 
-/// The xids of the last [`RecentXids::CAPACITY`] transactions the stream handed out. A chunk
-/// whose read did not see one of them ([`ChunkTable::unseen`]) may hold rows that transaction
-/// changed, and its events went out already: the chunk is read again later, once the
-/// transaction is visible. (A transaction stays invisible after its commit record only while
-/// it waits, e.g. for a synchronous standby the task's own session does not wait for.)
+/// What the stream handed out last: the last [`RecentXids::CAPACITY`] transactions, and while
+/// an incremental snapshot runs, which tables their changes were of. A chunk whose read did
+/// not see one of those transactions ([`ChunkTable::unseen`]) may hold rows it changed, and
+/// its events went out already: the chunk is read again later, once the transaction is
+/// visible. (A transaction stays invisible after its commit record only while it waits, e.g.
+/// for a synchronous standby the task's own session does not wait for.) A transaction whose
+/// tables are known counts only for a chunk of one of them; one that began before the
+/// snapshot ran counts for every chunk.
 #[derive(Default)]
 pub struct RecentXids {
+    /// Transactions in the order they began.
     order: VecDeque<u32>,
-    set: HashSet<u32>,
+    /// Each transaction's tables (keys of their ids) when tracked, `None` when not.
+    tables: HashMap<u32, Option<Vec<u64>>>,
+    /// The last change recorded, to skip a transaction's run of changes of one table.
+    last: Option<(u32, u64)>,
+}
+
+fn table_key(table: &TableId) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    table.hash(&mut h);
+    h.finish()
 }
 
 impl RecentXids {
     pub const CAPACITY: usize = 16_384;
 
-    /// A transaction the stream hands out (its begin).
-    pub fn push(&mut self, xid: u32) {
-        if !self.set.insert(xid) {
+    /// A transaction the stream hands out (its begin); `tracked`: an incremental snapshot
+    /// runs, so its changes' tables are recorded ([`RecentXids::changed`]).
+    pub fn began(&mut self, xid: u32, tracked: bool) {
+        let tables = tracked.then(Vec::new);
+        if self.tables.insert(xid, tables).is_some() {
             return;
         }
         self.order.push_back(xid);
         if self.order.len() > Self::CAPACITY {
             if let Some(old) = self.order.pop_front() {
-                self.set.remove(&old);
+                self.tables.remove(&old);
             }
         }
     }
 
-    /// One of `unseen` the stream handed out already, if any.
-    pub fn handed_out(&self, unseen: &HashSet<u32>) -> Option<u32> {
-        unseen.iter().copied().find(|x| self.set.contains(x))
+    /// A change of `table` by transaction `xid`, handed out while an incremental snapshot
+    /// runs (recorded when the transaction is tracked).
+    pub fn changed(&mut self, xid: u32, table: &TableId) {
+        let key = table_key(table);
+        if self.last == Some((xid, key)) {
+            return;
+        }
+        self.last = Some((xid, key));
+        if let Some(Some(tables)) = self.tables.get_mut(&xid) {
+            if !tables.contains(&key) {
+                tables.push(key);
+            }
+        }
+    }
+
+    /// One of `unseen` handed out already that may have changed `table`, if any.
+    pub fn handed_out(&self, unseen: &HashSet<u32>, table: &TableId) -> Option<u32> {
+        let key = table_key(table);
+        unseen.iter().copied().find(|x| match self.tables.get(x) {
+            None => false,
+            Some(None) => true,
+            Some(Some(tables)) => tables.contains(&key),
+        })
     }
 }
 
@@ -370,15 +406,36 @@ mod tests {
     }
 
     #[test]
-    fn recent_xids_are_bounded() {
+    fn recent_xids_are_bounded_and_per_table_once_tracked() {
+        let table = |name: &str| TableId {
+            schema: "public".into(),
+            table: name.into(),
+        };
+        let (t, other) = (table("t"), table("other"));
         let mut recent = RecentXids::default();
         for x in 0..(RecentXids::CAPACITY as u32 + 10) {
-            recent.push(x);
+            recent.began(x, false);
         }
-        recent.push(20);
+        recent.began(20, false);
         assert_eq!(recent.order.len(), RecentXids::CAPACITY);
-        assert_eq!(recent.handed_out(&HashSet::from([3, 5])), None);
-        assert_eq!(recent.handed_out(&HashSet::from([3, 20])), Some(20));
+        assert_eq!(recent.handed_out(&HashSet::from([3, 5]), &t), None, "gone");
+        assert_eq!(
+            recent.handed_out(&HashSet::from([3, 20]), &t),
+            Some(20),
+            "untracked: counts for every table"
+        );
+        recent.began(7_000_000, true);
+        recent.changed(7_000_000, &other);
+        recent.changed(7_000_000, &other);
+        assert_eq!(
+            recent.handed_out(&HashSet::from([7_000_000]), &t),
+            None,
+            "it changed another table"
+        );
+        assert_eq!(
+            recent.handed_out(&HashSet::from([7_000_000]), &other),
+            Some(7_000_000)
+        );
     }
 
     #[test]

@@ -707,18 +707,21 @@ impl Inner {
         if let Some(row) = &exists {
             let has: bool = row.get(0);
             if has != via_root {
-                if self.cfg.publication_autocreate == PublicationAutocreate::Filtered {
-                    let stmt = format!(
-                        "ALTER PUBLICATION {ident} SET (publish_via_partition_root = {via_root})"
-                    );
-                    tracing::info!(publication = %name, statement = %stmt, "managing publication");
-                    self.sql
-                        .batch_execute(&stmt)
-                        .await
-                        .map_err(|e| sql_err(&format!("altering publication {name:?}"), e))?;
-                } else {
-                    tracing::warn!(publication = %name, publish_via_partition_root = has, "the publication's publish_via_partition_root differs from publish.via.partition.root={via_root}: partitions' changes go out as the publication says (ALTER PUBLICATION ... SET (publish_via_partition_root = {via_root}) to change it)");
+                // Snapshot and stream must name partitions alike: a publication that
+                // disagrees would stream under the names the snapshot did not use.
+                let stmt = format!(
+                    "ALTER PUBLICATION {ident} SET (publish_via_partition_root = {via_root})"
+                );
+                if self.cfg.publication_autocreate == PublicationAutocreate::Disabled {
+                    return Err(ConnectError::config(format!(
+                        "publication {name:?} has publish_via_partition_root = {has}, but publish.via.partition.root={via_root}: run {stmt} (publication.autocreate.mode=disabled leaves the publication to you)"
+                    )));
                 }
+                tracing::info!(publication = %name, statement = %stmt, "managing publication");
+                self.sql
+                    .batch_execute(&stmt)
+                    .await
+                    .map_err(|e| sql_err(&format!("altering publication {name:?}"), e))?;
             }
         }
         let statement = match (self.cfg.publication_autocreate, exists.is_some()) {
@@ -1315,8 +1318,15 @@ impl Inner {
             let Some(condition) = request.condition(&name) else {
                 continue;
             };
+            // (A partitioned root, captured with publish.via.partition.root, holds no rows of
+            // its own: its partitions' are tried.)
+            let only = if self.cfg.publish_via_root {
+                ""
+            } else {
+                "ONLY "
+            };
             let probe = format!(
-                "SELECT 1 FROM ONLY {}.{} WHERE ({condition}) LIMIT 1",
+                "SELECT 1 FROM {only}{}.{} WHERE ({condition}) LIMIT 1",
                 quote_ident(s),
                 quote_ident(t)
             );
@@ -2309,6 +2319,7 @@ impl Inner {
             return Ok(());
         }
         if self.cfg.filters.signal_table.is_none() {
+            tracing::error!(tables = ?request.collections, "incremental execute-snapshot not acted on: it writes its watermarks into signal.data.collection, which is not set; set it (or send the signal with \"type\": \"blocking\")");
             return Ok(());
         }
         let tables = self.snapshot_tables(Some(&request)).await?;
@@ -2471,7 +2482,7 @@ impl Inner {
         let Some(last_key) = last_key else {
             return Ok(ChunkOutcome::TableDone);
         };
-        if let Some(xid) = self.recent_xids.handed_out(&unseen) {
+        if let Some(xid) = self.recent_xids.handed_out(&unseen, &ts.id) {
             // Its changes went out before this read, which saw the rows as they were: the
             // chunk is dropped (its open watermark alone is ignored) and read again later.
             tracing::warn!(table = %name, xid, "incremental snapshot: a transaction the stream handed out is not visible to the chunk's read yet (waiting for a synchronous standby?); the chunk is read again in a second");
@@ -2627,6 +2638,9 @@ impl Inner {
         images: [Option<&TupleData>; N],
     ) -> Result<(), ConnectError> {
         let xid = self.txn.as_ref().map(|t| t.xid);
+        if let (Some(x), Some(_)) = (xid, &self.incremental) {
+            self.recent_xids.changed(x, &ts.id);
+        }
         if !self
             .window
             .as_ref()
@@ -2683,7 +2697,7 @@ impl Inner {
                         ts_us.div_euclid(1000),
                     );
                 }
-                self.recent_xids.push(xid);
+                self.recent_xids.began(xid, self.incremental.is_some());
                 self.txn = Some(Txn {
                     xid,
                     commit_lsn: final_lsn,
@@ -2898,6 +2912,9 @@ impl Inner {
                         continue;
                     };
                     let xid = self.txn.as_ref().map(|t| t.xid);
+                    if let (Some(x), Some(_)) = (xid, &self.incremental) {
+                        self.recent_xids.changed(x, &ts.id);
+                    }
                     if let Some(w) = self
                         .window
                         .as_mut()
