@@ -2521,8 +2521,7 @@ async fn partitioned_tables_are_captured_as_their_root() {
             ),
         )
         .await
-        .err()
-        .expect("a mismatched publication is refused");
+        .expect_err("a mismatched publication is refused");
     assert!(
         refused
             .message()
