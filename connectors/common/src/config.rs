@@ -103,18 +103,18 @@ pub const COMMON_UNBUILT: &[Unbuilt] = &[
     },
 ];
 
-/// `schema.name.adjustment.mode` and `field.name.adjustment.mode` as a connector that builds
-/// `avro` (not `avro_unicode`) has them.
+/// `schema.name.adjustment.mode` and `field.name.adjustment.mode` as a connector that
+/// adjusts names has them (`none`, `avro`, `avro_unicode`).
 pub const NAME_ADJUSTMENT_AVRO: &[Unbuilt] = &[
     Unbuilt {
         key: "schema.name.adjustment.mode",
-        accepted: &["none", "avro"],
-        why: "avro_unicode is not built; avro replaces characters Avro does not allow with _",
+        accepted: &["none", "avro", "avro_unicode"],
+        why: "the modes are none, avro and avro_unicode",
     },
     Unbuilt {
         key: "field.name.adjustment.mode",
-        accepted: &["none", "avro"],
-        why: "avro_unicode is not built; avro replaces characters Avro does not allow with _",
+        accepted: &["none", "avro", "avro_unicode"],
+        why: "the modes are none, avro and avro_unicode",
     },
 ];
 

@@ -1,7 +1,12 @@
-//! Debezium's `schema.name.adjustment.mode` and `field.name.adjustment.mode` in their `avro`
-//! form: schema and field names made valid Avro names by replacing each character Avro does not
-//! allow with `_` (a leading digit is kept after a `_`, so `1a` and `2a` stay apart), exactly as
-//! Debezium's `SchemaNameAdjuster` with its underscore replacement does.
+//! Debezium's `schema.name.adjustment.mode` and `field.name.adjustment.mode`, exactly as
+//! Debezium's `SchemaNameAdjuster` does them:
+//! - `avro`: each character Avro does not allow becomes `_` (a leading digit is kept after a
+//!   `_`, so `1a` and `2a` stay apart);
+//! - `avro_unicode`: each character outside `[a-zA-Z]` (first) or `[a-zA-Z0-9]` (others; `.`
+//!   too in schema names) becomes `_u` and its UTF-16 code in lower-case hex, padded to four
+//!   digits only when it has one or two (`_` → `_u005f`, `语` → `_u8bed`, U+0100 → `_u100`:
+//!   Debezium's padding), each unit of a character outside the BMP on its own, so distinct
+//!   names stay distinct.
 //!
 //! Invariant: a name that is already valid comes back unchanged (borrowed).
 
@@ -13,6 +18,7 @@ pub enum NameAdjustment {
     #[default]
     None,
     Avro,
+    AvroUnicode,
 }
 
 impl NameAdjustment {
@@ -21,6 +27,7 @@ impl NameAdjustment {
         match mode.trim().to_ascii_lowercase().as_str() {
             "" | "none" => Some(NameAdjustment::None),
             "avro" => Some(NameAdjustment::Avro),
+            "avro_unicode" => Some(NameAdjustment::AvroUnicode),
             _ => None,
         }
     }
@@ -36,8 +43,10 @@ impl NameAdjustment {
     }
 
     fn adjust<'a>(self, name: &'a str, dots: bool) -> Cow<'a, str> {
-        if self == NameAdjustment::None {
-            return Cow::Borrowed(name);
+        match self {
+            NameAdjustment::None => return Cow::Borrowed(name),
+            NameAdjustment::AvroUnicode => return unicode_escaped(name, dots),
+            NameAdjustment::Avro => {}
         }
         let first_ok = |c: char| c.is_ascii_alphabetic() || c == '_';
         let rest_ok = |c: char| c.is_ascii_alphanumeric() || c == '_' || (dots && c == '.');
@@ -72,6 +81,33 @@ impl NameAdjustment {
         }
         Cow::Owned(out)
     }
+}
+
+/// `avro_unicode`'s adjustment (see the module doc).
+fn unicode_escaped(name: &str, dots: bool) -> Cow<'_, str> {
+    let valid = |i: usize, c: char| {
+        c.is_ascii_alphabetic() || (i > 0 && (c.is_ascii_digit() || (dots && c == '.')))
+    };
+    if name.chars().enumerate().all(|(i, c)| valid(i, c)) {
+        return Cow::Borrowed(name);
+    }
+    let mut out = String::with_capacity(name.len() + 8);
+    for (i, c) in name.chars().enumerate() {
+        if valid(i, c) {
+            out.push(c);
+            continue;
+        }
+        let mut units = [0u16; 2];
+        for unit in c.encode_utf16(&mut units) {
+            let hex = format!("{unit:x}");
+            out.push_str("_u");
+            if hex.len() <= 2 {
+                out.push_str("00");
+            }
+            out.push_str(&hex);
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// A connector's `schema.name.adjustment.mode` and `field.name.adjustment.mode`.
@@ -121,6 +157,35 @@ mod tests {
         assert_eq!(a.field_name("😀x"), "__x");
         assert_eq!(NameAdjustment::None.field_name("first name"), "first name");
         assert_eq!(NameAdjustment::parse("AVRO"), Some(NameAdjustment::Avro));
-        assert_eq!(NameAdjustment::parse("avro_unicode"), None);
+        assert_eq!(
+            NameAdjustment::parse("Avro_Unicode"),
+            Some(NameAdjustment::AvroUnicode)
+        );
+        assert_eq!(NameAdjustment::parse("other"), None);
+    }
+
+    #[test]
+    fn avro_unicode_names_as_debezium_escapes_them() {
+        let u = NameAdjustment::AvroUnicode;
+        // Debezium's own example (SchemaNameAdjusterTest).
+        assert_eq!(
+            u.schema_name("_hello_语言."),
+            "_u005fhello_u005f_u8bed_u8a00."
+        );
+        assert!(matches!(
+            u.schema_name("cdc.public.t.Value"),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(u.schema_name("my-server.t"), "my_u002dserver.t");
+        assert_eq!(u.field_name("a.b"), "a_u002eb");
+        assert_eq!(u.field_name("first_name"), "first_u005fname");
+        assert_eq!(u.field_name("9lives"), "_u0039lives");
+        assert_eq!(
+            u.field_name("a\nb"),
+            "a_u00ab",
+            "Debezium pads one digit to three"
+        );
+        assert_eq!(u.field_name("xĀ"), "x_u100", "and three digits not at all");
+        assert_eq!(u.field_name("x😀"), "x_ud83d_ude00");
     }
 }
