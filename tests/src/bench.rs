@@ -448,8 +448,8 @@ pub struct BenchArgs {
     /// `--tls` (pg-bench only): the server requires TLS of the connector, which checks its
     /// certificate (`verify-full`).
     pub tls: bool,
-    /// `--incremental` (pg-bench only): a fourth phase, an incremental snapshot of the table
-    /// while a trickle of changes streams.
+    /// `--incremental` (pg-bench and mysql-bench): a fourth phase, an incremental snapshot of
+    /// the table while a trickle of changes streams ([`incremental_phase`]).
     pub incremental: bool,
 }
 
@@ -490,10 +490,10 @@ impl BenchArgs {
     pub fn parse_with(program: &str, threads: bool, rows: u64, stream_events: u64) -> BenchArgs {
         let usage = || -> ! {
             let t = if threads { " [--threads N]" } else { "" };
-            let tls = if program == "pg-bench" {
-                " [--tls] [--incremental]"
-            } else {
-                ""
+            let tls = match program {
+                "pg-bench" => " [--tls] [--incremental]",
+                "mysql-bench" => " [--incremental]",
+                _ => "",
             };
             eprintln!("usage: {program} [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N]{t} [--format json|avro]{tls} [--dir DIR]");
             std::process::exit(2)
@@ -526,7 +526,9 @@ impl BenchArgs {
                 "--bin" => a.bin = PathBuf::from(it.next().unwrap_or_else(|| usage())),
                 "--dir" => a.dir = Some(PathBuf::from(it.next().unwrap_or_else(|| usage()))),
                 "--tls" if program == "pg-bench" => a.tls = true,
-                "--incremental" if program == "pg-bench" => a.incremental = true,
+                "--incremental" if matches!(program, "pg-bench" | "mysql-bench") => {
+                    a.incremental = true
+                }
                 "--format" => {
                     a.format = match it.next().as_deref() {
                         Some("json") => RecordFormat::Json,
@@ -739,6 +741,53 @@ pub fn stream_phase(
         thread_cpu_report(&threads0, &thread_cpu_split_us(w.pid()), events)
     );
     (events_s, cpu_per_event)
+}
+
+/// The incremental-snapshot phase of pg-bench and mysql-bench: from `signal()` (inserting the
+/// incremental `execute-snapshot` signal for a table of `table_rows` rows) until a committed
+/// offset of `connector` no longer carries the incremental snapshot's progress, committing a
+/// change with `trickle(n)` every ~2 ms meanwhile (an offset after the end needs a
+/// transaction to carry it). Prints a summary line; returns the figures for the JSON line
+/// (`incremental_rows_s`, `incremental_cpu_us_per_row`).
+pub fn incremental_phase(
+    addr: SocketAddr,
+    connector: &str,
+    pid: u32,
+    table_rows: u64,
+    signal: impl FnOnce(),
+    mut trickle: impl FnMut(u64),
+) -> Value {
+    let (user0, system0) = cpu_split_us(pid);
+    let started = Instant::now();
+    signal();
+    let mut seen_progress = false;
+    let mut changes = 0;
+    loop {
+        let o = committed_offset(addr, connector);
+        let carries = o
+            .as_ref()
+            .is_some_and(|o| o.get("incremental_snapshot").is_some());
+        if seen_progress && !carries && o.is_some() {
+            break;
+        }
+        seen_progress |= carries;
+        assert!(
+            started.elapsed() < Duration::from_secs(1800),
+            "the incremental snapshot did not finish"
+        );
+        trickle(changes);
+        changes += 1;
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let (user1, system1) = cpu_split_us(pid);
+    let rows = table_rows.max(1) as f64;
+    let per_row = (user1 - user0 + system1 - system0) as f64 / rows;
+    eprintln!(
+        "incremental: {table_rows} rows in {secs:.2} s = {:.0} rows/s, {per_row:.2} us CPU/row (chunks of 1024, {changes} changes streamed meanwhile)",
+        rows / secs
+    );
+    serde_json::json!({"incremental_rows_s": (rows / secs).round(), "incremental_cpu_us_per_row": (per_row * 100.0).round() / 100.0})
 }
 
 /// An LSN (`16/B374D848`) as a number.

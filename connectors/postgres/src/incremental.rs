@@ -262,14 +262,22 @@ pub async fn read_chunk(
     mapping: &MappingConfig,
     placeholder: &str,
 ) -> Result<(ChunkRows, HashSet<u32>), ChunkError> {
-    sql.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        .await?;
     let read = async {
-        let snapshot: String = sql
-            .query_one("SELECT pg_current_snapshot()::text", &[])
-            .await?
-            .get(0);
-        let unseen = in_progress_xids(&snapshot).map_err(ChunkError::Data)?;
+        // One round trip for both (the snapshot is taken by the SELECT, the transaction's
+        // first statement, and kept for the copy).
+        let replies = sql
+            .simple_query(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SELECT pg_current_snapshot()::text",
+            )
+            .await?;
+        let snapshot = replies
+            .iter()
+            .find_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0),
+                _ => None,
+            })
+            .ok_or_else(|| ChunkError::Data("pg_current_snapshot() returned no row".into()))?;
+        let unseen = in_progress_xids(snapshot).map_err(ChunkError::Data)?;
         let rows = copy_chunk(sql, ts, statement, mapping, placeholder).await?;
         sql.batch_execute("COMMIT").await?;
         Ok((rows, unseen))

@@ -9,7 +9,12 @@
 //!    first commit until the committed binlog position passes the last transaction;
 //! 3. latency: single-row autocommit inserts at `--rate`/s (200) for `--seconds` (20), each
 //!    from its commit returning until the committed offset covers its binlog position (polled
-//!    over REST every millisecond).
+//!    over REST every millisecond);
+//! 4. with `--incremental`: an incremental `execute-snapshot` signal for the whole table (every
+//!    row so far, in chunks of 1,024 between watermarks) while a row is committed every ~2 ms,
+//!    from the signal's insert until a committed offset no longer carries the incremental
+//!    snapshot's progress (JSON `"incremental": {"incremental_rows_s",
+//!    "incremental_cpu_us_per_row"}`).
 //!
 //! Positions are compared as (binlog file number, position): the committed offset's
 //! `file`/`pos` against `SHOW MASTER STATUS` after each commit. The connector class is
@@ -20,13 +25,14 @@
 //!
 //! Usage: `cargo build --release -p headwater && cargo run --release -p headwater-tests --bin
 //! mysql-bench -- [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N]
-//! [--dir DIR]`.
+//! [--incremental] [--dir DIR]`.
 
 use std::time::{Duration, Instant};
 
 use headwater_tests::bench::{
-    binlog_position, bytes_per_record, mariadb_orders_insert, paced_commits, peak_rss_mb,
-    snapshot_phase, stream_phase, wait_until_past, BenchArgs, Figures, OffsetPoller, Worker,
+    binlog_position, bytes_per_record, incremental_phase, mariadb_orders_insert, paced_commits,
+    peak_rss_mb, snapshot_phase, stream_phase, wait_until_past, BenchArgs, Figures, OffsetPoller,
+    Worker,
 };
 use headwater_tests::MariaDbServer;
 use mysql_async::prelude::Queryable;
@@ -84,6 +90,13 @@ fn main() {
         "database.user": "root", "database.server.id": "5400", "topic.prefix": "bench",
         "database.include.list": "bench", "table.include.list": "bench.orders",
         "snapshot.max.threads": args.threads.to_string()}});
+    if args.incremental {
+        sql(
+            &mut db,
+            "CREATE TABLE debezium_signal (id varchar(64) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048))",
+        );
+        config["config"]["signal.data.collection"] = json!("bench.debezium_signal");
+    }
     args.format.apply(&mut config["config"]);
     let file = work.path().join("bench.json");
     std::fs::write(&file, config.to_string()).unwrap();
@@ -137,6 +150,37 @@ fn main() {
     });
     poller.wait_past(commits.last().map_or(0, |c| c.1), Duration::from_secs(60));
     let (latencies, polls) = poller.finish(&commits);
+
+    // 4. An incremental snapshot of every row so far, while changes trickle in.
+    let mut incremental = json!(null);
+    if args.incremental {
+        let count: Option<u64> = rt
+            .block_on(db.query_first("SELECT count(*) FROM orders"))
+            .unwrap();
+        let first_id = lat_base + commits.len() as u64 + 10;
+        let db = std::cell::RefCell::new(&mut db);
+        incremental = incremental_phase(
+            w.addr,
+            "bench",
+            pid,
+            count.unwrap_or(0),
+            || {
+                sql(
+                    &mut db.borrow_mut(),
+                    r#"INSERT INTO debezium_signal VALUES ('bench-incremental', 'execute-snapshot', '{"data-collections": ["bench\\\\.orders"]}')"#,
+                )
+            },
+            |n| {
+                sql(
+                    &mut db.borrow_mut(),
+                    &format!(
+                        "INSERT INTO orders VALUES ({}, 3, 1.00, 'trickle', now(), 'during the incremental snapshot')",
+                        first_id + n
+                    ),
+                )
+            },
+        );
+    }
     let figures = Figures {
         rows: args.rows,
         stream_events: events,
@@ -152,5 +196,5 @@ fn main() {
         bytes_per_record: bytes_per_record(w.addr, "bench"),
     };
     drop(w);
-    figures.print(json!({"snapshot_threads": args.threads}));
+    figures.print(json!({"snapshot_threads": args.threads, "incremental": incremental}));
 }

@@ -37,9 +37,9 @@
 use std::time::{Duration, Instant};
 
 use headwater_tests::bench::{
-    bytes_per_record, paced_commits, parse_lsn, peak_rss_mb, pg_bench_session_with,
-    pg_orders_insert, pg_orders_sql, snapshot_phase, stream_phase, wait_until_past, BenchArgs,
-    Figures, OffsetPoller, Worker,
+    bytes_per_record, incremental_phase, paced_commits, parse_lsn, peak_rss_mb,
+    pg_bench_session_with, pg_orders_insert, pg_orders_sql, snapshot_phase, stream_phase,
+    wait_until_past, BenchArgs, Figures, OffsetPoller, Worker,
 };
 use serde_json::{json, Value};
 
@@ -143,45 +143,26 @@ fn main() {
             .block_on(db.query_one("SELECT count(*) FROM orders", &[]))
             .unwrap()
             .get(0);
-        let (user0, system0) = headwater_tests::bench::cpu_split_us(pid);
-        let started = Instant::now();
-        rt.block_on(db.batch_execute(
-            r#"INSERT INTO debezium_signal VALUES ('bench-incremental', 'execute-snapshot', '{"data-collections": ["public\\.orders"]}')"#,
-        ))
-        .unwrap();
-        let mut seen_progress = false;
-        let mut next_id = lat_base + commits.len() as u64 + 10;
-        loop {
-            let o = headwater_tests::bench::committed_offset(w.addr, "bench");
-            let carries = o
-                .as_ref()
-                .is_some_and(|o| o.get("incremental_snapshot").is_some());
-            if seen_progress && !carries && o.is_some() {
-                break;
-            }
-            seen_progress |= carries;
-            assert!(
-                started.elapsed() < Duration::from_secs(1800),
-                "the incremental snapshot did not finish"
-            );
-            // A change now and then: an offset after the end needs a transaction to carry it.
-            rt.block_on(db.batch_execute(&format!(
-                "INSERT INTO orders VALUES ({next_id}, 3, 1.00, 'trickle', now(), 'during the incremental snapshot')"
-            )))
-            .unwrap();
-            next_id += 1;
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        let secs = started.elapsed().as_secs_f64();
-        let (user1, system1) = headwater_tests::bench::cpu_split_us(pid);
-        let rows = table_rows.max(1) as f64;
-        let per_row = (user1 - user0 + system1 - system0) as f64 / rows;
-        eprintln!(
-            "incremental: {table_rows} rows in {secs:.2} s = {:.0} rows/s, {per_row:.2} us CPU/row (chunks of 1024, {} changes streamed meanwhile)",
-            rows / secs,
-            next_id - (lat_base + commits.len() as u64 + 10)
+        let first_id = lat_base + commits.len() as u64 + 10;
+        incremental = incremental_phase(
+            w.addr,
+            "bench",
+            pid,
+            table_rows as u64,
+            || {
+                rt.block_on(db.batch_execute(
+                    r#"INSERT INTO debezium_signal VALUES ('bench-incremental', 'execute-snapshot', '{"data-collections": ["public\\.orders"]}')"#,
+                ))
+                .unwrap()
+            },
+            |n| {
+                rt.block_on(db.batch_execute(&format!(
+                    "INSERT INTO orders VALUES ({}, 3, 1.00, 'trickle', now(), 'during the incremental snapshot')",
+                    first_id + n
+                )))
+                .unwrap()
+            },
         );
-        incremental = json!({"incremental_rows_s": (rows / secs).round(), "incremental_cpu_us_per_row": (per_row * 100.0).round() / 100.0});
     }
 
     let figures = Figures {
