@@ -118,12 +118,13 @@ pub const NAME_ADJUSTMENT_AVRO: &[Unbuilt] = &[
     },
 ];
 
-/// The two adjustment keys of a connector that does not adjust names.
-pub const NAME_ADJUSTMENT_NONE: &[Unbuilt] = &[
+/// The two adjustment keys of a connector that adjusts schema names only (its field names
+/// are fixed and valid; MongoDB's documents travel as JSON text).
+pub const NAME_ADJUSTMENT_SCHEMA_ONLY: &[Unbuilt] = &[
     Unbuilt {
         key: "schema.name.adjustment.mode",
-        accepted: &["none"],
-        why: "this connector does not adjust schema names; set scrub.invalid.names=true on the AvroConverter instead",
+        accepted: &["none", "avro", "avro_unicode"],
+        why: "the modes are none, avro and avro_unicode",
     },
     Unbuilt {
         key: "field.name.adjustment.mode",

@@ -390,7 +390,7 @@ pub fn config_def() -> ConfigDef {
     let def = headwater_connector_common::config::define_unbuilt_keys(def, MONGODB_UNBUILT);
     let def = headwater_connector_common::config::define_unbuilt_keys(
         def,
-        headwater_connector_common::config::NAME_ADJUSTMENT_NONE,
+        headwater_connector_common::config::NAME_ADJUSTMENT_SCHEMA_ONLY,
     );
     headwater_connector_common::config::define_signal_keys(def)
 }

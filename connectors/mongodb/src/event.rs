@@ -13,6 +13,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use headwater_connector_common::name_adjust::NameAdjustment;
+
 use headwater_api::logical::debezium;
 use headwater_api::{
     OffsetMap, Schema, SchemaBuilder, SchemaRef, SchemaType, SourceRecord, Struct, Value,
@@ -137,6 +139,8 @@ pub struct SourceInfo {
 #[derive(Debug)]
 pub struct EventBuilder {
     pub server_name: String,
+    /// `schema.name.adjustment.mode`.
+    names: NameAdjustment,
     pub partition: OffsetMap,
     source_schema: SchemaRef,
     update_description_schema: SchemaRef,
@@ -158,11 +162,14 @@ fn sanitize_topic(name: &str) -> String {
 }
 
 impl EventBuilder {
-    pub fn new(server_name: &str) -> Self {
+    /// Events of the connector whose `topic.prefix` is `server_name`; `names` adjusts the key
+    /// and envelope schema names (`schema.name.adjustment.mode`).
+    pub fn new(server_name: &str, names: NameAdjustment) -> Self {
         let mut partition = OffsetMap::new();
         partition.insert("server_id".into(), server_name.into());
         EventBuilder {
             server_name: server_name.to_owned(),
+            names,
             partition,
             source_schema: source_schema(),
             update_description_schema: update_description_schema(),
@@ -178,11 +185,15 @@ impl EventBuilder {
         }
         let topic = sanitize_topic(&format!("{}.{db}.{collection}", self.server_name));
         let key_schema = SchemaBuilder::struct_()
-            .name(format!("{topic}.Key"))
+            .name(self.names.schema_name(&format!("{topic}.Key")).into_owned())
             .field("id", Schema::string())
             .build_ref();
         let envelope_schema = SchemaBuilder::struct_()
-            .name(format!("{topic}.Envelope"))
+            .name(
+                self.names
+                    .schema_name(&format!("{topic}.Envelope"))
+                    .into_owned(),
+            )
             .field("before", json_schema())
             .field("after", json_schema())
             .field("updateDescription", self.update_description_schema.clone())
@@ -426,8 +437,37 @@ mod tests {
     }
 
     #[test]
+    fn schema_names_follow_the_adjustment_mode() {
+        let name = |mode| {
+            let mut events = EventBuilder::new("my-server", mode);
+            let c = events.collection("shop", "orders");
+            (
+                c.topic.clone(),
+                c.key_schema.name().unwrap_or_default().to_owned(),
+                c.envelope_schema.name().unwrap_or_default().to_owned(),
+            )
+        };
+        assert_eq!(
+            name(NameAdjustment::None),
+            (
+                "my-server.shop.orders".into(),
+                "my-server.shop.orders.Key".into(),
+                "my-server.shop.orders.Envelope".into()
+            )
+        );
+        let (topic, key, envelope) = name(NameAdjustment::Avro);
+        assert_eq!(topic, "my-server.shop.orders", "topics keep their names");
+        assert_eq!(key, "my_server.shop.orders.Key");
+        assert_eq!(envelope, "my_server.shop.orders.Envelope");
+        assert_eq!(
+            name(NameAdjustment::AvroUnicode).2,
+            "my_u002dserver.shop.orders.Envelope"
+        );
+    }
+
+    #[test]
     fn stream_source_blocks_equal_built_ones() {
-        let mut events = EventBuilder::new("dbserver1");
+        let mut events = EventBuilder::new("dbserver1", NameAdjustment::None);
         let c = events.collection("inventory", "customers");
         let schema = source_schema();
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name()).collect();

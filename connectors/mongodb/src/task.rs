@@ -489,7 +489,8 @@ impl Inner {
         let cfg =
             MongoConfig::parse(&props).map_err(|v| ConnectError::config(v.error_message()))?;
         let client = connect(&cfg).await?;
-        let events = EventBuilder::new(&cfg.topic_prefix);
+        let names = headwater_connector_common::name_adjust::NameAdjustments::from_props(&props);
+        let events = EventBuilder::new(&cfg.topic_prefix, names.schema);
         let committed = context.offset(&events.partition).cloned();
         let mut inner = Inner {
             progress: context.snapshot_progress.clone(),
