@@ -42,11 +42,28 @@ pub fn define_signal_keys(def: ConfigDef) -> ConfigDef {
             .doc("How often the file channel reads signal.file (source signals arrive with the change stream)."),
     )
     .define(
+        ConfigKey::new(WATERMARKING_STRATEGY, ConfigType::String)
+            .default_str("INSERT_INSERT")
+            .validator(Validator::one_of_case_insensitive(&["INSERT_INSERT", "INSERT_DELETE"]))
+            .doc("How an incremental snapshot's chunk window closes: INSERT_INSERT inserts a close row into the signal table (two rows per chunk stay there), INSERT_DELETE deletes the window's open row (the table stays empty)."),
+    )
+    .define(
         ConfigKey::new("incremental.snapshot.chunk.size", ConfigType::Int)
             .default_str("1024")
             .validator(Validator::at_least(1.0))
             .doc("Rows (documents) per chunk of an incremental snapshot."),
     )
+}
+
+/// `incremental.snapshot.watermarking.strategy`.
+pub const WATERMARKING_STRATEGY: &str = "incremental.snapshot.watermarking.strategy";
+
+/// Whether `incremental.snapshot.watermarking.strategy` is `INSERT_DELETE`: a chunk's window
+/// closes by deleting its open watermark row instead of inserting a close row.
+pub fn watermarks_deleted(props: &Properties) -> bool {
+    props
+        .get(WATERMARKING_STRATEGY)
+        .is_some_and(|s| s.trim().eq_ignore_ascii_case("insert_delete"))
 }
 
 /// Whether `signal.enabled.channels` (its value in `props`, Debezium's default `source` when

@@ -9,6 +9,8 @@
 //! - [`signal_file`]: Debezium's file signal channel (`signal.file`).
 //! - [`incremental`]: what incremental snapshots share (progress, windows, watermarks).
 //! - [`heartbeat`]: Debezium's heartbeat records (`heartbeat.interval.ms`).
+//! - [`snapshot_policy`]: what `snapshot.mode` asks at a task's start, and
+//!   `configuration_based`.
 //! - [`text`]: allocation-free number text for timestamps and times.
 //! - [`txmeta`]: Debezium's transaction metadata (`provide.transaction.metadata`).
 
@@ -20,5 +22,6 @@ pub mod name_adjust;
 pub mod name_filter;
 pub mod signal;
 pub mod signal_file;
+pub mod snapshot_policy;
 pub mod text;
 pub mod txmeta;

@@ -239,6 +239,16 @@ pub fn parse_incremental(
     })
 }
 
+/// A row deleted from the signal table (`id`, its first column) when the incremental
+/// snapshot closes its windows by deleting the open watermark
+/// (`incremental.snapshot.watermarking.strategy=INSERT_DELETE`): the deletion of
+/// `<chunk>-open` closes that chunk's window, as Debezium reads it; other deletions are
+/// nothing.
+pub fn deleted_watermark(id: Option<&str>) -> Option<IncrementalSignal> {
+    id?.strip_suffix("-open")
+        .map(|chunk| IncrementalSignal::WindowClose(chunk.to_owned()))
+}
+
 /// Whether a signal type is an incremental snapshot's watermark (acted on whichever channels
 /// are enabled: the snapshot writes them itself).
 pub fn is_watermark(kind: Option<&str>) -> bool {

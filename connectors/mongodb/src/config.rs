@@ -13,6 +13,10 @@ use headwater_api::{ConfigValidation, Properties};
 use headwater_connector_common::config::{channel_enabled, pair_check};
 pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
 use headwater_connector_common::name_filter::{split_list, PatternList, Selector};
+use headwater_connector_common::snapshot_policy::{
+    define_snapshot_mode_keys, validate_configuration_based, ConfigurationBased, SnapshotPolicy,
+    StartDelays,
+};
 use mongodb::bson::Document;
 
 /// `capture.mode`.
@@ -53,6 +57,21 @@ pub enum SnapshotMode {
     InitialOnly,
     NoData,
     WhenNeeded,
+    ConfigurationBased(ConfigurationBased),
+}
+
+impl SnapshotMode {
+    /// What the mode asks of the task at its start.
+    pub fn policy(self) -> SnapshotPolicy {
+        match self {
+            SnapshotMode::Initial => SnapshotPolicy::INITIAL,
+            SnapshotMode::Always => SnapshotPolicy::ALWAYS,
+            SnapshotMode::InitialOnly => SnapshotPolicy::INITIAL_ONLY,
+            SnapshotMode::NoData => SnapshotPolicy::NO_DATA,
+            SnapshotMode::WhenNeeded => SnapshotPolicy::WHEN_NEEDED,
+            SnapshotMode::ConfigurationBased(c) => c.policy(),
+        }
+    }
 }
 
 /// `cursor.pipeline.order`: where the stages of `cursor.pipeline` go.
@@ -96,6 +115,11 @@ pub struct MongoConfig {
     /// `capture.scope=database`: the one database to watch (`capture.target`).
     pub capture_database: Option<String>,
     pub snapshot_mode: SnapshotMode,
+    /// `snapshot.delay.ms`, `streaming.delay.ms`.
+    pub start_delays: StartDelays,
+    /// `incremental.snapshot.watermarking.strategy=INSERT_DELETE`: a chunk's window closes by
+    /// deleting its open watermark.
+    pub watermarks_deleted: bool,
     pub snapshot_max_threads: usize,
     /// `snapshot.chunk.documents`: documents per `_id` range of a large collection.
     pub snapshot_chunk_documents: u64,
@@ -324,11 +348,11 @@ pub fn config_def() -> ConfigDef {
         .define(key("capture.target", String).default_null().doc("The database watched when capture.scope=database."))
         .define(key("snapshot.mode", String).default_str("initial")
             .validator(Validator::custom(|v| match v.to_config_string().to_ascii_lowercase().as_str() {
-                "initial" | "always" | "initial_only" | "no_data" | "never" | "when_needed" => Ok(()),
-                "configuration_based" | "custom" => Err(format!("snapshot.mode={} is not supported yet; use initial, always, initial_only, no_data or when_needed", v.to_config_string())),
-                other => Err(format!("snapshot.mode {other:?} is not one of initial, always, initial_only, no_data, when_needed")),
+                "initial" | "always" | "initial_only" | "no_data" | "never" | "when_needed" | "configuration_based" => Ok(()),
+                "custom" => Err("snapshot.mode=custom needs a Java Snapshotter class; use initial, always, initial_only, no_data, when_needed or configuration_based".to_owned()),
+                other => Err(format!("snapshot.mode {other:?} is not one of initial, always, initial_only, no_data, when_needed, configuration_based")),
             }))
-            .doc("initial (default), always (a new snapshot at every start), initial_only, no_data (never), when_needed."))
+            .doc("initial (default), always (a new snapshot at every start), initial_only, no_data (never), when_needed, configuration_based (the snapshot.mode.configuration.based.* keys say what happens)."))
         .define(key("snapshot.max.threads", Int).default_str("1").validator(Validator::at_least(1.0)).doc("Collections (and _id ranges of large ones) copied in parallel."))
         .define(key("snapshot.chunk.documents", Long).default_str("500000").validator(Validator::at_least(1.0)).doc("Headwater: a collection with more documents, all with ObjectId _ids, is copied in _id ranges of about this many documents (in parallel, resumable after any committed document)."))
         .define(key("snapshot.fetch.size", Int).default_null().validator(Validator::at_least(1.0)).doc("Documents per snapshot batch."))
@@ -392,6 +416,7 @@ pub fn config_def() -> ConfigDef {
         def,
         headwater_connector_common::config::NAME_ADJUSTMENT_SCHEMA_ONLY,
     );
+    let def = define_snapshot_mode_keys(def);
     headwater_connector_common::config::define_signal_keys(def)
 }
 
@@ -423,6 +448,7 @@ const MONGODB_UNBUILT: &[headwater_connector_common::config::Unbuilt] = &[
 /// Validates a configuration: every key's own checks plus the cross-field rules.
 pub fn validate(props: &Properties) -> ConfigValidation {
     let mut v = config_def().validate(props);
+    validate_configuration_based(&mut v, props);
     pair_check(
         &mut v,
         props,
@@ -577,8 +603,12 @@ impl MongoConfig {
             }
             "when_needed" => SnapshotMode::WhenNeeded,
             "always" => SnapshotMode::Always,
+            "configuration_based" => {
+                SnapshotMode::ConfigurationBased(ConfigurationBased::from_props(props))
+            }
             _ => SnapshotMode::Initial,
         };
+        let start_delays = StartDelays::from_props(props);
         if lower("capture.mode.full.update.type") == "post_image" && !capture_mode.update_full() {
             tracing::warn!(capture_mode = %s("capture.mode"), "capture.mode.full.update.type=post_image has no effect: only the change_streams_update_full capture modes carry an update's full document");
         }
@@ -634,6 +664,8 @@ impl MongoConfig {
             post_image: lower("capture.mode.full.update.type") == "post_image",
             capture_database: (lower("capture.scope") == "database").then(|| s("capture.target")),
             snapshot_mode,
+            start_delays,
+            watermarks_deleted: headwater_connector_common::config::watermarks_deleted(props),
             snapshot_max_threads: usize::try_from(long("snapshot.max.threads"))
                 .unwrap_or(1)
                 .max(1),
@@ -703,6 +735,34 @@ mod tests {
             p.insert((*k).into(), (*v).into());
         }
         p
+    }
+
+    #[test]
+    fn configuration_based_snapshot_mode_reads_its_keys() {
+        let c = MongoConfig::parse(&props(&[
+            ("snapshot.mode", "Configuration_Based"),
+            ("snapshot.mode.configuration.based.start.stream", "true"),
+            (
+                "snapshot.mode.configuration.based.snapshot.on.data.error",
+                "true",
+            ),
+        ]))
+        .unwrap();
+        let policy = c.snapshot_mode.policy();
+        assert!(policy.streams && !policy.without_offset && !policy.every_start);
+        assert_eq!(
+            policy.lost_position,
+            headwater_connector_common::snapshot_policy::LostPosition::StreamFromNow
+        );
+        let Err(nothing) = MongoConfig::parse(&props(&[("snapshot.mode", "configuration_based")]))
+        else {
+            panic!("a configuration that captures nothing was accepted");
+        };
+        assert!(nothing.error_message().contains("capture nothing"));
+        let Err(custom) = MongoConfig::parse(&props(&[("snapshot.mode", "custom")])) else {
+            panic!("snapshot.mode=custom was accepted");
+        };
+        assert!(custom.error_message().contains("Java"));
     }
 
     #[test]

@@ -57,6 +57,7 @@ use crate::split::{Fragments, Piece};
 use headwater_connector_common::incremental::{self as incremental, Progress, TableRequest};
 use headwater_connector_common::signal::IncrementalSignal;
 use headwater_connector_common::signal_file::FileSignals;
+use headwater_connector_common::snapshot_policy::LostPosition;
 
 /// Server error codes that mean the resume point is gone from the oplog.
 const HISTORY_LOST_CODES: [i32; 2] = [286, 280];
@@ -342,6 +343,9 @@ struct SnapshotTail {
 enum Phase {
     Snapshot(Box<Snapshot>),
     Stream,
+    /// The snapshot taken at start has finished; streaming begins at this instant
+    /// (`streaming.delay.ms`).
+    StreamAt(Instant),
     Done,
 }
 
@@ -352,6 +356,8 @@ struct Inner {
     client: Client,
     events: EventBuilder,
     phase: Phase,
+    /// Until the task's start has decided: a snapshot begun now waits `snapshot.delay.ms`.
+    starting: bool,
     stream: Option<Stream>,
     position: Position,
     /// The last record handed out of the transaction in progress, with that transaction's
@@ -506,6 +512,7 @@ impl Inner {
             client,
             events,
             phase: Phase::Done,
+            starting: true,
             stream: None,
             position: Position::default(),
             held: None,
@@ -530,6 +537,7 @@ impl Inner {
             cfg,
         };
         inner.prepare(committed).await?;
+        inner.starting = false;
         Ok(inner)
     }
 
@@ -570,11 +578,12 @@ impl Inner {
     }
 
     async fn prepare(&mut self, committed: Option<OffsetMap>) -> Result<(), ConnectError> {
-        let mode = self.cfg.snapshot_mode;
+        let policy = self.cfg.snapshot_mode.policy();
         let Some(o) = committed else {
-            return match mode {
-                SnapshotMode::NoData => self.start_streaming(None).await,
-                _ => self.start_snapshot(None, None).await,
+            return if policy.without_offset {
+                self.start_snapshot(None, None).await
+            } else {
+                self.start_streaming(None).await
             };
         };
         self.incremental = offset_str(&o, INCREMENTAL_OFFSET).and_then(|text| {
@@ -608,17 +617,16 @@ impl Inner {
             })?),
             _ => None,
         };
-        if in_snapshot && (mode != SnapshotMode::NoData || signalled.is_some()) {
+        if in_snapshot && (policy.without_offset || signalled.is_some()) {
             // The snapshot resumes and then streams from where it started: make sure that point
             // is still in the oplog before copying the rest, not after.
             if let Some(t) = &token {
                 match self.open_stream(Some(t.resume_token()?)).await {
                     Ok(_probe) => {}
                     Err(e)
-                        if history_lost(&e)
-                            && matches!(mode, SnapshotMode::WhenNeeded | SnapshotMode::Always) =>
+                        if history_lost(&e) && policy.lost_position == LostPosition::Snapshot =>
                     {
-                        tracing::warn!(error = %e, ?mode, "the interrupted snapshot's starting point is no longer in the oplog: snapshotting again from the start");
+                        tracing::warn!(error = %e, mode = ?self.cfg.snapshot_mode, "the interrupted snapshot's starting point is no longer in the oplog: snapshotting again from the start");
                         return self.start_snapshot(None, None).await;
                     }
                     Err(e) if history_lost(&e) => {
@@ -637,26 +645,53 @@ impl Inner {
             let signalled = signalled.map(|request| (request, position));
             return self.start_snapshot(Some(o), signalled).await;
         }
-        if mode == SnapshotMode::InitialOnly {
+        if policy.done_after_snapshot() {
+            // initial_only (or configuration_based without streaming) after its snapshot.
             self.phase = Phase::Done;
             return Ok(());
         }
-        if mode == SnapshotMode::Always {
+        if policy.every_start {
             // Streaming goes on from the new snapshot's starting point; what changed since
             // the stored one is in the snapshot.
-            tracing::info!("snapshot.mode=always: taking a new snapshot before streaming");
+            let mode = match self.cfg.snapshot_mode {
+                SnapshotMode::Always => "snapshot.mode=always",
+                _ => "snapshot.mode=configuration_based with snapshot.data",
+            };
+            tracing::info!("{mode}: taking a new snapshot before streaming");
             return self.start_snapshot(None, None).await;
         }
         self.position = position;
         match self.start_streaming(token.as_ref()).await {
             Err(e)
                 if e.message().contains("ChangeStreamHistoryLost")
-                    && mode == SnapshotMode::WhenNeeded =>
+                    && policy.lost_position != LostPosition::Fail =>
             {
-                tracing::warn!(error = %e, "the stored resume point is no longer in the oplog; snapshot.mode=when_needed: snapshotting again");
-                self.start_snapshot(None, None).await
+                self.after_lost_history(e.message()).await
             }
             other => other,
+        }
+    }
+
+    /// The stored resume point is gone from the oplog (`history`, the server's error):
+    /// snapshot again, stream on from now, or fail, as `snapshot.mode` says.
+    async fn after_lost_history(&mut self, history: &str) -> Result<(), ConnectError> {
+        match self.cfg.snapshot_mode.policy().lost_position {
+            LostPosition::Snapshot => {
+                tracing::warn!(error = %history, mode = ?self.cfg.snapshot_mode, "the resume point is no longer in the oplog: snapshotting again");
+                self.start_snapshot(None, None).await
+            }
+            LostPosition::StreamFromNow => {
+                tracing::warn!(error = %history, "the resume point is no longer in the oplog: the changes since then are lost; snapshot.on.data.error=true: streaming on from the server's current position");
+                self.position = Position {
+                    token: None,
+                    sec: -1,
+                    ord: -1,
+                };
+                self.start_streaming(None).await
+            }
+            LostPosition::Fail => Err(ConnectError::fatal(format!(
+                "ChangeStreamHistoryLost: the stored resume point is no longer in the server's oplog ({history}); changes after it are gone. Snapshot again (snapshot.mode=when_needed does so automatically) or enlarge the oplog"
+            ))),
         }
     }
 
@@ -872,6 +907,15 @@ impl Inner {
         resume: Option<OffsetMap>,
         signalled: Option<(SnapshotRequest, Position)>,
     ) -> Result<(), ConnectError> {
+        let delay = self.cfg.start_delays.snapshot;
+        if self.starting && signalled.is_none() && !delay.is_zero() {
+            // A stop meanwhile ends the wait: the engine drops a starting task.
+            tracing::info!(
+                delay_ms = delay.as_millis() as u64,
+                "waiting snapshot.delay.ms before the snapshot"
+            );
+            tokio::time::sleep(delay).await;
+        }
         let (request, signal_position) = match signalled {
             Some((r, p)) => (Some(r), Some(p)),
             None => (None, None),
@@ -1023,7 +1067,7 @@ impl Inner {
             open: false,
             rows: 0,
             started: Instant::now(),
-            then_stream: request.is_some() || self.cfg.snapshot_mode != SnapshotMode::InitialOnly,
+            then_stream: request.is_some() || self.cfg.snapshot_mode.policy().streams,
             signal: request.map(|r| r.to_json()),
         }));
         Ok(())
@@ -1142,24 +1186,40 @@ impl Inner {
         self.progress.finish();
         let start = s.start.clone();
         let then_stream = s.then_stream;
+        let signalled = s.signal.is_some();
         drop(s);
+        let streaming_delay = self.cfg.start_delays.streaming;
         if then_stream {
-            self.position = start.clone();
-            match self.start_streaming(start.token.as_ref()).await {
-                Err(e)
-                    if e.message().contains("ChangeStreamHistoryLost")
-                        && self.cfg.snapshot_mode == SnapshotMode::WhenNeeded =>
-                {
-                    tracing::warn!(error = %e, "the snapshot's starting point left the oplog while it ran; snapshot.mode=when_needed: snapshotting again");
-                    self.start_snapshot(None, None).await?;
-                }
-                other => other?,
+            self.position = start;
+            if !signalled && !streaming_delay.is_zero() {
+                tracing::info!(
+                    delay_ms = streaming_delay.as_millis() as u64,
+                    "snapshot finished; streaming begins after streaming.delay.ms"
+                );
+                self.phase = Phase::StreamAt(Instant::now() + streaming_delay);
+            } else {
+                self.stream_after_snapshot().await?;
             }
         } else {
             self.phase = Phase::Done;
         }
         // The snapshot's end is committed now, not after the stream's first (waiting) poll.
         Ok(SourceBatch::caught_up(out))
+    }
+
+    /// Opens the change stream at the finished snapshot's starting point (`self.position`).
+    async fn stream_after_snapshot(&mut self) -> Result<(), ConnectError> {
+        let token = self.position.token.clone();
+        match self.start_streaming(token.as_ref()).await {
+            Err(e)
+                if e.message().contains("ChangeStreamHistoryLost")
+                    && self.cfg.snapshot_mode.policy().lost_position != LostPosition::Fail =>
+            {
+                tracing::warn!(error = %e, "the snapshot's starting point left the oplog while it ran or waited");
+                self.after_lost_history(e.message()).await
+            }
+            other => other,
+        }
     }
 
     async fn fill_snapshot(
@@ -1734,15 +1794,41 @@ impl Inner {
             );
             rows.push((key, rec));
         }
+        let signals = self
+            .client
+            .database(&signal_db)
+            .collection::<Document>(&signal_coll);
+        let open_id = format!("{chunk}-open");
         let Some(last) = last else {
+            if self.cfg.watermarks_deleted {
+                // The collection stays empty; the stream ignores the deletion (no window of
+                // this chunk is held).
+                signals
+                    .delete_one(doc! {"_id": &open_id})
+                    .await
+                    .map_err(|e| {
+                        classify(
+                            "deleting an incremental snapshot's open watermark".into(),
+                            e,
+                        )
+                    })?;
+            }
             return Ok(false);
         };
-        self.client
-            .database(&signal_db)
-            .collection::<Document>(&signal_coll)
-            .insert_one(watermark_document(&chunk, false))
-            .await
-            .map_err(|e| classify("inserting an incremental snapshot watermark".into(), e))?;
+        let closed = if self.cfg.watermarks_deleted {
+            signals.delete_one(doc! {"_id": &open_id}).await.map(drop)
+        } else {
+            signals
+                .insert_one(watermark_document(&chunk, false))
+                .await
+                .map(drop)
+        };
+        closed.map_err(|e| {
+            classify(
+                "writing an incremental snapshot's close watermark".into(),
+                e,
+            )
+        })?;
         tracing::debug!(collection = %name, chunk = %chunk, documents = rows.len(), "incremental snapshot chunk read");
         let ns = Arc::new((table.schema.clone(), table.table.clone()));
         let last = vec![last.into_canonical_extjson().to_string()];
@@ -1907,6 +1993,18 @@ impl Inner {
                 ),
                 _ => None,
             };
+            if op == "d" && self.cfg.watermarks_deleted {
+                // INSERT_DELETE watermarks: the deletion of a window's open document is its
+                // close watermark.
+                let id = match get("documentKey")? {
+                    Some(RawBsonRef::Document(k)) => k.get_str("_id").ok(),
+                    _ => None,
+                };
+                if let Some(signal) = headwater_connector_common::signal::deleted_watermark(id) {
+                    self.on_incremental_signal(signal, position, out);
+                    return Ok(false);
+                }
+            }
             let txn = event_txn(&get)?;
             self.take_signal(inserted, position, txn, out);
             return Ok(false);
@@ -2145,11 +2243,12 @@ impl Inner {
                     break;
                 }
                 Some(StreamMsg::Failed(e)) => {
-                    if history_lost(&e) && self.cfg.snapshot_mode == SnapshotMode::WhenNeeded {
-                        tracing::warn!(error = %e, "the resume point is no longer in the oplog; snapshot.mode=when_needed: snapshotting again");
+                    if history_lost(&e)
+                        && self.cfg.snapshot_mode.policy().lost_position != LostPosition::Fail
+                    {
                         self.stream = None;
                         self.held = None;
-                        self.start_snapshot(None, None).await?;
+                        self.after_lost_history(&e.to_string()).await?;
                         return Ok(SourceBatch::committed(out));
                     }
                     if !history_lost(&e)
@@ -2279,6 +2378,15 @@ impl Inner {
                 self.read_file_signals();
                 self.advance_incremental().await?;
                 self.poll_stream().await?
+            }
+            Phase::StreamAt(at) => {
+                let now = Instant::now();
+                if now < at {
+                    tokio::time::sleep((at - now).min(self.cfg.poll_interval)).await;
+                } else {
+                    self.stream_after_snapshot().await?;
+                }
+                SourceBatch::empty()
             }
             Phase::Done => {
                 tokio::time::sleep(self.cfg.poll_interval).await;

@@ -17,6 +17,10 @@ use headwater_connector_common::column_mappers::{self, ColumnMappers};
 use headwater_connector_common::config::{channel_enabled, pair_check, Unbuilt, COMMON_UNBUILT};
 pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
 use headwater_connector_common::name_adjust::NameAdjustments;
+use headwater_connector_common::snapshot_policy::{
+    define_snapshot_mode_keys, validate_configuration_based, ConfigurationBased, SnapshotPolicy,
+    StartDelays,
+};
 
 use crate::filters::{Filters, PatternList, Selector};
 use crate::tls::{SslMode, TlsSettings};
@@ -70,6 +74,22 @@ pub enum SnapshotMode {
     NoData,
     WhenNeeded,
     Recovery,
+    ConfigurationBased(ConfigurationBased),
+}
+
+impl SnapshotMode {
+    /// What the mode asks of the task at its start (`recovery` rebuilds a schema history
+    /// Headwater does not keep, so it is `no_data` here).
+    pub fn policy(self) -> SnapshotPolicy {
+        match self {
+            SnapshotMode::Initial => SnapshotPolicy::INITIAL,
+            SnapshotMode::Always => SnapshotPolicy::ALWAYS,
+            SnapshotMode::InitialOnly => SnapshotPolicy::INITIAL_ONLY,
+            SnapshotMode::NoData | SnapshotMode::Recovery => SnapshotPolicy::NO_DATA,
+            SnapshotMode::WhenNeeded => SnapshotPolicy::WHEN_NEEDED,
+            SnapshotMode::ConfigurationBased(c) => c.policy(),
+        }
+    }
 }
 
 /// `snapshot.locking.mode`.
@@ -102,7 +122,14 @@ pub struct MySqlConfig {
     pub topic_prefix: String,
     pub filters: Filters,
     pub snapshot_mode: SnapshotMode,
+    /// `snapshot.delay.ms`, `streaming.delay.ms`.
+    pub start_delays: StartDelays,
+    /// `incremental.snapshot.watermarking.strategy=INSERT_DELETE`: a chunk's window closes by
+    /// deleting its open watermark.
+    pub watermarks_deleted: bool,
     pub locking_mode: LockingMode,
+    /// `snapshot.lock.timeout.ms`.
+    pub lock_timeout: Duration,
     /// `snapshot.max.threads`: connections reading snapshot chunks in parallel.
     pub snapshot_max_threads: usize,
     /// `snapshot.chunk.rows`: rows per snapshot chunk of an integer-keyed table.
@@ -147,10 +174,10 @@ const SNAPSHOT_MODES: &[&str] = &[
     "no_data",
     "when_needed",
     "recovery",
+    "configuration_based",
     "schema_only",
     "schema_only_recovery",
     "never",
-    "configuration_based",
     "custom",
 ];
 
@@ -231,12 +258,13 @@ pub fn config_def() -> ConfigDef {
             .validator(Validator::custom(|v| {
                 let s = v.to_config_string().to_ascii_lowercase();
                 match s.as_str() {
-                    "configuration_based" | "custom" => Err(format!("snapshot mode {s} is not supported yet; use initial, always, initial_only, no_data, when_needed or recovery")),
+                    "custom" => Err("snapshot.mode=custom needs a Java Snapshotter class; use initial, always, initial_only, no_data, when_needed, recovery or configuration_based".to_owned()),
                     _ if SNAPSHOT_MODES.contains(&s.as_str()) => Ok(()),
-                    _ => Err(format!("String must be one of (case insensitive): {}", SNAPSHOT_MODES[..6].join(", "))),
+                    _ => Err(format!("String must be one of (case insensitive): {}", SNAPSHOT_MODES[..7].join(", "))),
                 }
             }))
-            .doc("initial, always, initial_only, no_data, when_needed, recovery (schema_only, never = no_data and schema_only_recovery = recovery are deprecated aliases)."))
+            .doc("initial, always, initial_only, no_data, when_needed, recovery, configuration_based (the snapshot.mode.configuration.based.* keys say what happens; schema_only, never = no_data and schema_only_recovery = recovery are deprecated aliases)."))
+        .define(key("snapshot.lock.timeout.ms", Long).default_str("10000").validator(Validator::at_least(0.0)).doc("How long the snapshot waits for FLUSH TABLES WITH READ LOCK (the server's lock_wait_timeout, in whole seconds, at least 1) before it fails; a lock request queued behind a long query blocks the server's writers meanwhile."))
         .define(key("snapshot.locking.mode", String).default_str("minimal")
             .validator(Validator::custom(|v| {
                 let s = v.to_config_string().to_ascii_lowercase();
@@ -314,12 +342,18 @@ pub fn config_def() -> ConfigDef {
         def,
         headwater_connector_common::config::NAME_ADJUSTMENT_AVRO,
     );
+    let def = define_snapshot_mode_keys(def);
     headwater_connector_common::config::define_signal_keys(def)
 }
 
 /// Debezium MySQL/MariaDB keys that change what is emitted and that Headwater has only in
 /// their default form (see [`Unbuilt`]).
 const MYSQL_UNBUILT: &[Unbuilt] = &[
+    Unbuilt {
+        key: "read.only",
+        accepted: &["false"],
+        why: "read-only incremental snapshots are not built: incremental snapshots write their watermark rows to signal.data.collection, so the connector needs write access to it",
+    },
     Unbuilt {
         key: "topic.naming.strategy",
         accepted: &["io.debezium.schema.DefaultTopicNamingStrategy"],
@@ -402,6 +436,7 @@ fn tls_settings(props: &Properties) -> Option<TlsSettings> {
 pub fn validate(props: &Properties) -> ConfigValidation {
     let mut v = config_def().validate(props);
     column_mappers::validate(&mut v, props);
+    validate_configuration_based(&mut v, props);
     if let Err(e) = headwater_connector_common::config::parse_snapshot_overrides(props) {
         v.add_error("snapshot.select.statement.overrides", e);
     }
@@ -479,8 +514,12 @@ impl MySqlConfig {
             }
             "recovery" | "schema_only_recovery" => SnapshotMode::Recovery,
             "when_needed" => SnapshotMode::WhenNeeded,
+            "configuration_based" => {
+                SnapshotMode::ConfigurationBased(ConfigurationBased::from_props(props))
+            }
             _ => SnapshotMode::Initial,
         };
+        let start_delays = StartDelays::from_props(props);
         let locking_mode = match lower("snapshot.locking.mode").as_str() {
             "extended" => LockingMode::Extended,
             "none" => LockingMode::None,
@@ -543,7 +582,10 @@ impl MySqlConfig {
                 source_signals,
             },
             snapshot_mode,
+            start_delays,
+            watermarks_deleted: headwater_connector_common::config::watermarks_deleted(props),
             locking_mode,
+            lock_timeout: ms("snapshot.lock.timeout.ms"),
             snapshot_max_threads: usize::try_from(long("snapshot.max.threads"))
                 .unwrap_or(1)
                 .max(1),
@@ -623,6 +665,34 @@ mod tests {
             p.insert((*k).to_owned(), (*v).to_owned());
         }
         p
+    }
+
+    #[test]
+    fn configuration_based_snapshot_mode_reads_its_keys() {
+        let c = MySqlConfig::parse(&props(&[
+            ("snapshot.mode", "Configuration_Based"),
+            ("snapshot.mode.configuration.based.start.stream", "true"),
+            (
+                "snapshot.mode.configuration.based.snapshot.on.data.error",
+                "true",
+            ),
+        ]))
+        .unwrap();
+        let policy = c.snapshot_mode.policy();
+        assert!(policy.streams && !policy.without_offset && !policy.every_start);
+        assert_eq!(
+            policy.lost_position,
+            headwater_connector_common::snapshot_policy::LostPosition::StreamFromNow
+        );
+        let Err(nothing) = MySqlConfig::parse(&props(&[("snapshot.mode", "configuration_based")]))
+        else {
+            panic!("a configuration that captures nothing was accepted");
+        };
+        assert!(nothing.error_message().contains("capture nothing"));
+        let Err(custom) = MySqlConfig::parse(&props(&[("snapshot.mode", "custom")])) else {
+            panic!("snapshot.mode=custom was accepted");
+        };
+        assert!(custom.error_message().contains("Java"));
     }
 
     #[test]

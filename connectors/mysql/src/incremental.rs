@@ -281,6 +281,18 @@ pub fn watermark_statement(signal_table: (&str, &str), id: &str, open: bool) -> 
     )
 }
 
+/// The statement deleting a chunk's open watermark from the signal table, which closes its
+/// window under `incremental.snapshot.watermarking.strategy=INSERT_DELETE` (Debezium's: by
+/// the column named `id`).
+pub fn watermark_delete_statement(signal_table: (&str, &str), id: &str) -> String {
+    format!(
+        "DELETE FROM {}.{} WHERE id = _utf8mb4 X'{}'",
+        quote_ident(signal_table.0),
+        quote_ident(signal_table.1),
+        to_hex(format!("{id}-open")),
+    )
+}
+
 /// Whether the server refused a statement (SQL it rejects, a missing privilege: SQLSTATE
 /// class 42 or 22): retrying will not help.
 pub fn refused(e: &mysql_async::Error) -> bool {

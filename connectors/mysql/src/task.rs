@@ -53,11 +53,12 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
 use crate::binlog::{self, mariadb_event, MariaGtid, MariaGtidPos, MySqlGtidSet};
-use crate::config::{Flavor, LockingMode, MySqlConfig, SnapshotMode};
+use crate::config::{Flavor, LockingMode, MySqlConfig};
 use crate::event::{EventBuilder, SourceInfo, TableId, TableSchema};
 use crate::incremental::{self, Progress, TableRequest, Window};
 use crate::schema::{self, CatalogTable};
 use headwater_connector_common::heartbeat::Heartbeats;
+use headwater_connector_common::snapshot_policy::LostPosition;
 use headwater_connector_common::txmeta::TransactionMetadata;
 
 use crate::snapshot::{self as snapshots, Chunk, ChunkMsg, Readers, SkipRegion, SnapshotTable};
@@ -70,7 +71,10 @@ pub const OLDKEY_HEADER: &str = "__debezium.oldkey";
 
 fn my_err(context: &str, e: mysql_async::Error) -> ConnectError {
     let msg = format!("{context}: {e}");
-    let retriable = matches!(e, mysql_async::Error::Io(_) | mysql_async::Error::Driver(_));
+    // A lock wait timeout (1205: the snapshot's global read lock queued behind a long query)
+    // may well succeed later: the engine restarts the task after a backoff.
+    let retriable = matches!(e, mysql_async::Error::Io(_) | mysql_async::Error::Driver(_))
+        || matches!(&e, mysql_async::Error::Server(s) if s.code == 1205);
     let lower = msg.to_ascii_lowercase();
     let err = if lower.contains("same server_id")
         || lower.contains("same server_uuid")
@@ -286,6 +290,9 @@ struct Txn {
 enum Phase {
     Snapshot(Box<Snapshot>),
     Stream,
+    /// The snapshot taken at start has finished; streaming begins at this instant
+    /// (`streaming.delay.ms`).
+    StreamAt(Instant),
     Done,
 }
 
@@ -299,6 +306,8 @@ struct Inner {
     is_mariadb: bool,
     checksums_on: bool,
     phase: Phase,
+    /// Until the task's start has decided: a snapshot begun now waits `snapshot.delay.ms`.
+    starting: bool,
     stream: Option<Stream>,
     /// The position after the last complete transaction read.
     pos: Position,
@@ -471,6 +480,7 @@ impl Inner {
             is_mariadb,
             checksums_on,
             phase: Phase::Done,
+            starting: true,
             stream: None,
             pos: Position::default(),
             maria_gtids: MariaGtidPos::default(),
@@ -502,6 +512,7 @@ impl Inner {
         };
         inner.check_signal_table().await?;
         inner.prepare(committed).await?;
+        inner.starting = false;
         Ok(inner)
     }
 
@@ -555,17 +566,19 @@ impl Inner {
                 gtids: offset_str(o, "gtids").unwrap_or_default().to_owned(),
             })
         };
-        let resumable = committed
+        let policy = mode.policy();
+        let mut resumable = committed
             .as_ref()
             .filter(|_| !in_snapshot)
             .and_then(position_of);
         // An unfinished snapshot of ours resumes at its next unfinished row, as long as the
         // binlog it started at is still on the server.
-        // An unfinished signalled read resumes in every mode but `always` (which snapshots
-        // everything again anyway); an unfinished initial snapshot where snapshots are taken.
+        // An unfinished signalled read resumes in every mode but those snapshotting at every
+        // start (which read everything again anyway); an unfinished initial snapshot where
+        // snapshots are taken.
         let resumes = match signal {
-            Some(_) => mode != SnapshotMode::Always,
-            None => !matches!(mode, SnapshotMode::NoData | SnapshotMode::Recovery),
+            Some(_) => !policy.every_start,
+            None => policy.without_offset,
         };
         if in_snapshot && resumes {
             let o = committed.as_ref().expect("in_snapshot implies an offset");
@@ -586,19 +599,32 @@ impl Inner {
                 tracing::warn!(file = %start.file, pos = start.pos, "the binlog an unfinished snapshot started at is gone: snapshotting again from the start (rows already in the log are emitted again)");
             }
         }
-        let snapshot_needed = match (mode, &resumable) {
-            (SnapshotMode::Always, _) => true,
-            (SnapshotMode::NoData | SnapshotMode::Recovery, _) => false,
-            (_, None) => true,
-            (SnapshotMode::WhenNeeded, Some(p)) => !self.binlog_available(&p.file).await?,
-            (_, Some(_)) => false,
+        if resumable.is_some() && policy.done_after_snapshot() {
+            // initial_only (or configuration_based without streaming) after its snapshot.
+            tracing::info!(
+                "the snapshot has completed and this snapshot.mode does not stream: nothing to do"
+            );
+            self.phase = Phase::Done;
+            return Ok(());
+        }
+        let snapshot_needed = match &resumable {
+            _ if policy.every_start => true,
+            None => policy.without_offset,
+            Some(p) => {
+                policy.lost_position == LostPosition::Snapshot
+                    && !self.binlog_available(&p.file).await?
+            }
         };
         if let (false, Some(p)) = (snapshot_needed, &resumable) {
             if !self.binlog_available(&p.file).await? {
-                return Err(ConnectError::fatal(format!(
-                    "The connector is trying to read binlog starting at {}:{}, but this is no longer available on the server. Reconfigure the connector to use a snapshot when needed (snapshot.mode=when_needed).",
-                    p.file, p.pos
-                )));
+                if policy.lost_position != LostPosition::StreamFromNow {
+                    return Err(ConnectError::fatal(format!(
+                        "The connector is trying to read binlog starting at {}:{}, but this is no longer available on the server. Reconfigure the connector to use a snapshot when needed (snapshot.mode=when_needed).",
+                        p.file, p.pos
+                    )));
+                }
+                tracing::warn!(file = %p.file, pos = p.pos, "the committed binlog position is no longer on the server: the changes since then are lost; snapshot.on.data.error=true: streaming on from the server's current position");
+                resumable = None;
             }
         }
         if snapshot_needed {
@@ -748,6 +774,16 @@ impl Inner {
         let Some(signal) = signals::read_row(text(0), kind, text(2), pending) else {
             return;
         };
+        self.act_on_incremental(signal, at, out);
+    }
+
+    /// Acts on a signal steering the incremental snapshot (a watermark, stop, pause, resume).
+    fn act_on_incremental(
+        &mut self,
+        signal: signals::IncrementalSignal,
+        at: SourceInfo,
+        out: &mut Vec<SourceRecord>,
+    ) {
         let closed = incremental::common::on_signal(
             signal,
             &mut self.window,
@@ -953,13 +989,26 @@ impl Inner {
             }
         };
         let Some(last_key) = last_key else {
+            if self.cfg.watermarks_deleted {
+                // The signal table stays empty; the stream ignores the deletion (no window
+                // of this chunk is held).
+                let discard = incremental::watermark_delete_statement(signal, &chunk);
+                self.sql
+                    .query_drop(discard.as_str())
+                    .await
+                    .map_err(|e| my_err("deleting an incremental snapshot's open watermark", e))?;
+            }
             return Ok(ChunkOutcome::TableDone);
         };
-        let close = incremental::watermark_statement(signal, &chunk, false);
+        let close = if self.cfg.watermarks_deleted {
+            incremental::watermark_delete_statement(signal, &chunk)
+        } else {
+            incremental::watermark_statement(signal, &chunk, false)
+        };
         self.sql
             .query_drop(close.as_str())
             .await
-            .map_err(|e| my_err("inserting an incremental snapshot watermark", e))?;
+            .map_err(|e| my_err("writing an incremental snapshot's close watermark", e))?;
         tracing::debug!(table = %name, chunk = %chunk, rows = rows.len(), "incremental snapshot chunk read");
         let rows = rows
             .into_iter()
@@ -1183,6 +1232,20 @@ impl Inner {
             return Ok((vec![c], start, None));
         }
         let mut lock = connect(&self.cfg, &self.opts).await?;
+        // A lock request queued behind a long query blocks the server's writers: give up after
+        // snapshot.lock.timeout.ms (the server counts whole seconds), as Debezium does.
+        let timeout_s = self.cfg.lock_timeout.as_millis().div_ceil(1000).max(1);
+        lock.query_drop(format!("SET SESSION lock_wait_timeout = {timeout_s}"))
+            .await
+            .map_err(|e| my_err("SET SESSION lock_wait_timeout", e))?;
+        if let Err(e) = lock
+            .query_drop(format!(
+                "SET SESSION innodb_lock_wait_timeout = {timeout_s}"
+            ))
+            .await
+        {
+            tracing::debug!(error = %e, "innodb_lock_wait_timeout not set");
+        }
         if let Err(e) = lock.query_drop("FLUSH TABLES WITH READ LOCK").await {
             if self.is_mariadb && !extended {
                 tracing::warn!(error = %e, "cannot take the brief global read lock for parallel snapshot readers (RELOAD privilege?): snapshotting with one connection");
@@ -1190,7 +1253,7 @@ impl Inner {
                 return Box::pin(self.open_snapshot_connections(1)).await;
             }
             return Err(my_err(
-                "FLUSH TABLES WITH READ LOCK (snapshot.locking.mode=none avoids it)",
+                &format!("FLUSH TABLES WITH READ LOCK, waiting at most {timeout_s} s (snapshot.lock.timeout.ms; snapshot.locking.mode=none avoids the lock)"),
                 e,
             ));
         }
@@ -1239,6 +1302,15 @@ impl Inner {
         mut resume: Option<Resume>,
         signalled: Option<Signalled>,
     ) -> Result<(), ConnectError> {
+        let delay = self.cfg.start_delays.snapshot;
+        if self.starting && signalled.is_none() && !delay.is_zero() {
+            // A stop meanwhile ends the wait: the engine drops a starting task.
+            tracing::info!(
+                delay_ms = delay.as_millis() as u64,
+                "waiting snapshot.delay.ms before the snapshot"
+            );
+            tokio::time::sleep(delay).await;
+        }
         let (request, signal_start) = match (signalled, resume.as_mut()) {
             (Some(s), _) => (Some(s.request), Some((s.start, s.skips))),
             (None, Some(r)) => (r.signal.take(), None),
@@ -1568,8 +1640,16 @@ impl Inner {
         self.skips = std::mem::take(&mut s.skips);
         let signalled = s.signal.is_some();
         drop(s);
-        if self.cfg.snapshot_mode == SnapshotMode::InitialOnly && !signalled {
+        let streaming_delay = self.cfg.start_delays.streaming;
+        if !self.cfg.snapshot_mode.policy().streams && !signalled {
             self.phase = Phase::Done;
+        } else if !signalled && !streaming_delay.is_zero() {
+            self.set_position(start)?;
+            tracing::info!(
+                delay_ms = streaming_delay.as_millis() as u64,
+                "snapshot finished; streaming begins after streaming.delay.ms"
+            );
+            self.phase = Phase::StreamAt(Instant::now() + streaming_delay);
         } else {
             self.set_position(start)?;
             self.start_streaming().await?;
@@ -1829,6 +1909,15 @@ impl Inner {
             Phase::Stream => {
                 self.advance_incremental().await?;
                 self.poll_stream().await
+            }
+            Phase::StreamAt(at) => {
+                let now = Instant::now();
+                if now < at {
+                    tokio::time::sleep((at - now).min(self.cfg.poll_interval)).await;
+                } else {
+                    self.start_streaming().await?;
+                }
+                Ok(SourceBatch::empty())
             }
             Phase::Done => {
                 tokio::time::sleep(self.cfg.poll_interval).await;
@@ -2158,19 +2247,37 @@ impl Inner {
                 // One source block per rows event: its rows differ only in `row`. Row records
                 // carry no offset: the engine commits only at transaction ends, where the held
                 // last record gets the boundary offset that covers them all.
-                if kind == RowKind::Insert && self.cfg.filters.is_signal_table(&id.db, &id.table) {
-                    for (_, after) in &rows {
-                        if let Some(values) = after {
-                            let at = SourceInfo {
-                                ts_sec: i64::from(hdr.ts),
-                                snapshot: Some("incremental"),
-                                server_id: i64::from(hdr.server_id),
-                                gtid: gtid.clone(),
-                                file: self.pos.file.clone(),
-                                pos: hdr.start as i64,
-                                row: 0,
-                            };
-                            self.read_signal(values, at, out);
+                let signal_rows = match kind {
+                    RowKind::Insert => true,
+                    RowKind::Delete => self.cfg.watermarks_deleted,
+                    _ => false,
+                };
+                if signal_rows && self.cfg.filters.is_signal_table(&id.db, &id.table) {
+                    let file = self.pos.file.clone();
+                    for (before, after) in &rows {
+                        let at = || SourceInfo {
+                            ts_sec: i64::from(hdr.ts),
+                            snapshot: Some("incremental"),
+                            server_id: i64::from(hdr.server_id),
+                            gtid: gtid.clone(),
+                            file: file.clone(),
+                            pos: hdr.start as i64,
+                            row: 0,
+                        };
+                        match (after, before) {
+                            (Some(values), _) => self.read_signal(values, at(), out),
+                            // With INSERT_DELETE watermarks, the deletion of a window's open
+                            // row is its close watermark.
+                            (None, Some(values)) => {
+                                let id = match values.first() {
+                                    Some(MyValue::Bytes(b)) => String::from_utf8_lossy(b),
+                                    _ => continue,
+                                };
+                                if let Some(signal) = signals::deleted_watermark(Some(&id)) {
+                                    self.act_on_incremental(signal, at(), out);
+                                }
+                            }
+                            (None, None) => {}
                         }
                     }
                 }

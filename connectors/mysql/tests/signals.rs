@@ -5,7 +5,9 @@
 //! server refuses is logged and streaming goes on; a missing signal table is refused at start.
 //! An incremental request reads tables in chunks between watermark rows while writers change
 //! them, across a restart; the events replayed in order give the table's content, also when a
-//! change commits while its chunk is being read; stop-snapshot ends it.
+//! change commits while its chunk is being read; stop-snapshot ends it. `snapshot.mode`'s
+//! decisions at start (initial_only, configuration_based) and `INSERT_DELETE` watermarks are
+//! checked here too.
 
 use std::time::{Duration, Instant};
 
@@ -777,5 +779,221 @@ async fn file_channel_signals_run_an_incremental_snapshot() {
     read.sort_unstable();
     assert_eq!(read, (1..=11).collect::<Vec<_>>(), "every row once");
     assert!(!file.exists(), "the file was taken");
+    t.stop().await;
+}
+
+/// `incremental.snapshot.watermarking.strategy=INSERT_DELETE`: each chunk's window closes by
+/// deleting its open watermark row; every row is copied once and the signal table keeps
+/// only the signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insert_delete_watermarks_leave_the_signal_table_empty() {
+    let (server, mut db) = server_with_captured_rows(10).await;
+    let p = props(
+        &server,
+        &[
+            ("snapshot.mode", "no_data"),
+            ("incremental.snapshot.chunk.size", "4"),
+            (
+                "incremental.snapshot.watermarking.strategy",
+                "INSERT_DELETE",
+            ),
+        ],
+    );
+    let mut t = start(p, Vec::new()).await;
+    let mut seen = drain(&mut t, 0).await;
+    db.query_drop(
+        r#"INSERT INTO debezium_signal VALUES ('sig-1', 'execute-snapshot', '{"data-collections": ["app\\\\.captured"], "type": "incremental"}');"#,
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ids(&seen, "r").len() < 10 {
+        seen.extend(drain(&mut t, 1).await);
+        assert!(
+            Instant::now() < deadline,
+            "the incremental snapshot did not copy the table: {:?}",
+            ids(&seen, "r")
+        );
+    }
+    let mut read = ids(&seen, "r");
+    read.sort_unstable();
+    assert_eq!(read, (1..=10).collect::<Vec<_>>(), "every row once");
+    // The last (empty) chunk's open row is deleted once the copy has ended.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left: Vec<String> = db
+            .query("SELECT id FROM debezium_signal ORDER BY id")
+            .await
+            .unwrap();
+        if left == ["sig-1"] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "watermarks left behind: {left:?}"
+        );
+        seen.extend(t.poll().await.unwrap().records);
+    }
+    assert_eq!(ids(&seen, "r").len(), 10, "nothing read twice");
+    t.stop().await;
+}
+
+/// Polls a few times, asserting nothing comes (a task that does not stream).
+async fn quiet(t: &mut MySqlSourceTask) {
+    for _ in 0..5 {
+        let b = t.poll().await.unwrap();
+        assert!(
+            b.records.is_empty(),
+            "{} records from a task that does not stream",
+            b.records.len()
+        );
+    }
+}
+
+/// `snapshot.mode` decides at start: `initial_only` never streams, also after a restart with
+/// its completed offset; `configuration_based` with `snapshot.data` alone snapshots at every
+/// start and never streams; with `start.stream`, a purged binlog position fails the task
+/// unless `snapshot.on.data.error` says to stream on from the server's current position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_modes_decide_what_a_start_does() {
+    let (server, mut db) = server_with_captured_rows(5).await;
+    let mut t1 = start(
+        props(&server, &[("snapshot.mode", "initial_only")]),
+        Vec::new(),
+    )
+    .await;
+    let snap1 = drain(&mut t1, 5).await;
+    assert_eq!(ids(&snap1, "r"), vec![1, 2, 3, 4, 5]);
+    db.query_drop("INSERT INTO captured VALUES (6, 'open')")
+        .await
+        .unwrap();
+    quiet(&mut t1).await;
+    let committed = committed_at(snap1.last().unwrap());
+    t1.stop().await;
+    let mut t2 = start(
+        props(&server, &[("snapshot.mode", "initial_only")]),
+        committed.clone(),
+    )
+    .await;
+    quiet(&mut t2).await;
+    t2.stop().await;
+    let cb = |keys: &[(&str, &str)]| {
+        let mut extra = vec![("snapshot.mode", "configuration_based")];
+        extra.extend_from_slice(keys);
+        props(&server, &extra)
+    };
+    let mut t3 = start(
+        cb(&[("snapshot.mode.configuration.based.snapshot.data", "true")]),
+        committed.clone(),
+    )
+    .await;
+    let snap3 = drain(&mut t3, 6).await;
+    assert_eq!(ids(&snap3, "r"), vec![1, 2, 3, 4, 5, 6]);
+    quiet(&mut t3).await;
+    t3.stop().await;
+    // The committed position's binlog file is purged (MariaDB keeps a file until its binlog
+    // checkpoint has moved on, which happens in the background after the rotation).
+    let committed_file = match &committed[0].1["file"] {
+        OffsetValue::String(f) => f.clone(),
+        other => panic!("file is {other:?}"),
+    };
+    db.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let current: String = db
+            .query_first("SHOW MASTER STATUS")
+            .await
+            .unwrap()
+            .map(|row: mysql_async::Row| row.get(0).unwrap())
+            .unwrap();
+        db.query_drop(format!("PURGE BINARY LOGS TO '{current}'"))
+            .await
+            .unwrap();
+        let logs: Vec<String> = db
+            .query_map("SHOW BINARY LOGS", |row: mysql_async::Row| {
+                row.get::<String, _>(0).unwrap()
+            })
+            .await
+            .unwrap();
+        if !logs.contains(&committed_file) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{committed_file} is not purged: {logs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut t4 = MySqlSourceTask::new();
+    let err = t4
+        .start(
+            SourceTaskContext {
+                committed_offsets: committed.clone(),
+                ..Default::default()
+            },
+            cb(&[("snapshot.mode.configuration.based.start.stream", "true")]),
+        )
+        .await
+        .expect_err("a purged position fails the task");
+    assert!(err.message().contains("no longer available"), "{err}");
+    let mut t5 = start(
+        cb(&[
+            ("snapshot.mode.configuration.based.start.stream", "true"),
+            (
+                "snapshot.mode.configuration.based.snapshot.on.data.error",
+                "true",
+            ),
+        ]),
+        committed,
+    )
+    .await;
+    db.query_drop("INSERT INTO captured VALUES (7, 'open')")
+        .await
+        .unwrap();
+    let streamed = poll_until(&mut t5, |r| op_of(r).as_deref() == Some("c")).await;
+    assert_eq!(ids(&streamed, "c"), vec![7]);
+    assert!(ids(&streamed, "r").is_empty());
+    t5.stop().await;
+}
+
+/// `snapshot.lock.timeout.ms`: the snapshot's `FLUSH TABLES WITH READ LOCK`, queued behind a
+/// session holding a table lock, gives up after the timeout with a retriable error that names
+/// the key; once the other session lets go, the snapshot runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_snapshot_lock_gives_up_after_its_timeout() {
+    let (server, _db) = server_with_captured_rows(5).await;
+    let mut holder = server.connect("app").await.unwrap();
+    holder
+        .query_drop("LOCK TABLES captured WRITE")
+        .await
+        .unwrap();
+    let p = || {
+        props(
+            &server,
+            &[
+                ("snapshot.locking.mode", "extended"),
+                ("snapshot.lock.timeout.ms", "1000"),
+            ],
+        )
+    };
+    let begun = Instant::now();
+    let mut t = MySqlSourceTask::new();
+    let err = t
+        .start(SourceTaskContext::default(), p())
+        .await
+        .expect_err("the lock cannot be had");
+    assert!(
+        begun.elapsed() < Duration::from_secs(20),
+        "it gave up in time"
+    );
+    assert!(err.message().contains("snapshot.lock.timeout.ms"), "{err}");
+    assert!(
+        err.is_retriable(),
+        "a later attempt may get the lock: {err}"
+    );
+    holder.query_drop("UNLOCK TABLES").await.unwrap();
+    let mut t = start(p(), Vec::new()).await;
+    let snap = drain(&mut t, 5).await;
+    assert_eq!(ids(&snap, "r"), vec![1, 2, 3, 4, 5]);
     t.stop().await;
 }

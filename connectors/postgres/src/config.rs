@@ -17,6 +17,11 @@ pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
 use headwater_connector_common::name_adjust::NameAdjustments;
 
 use crate::filters::{Filters, PatternList, Selector};
+use headwater_connector_common::snapshot_policy::{
+    define_snapshot_mode_keys, validate_configuration_based, ConfigurationBased, SnapshotPolicy,
+    StartDelays,
+};
+
 use crate::replication::SslMode;
 use crate::tls::TlsSettings;
 use crate::types::{
@@ -31,6 +36,21 @@ pub enum SnapshotMode {
     InitialOnly,
     NoData,
     WhenNeeded,
+    ConfigurationBased(ConfigurationBased),
+}
+
+impl SnapshotMode {
+    /// What the mode asks of the task at its start.
+    pub fn policy(self) -> SnapshotPolicy {
+        match self {
+            SnapshotMode::Initial => SnapshotPolicy::INITIAL,
+            SnapshotMode::Always => SnapshotPolicy::ALWAYS,
+            SnapshotMode::InitialOnly => SnapshotPolicy::INITIAL_ONLY,
+            SnapshotMode::NoData => SnapshotPolicy::NO_DATA,
+            SnapshotMode::WhenNeeded => SnapshotPolicy::WHEN_NEEDED,
+            SnapshotMode::ConfigurationBased(c) => c.policy(),
+        }
+    }
 }
 
 /// `publication.autocreate.mode`.
@@ -80,6 +100,11 @@ pub struct PostgresConfig {
     /// `publish.via.partition.root`: partitioned tables are captured as their root table.
     pub publish_via_root: bool,
     pub snapshot_mode: SnapshotMode,
+    /// `snapshot.delay.ms`, `streaming.delay.ms`.
+    pub start_delays: StartDelays,
+    /// `incremental.snapshot.watermarking.strategy=INSERT_DELETE`: a chunk's window closes by
+    /// deleting its open watermark.
+    pub watermarks_deleted: bool,
     pub snapshot_fetch_size: usize,
     pub snapshot_max_threads: usize,
     pub snapshot_chunk_rows: u64,
@@ -121,9 +146,9 @@ const SNAPSHOT_MODES: &[&str] = &[
     "initial_only",
     "no_data",
     "when_needed",
+    "configuration_based",
     "never",
     "schema_only",
-    "configuration_based",
     "custom",
 ];
 
@@ -246,12 +271,12 @@ pub fn config_def() -> ConfigDef {
             .validator(Validator::custom(|v| {
                 let s = v.to_config_string().to_ascii_lowercase();
                 match s.as_str() {
-                    "configuration_based" | "custom" => Err(format!("snapshot mode {s} is not supported yet; use initial, always, initial_only, no_data or when_needed")),
+                    "custom" => Err("snapshot.mode=custom needs a Java Snapshotter class; use initial, always, initial_only, no_data, when_needed or configuration_based".to_owned()),
                     _ if SNAPSHOT_MODES.contains(&s.as_str()) => Ok(()),
-                    _ => Err(format!("String must be one of (case insensitive): {}", SNAPSHOT_MODES[..7].join(", "))),
+                    _ => Err(format!("String must be one of (case insensitive): {}", SNAPSHOT_MODES[..8].join(", "))),
                 }
             }))
-            .doc("initial, always, initial_only, no_data, when_needed (never and schema_only are deprecated aliases of no_data)."))
+            .doc("initial, always, initial_only, no_data, when_needed, configuration_based (the snapshot.mode.configuration.based.* keys say what happens; never and schema_only are deprecated aliases of no_data)."))
         .define(key("snapshot.fetch.size", Int).default_str("10240").validator(Validator::at_least(1.0)).doc("Rows read per poll during the snapshot."))
         .define(key("snapshot.max.threads", Int).default_str("2").validator(Validator::at_least(1.0)).doc("Connections reading snapshot chunks in parallel, each in a transaction that imported the same snapshot (Debezium's default is 1)."))
         .define(key("snapshot.chunk.rows", Long).default_str("100000").validator(Validator::at_least(1.0)).doc("Headwater: rows per snapshot chunk (a table is split by ranges of its integer primary key, else by ctid page ranges)."))
@@ -307,12 +332,18 @@ pub fn config_def() -> ConfigDef {
         def,
         headwater_connector_common::config::NAME_ADJUSTMENT_AVRO,
     );
+    let def = define_snapshot_mode_keys(def);
     headwater_connector_common::config::define_signal_keys(def)
 }
 
 /// Debezium PostgreSQL keys that change what is emitted and that Headwater has only in their
 /// default form (see [`Unbuilt`]).
 const POSTGRES_UNBUILT: &[Unbuilt] = &[
+    Unbuilt {
+        key: "read.only",
+        accepted: &["false"],
+        why: "read-only incremental snapshots are not built: incremental snapshots write their watermark rows to signal.data.collection, so the connector needs write access to it",
+    },
     Unbuilt {
         key: "topic.naming.strategy",
         accepted: &["io.debezium.schema.SchemaTopicNamingStrategy"],
@@ -391,6 +422,7 @@ fn parse_message_key_columns(s: &str) -> Result<Vec<(PatternList, Vec<String>)>,
 pub fn validate(props: &Properties) -> ConfigValidation {
     let mut v = config_def().validate(props);
     column_mappers::validate(&mut v, props);
+    validate_configuration_based(&mut v, props);
     if let Err(e) = headwater_connector_common::config::parse_snapshot_overrides(props) {
         v.add_error("snapshot.select.statement.overrides", e);
     }
@@ -502,8 +534,12 @@ impl PostgresConfig {
                 SnapshotMode::NoData
             }
             "when_needed" => SnapshotMode::WhenNeeded,
+            "configuration_based" => {
+                SnapshotMode::ConfigurationBased(ConfigurationBased::from_props(props))
+            }
             _ => SnapshotMode::Initial,
         };
+        let start_delays = StartDelays::from_props(props);
         let mut lsn_flush_mode = match lower("lsn.flush.mode").as_str() {
             "manual" => LsnFlushMode::Manual,
             "connector_and_driver" => LsnFlushMode::ConnectorAndDriver,
@@ -601,6 +637,8 @@ impl PostgresConfig {
                 _ => PublicationAutocreate::AllTables,
             },
             snapshot_mode,
+            start_delays,
+            watermarks_deleted: headwater_connector_common::config::watermarks_deleted(props),
             snapshot_fetch_size: long("snapshot.fetch.size").max(1) as usize,
             snapshot_max_threads: long("snapshot.max.threads").max(1) as usize,
             snapshot_chunk_rows: long("snapshot.chunk.rows").max(1) as u64,
@@ -744,6 +782,29 @@ mod tests {
         assert!(validate(&props(&p))
             .errors_by_field()
             .contains_key("topic.prefix"));
+    }
+
+    #[test]
+    fn configuration_based_snapshot_mode_reads_its_keys() {
+        let mut p = base();
+        p.extend([
+            ("snapshot.mode", "configuration_based"),
+            ("snapshot.mode.configuration.based.snapshot.data", "true"),
+        ]);
+        let c = PostgresConfig::parse(&props(&p)).unwrap();
+        let policy = c.snapshot_mode.policy();
+        assert!(policy.every_start && !policy.streams);
+        let mut p = base();
+        p.push(("snapshot.mode", "configuration_based"));
+        let errs = PostgresConfig::parse(&props(&p)).unwrap_err();
+        let errs = errs.errors_by_field();
+        assert!(
+            errs["snapshot.mode.configuration.based.start.stream"][0].contains("capture nothing")
+        );
+        let mut p = base();
+        p.push(("snapshot.mode", "custom"));
+        let errs = PostgresConfig::parse(&props(&p)).unwrap_err();
+        assert!(errs.errors_by_field()["snapshot.mode"][0].contains("Java"));
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! For each chunk the task, between two source transactions, inserts a `snapshot-window-open`
 //! row into the signal table, reads up to `incremental.snapshot.chunk.size` rows after the last
 //! key handed out (in key order, up to the table's largest key when its copy started), and
-//! inserts a `snapshot-window-close` row; each insert commits on its own. The rows wait in a
+//! inserts a `snapshot-window-close` row (or, with
+//! `incremental.snapshot.watermarking.strategy=INSERT_DELETE`, deletes its open row: the
+//! deletion is the close watermark); each statement commits on its own. The rows wait in a
 //! [`Window`] until the stream reaches the close watermark. A change of the same table that the
 //! stream decodes between the two watermarks committed while the chunk was read, so it is as new
 //! as the chunk's row or newer: that row is dropped from the window. At the close watermark the
@@ -374,6 +376,18 @@ pub fn watermark_statement(signal_table: (&str, &str), id: &str, open: bool) -> 
         quote_literal(&row_id),
         quote_literal(kind),
         quote_literal(&data),
+    )
+}
+
+/// The statement deleting a chunk's open watermark from the signal table, which closes its
+/// window under `incremental.snapshot.watermarking.strategy=INSERT_DELETE` (Debezium's: by
+/// the column named `id`).
+pub fn watermark_delete_statement(signal_table: (&str, &str), id: &str) -> String {
+    format!(
+        "DELETE FROM {}.{} WHERE id = {}",
+        quote_ident(signal_table.0),
+        quote_ident(signal_table.1),
+        quote_literal(&format!("{id}-open")),
     )
 }
 

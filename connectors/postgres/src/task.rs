@@ -47,7 +47,7 @@ use headwater_connector_common::signal_file::{self, FileSignals};
 use headwater_connector_common::txmeta::TransactionMetadata;
 
 use crate::catalog::{self, quote_ident, quote_literal, TypeRegistry};
-use crate::config::{LsnFlushMode, PostgresConfig, PublicationAutocreate, SnapshotMode};
+use crate::config::{LsnFlushMode, PostgresConfig, PublicationAutocreate};
 use crate::event::{ColumnDef, EventBuilder, RawColumn, SourceInfo, TableId, TableSchema};
 use crate::incremental::{self, Progress, TableRequest, Window};
 use crate::lsn::Lsn;
@@ -58,6 +58,7 @@ use crate::replication::{
 use crate::snapshot::{self as snapshots, Chunk, ChunkMsg, Readers, SkipRegion};
 use crate::streamed::{Replay, StreamedTransactions};
 use crate::types::ColumnType;
+use headwater_connector_common::snapshot_policy::LostPosition;
 
 /// Header Debezium puts on the delete half of a primary-key change.
 pub const NEWKEY_HEADER: &str = "__debezium.newkey";
@@ -271,6 +272,9 @@ struct RelState {
 enum Phase {
     Snapshot(Box<Snapshot>),
     Streaming,
+    /// The snapshot taken at start has finished; streaming begins at this instant
+    /// (`streaming.delay.ms`).
+    StreamingAt(Instant),
     /// Snapshot-only mode finished: nothing more to do.
     Done,
 }
@@ -934,20 +938,30 @@ impl Inner {
             .as_ref()
             .is_some_and(|o| snapshot_completed(o) || o.contains_key("snapshot_signal"));
         let slot_usable = slot.as_ref().is_some_and(|s| !s.lost);
-        let mode = self.cfg.snapshot_mode;
-        if completed
-            && !slot_usable
-            && mode != SnapshotMode::WhenNeeded
-            && mode != SnapshotMode::Always
-        {
+        let policy = self.cfg.snapshot_mode.policy();
+        if completed && policy.done_after_snapshot() {
+            // initial_only (or configuration_based without streaming) after its snapshot.
+            self.phase = Phase::Done;
+            return Ok(());
+        }
+        if completed && !slot_usable {
             let what = if slot.is_some() {
                 "was invalidated (its WAL was removed)"
             } else {
                 "does not exist"
             };
-            return Err(ConnectError::fatal(format!(
-                "replication slot {slot_name:?} {what}, but the connector has committed offsets: changes made since then cannot be read. Set snapshot.mode=when_needed to take a new snapshot, or delete the connector's offsets"
-            )));
+            match policy.lost_position {
+                LostPosition::Fail => {
+                    return Err(ConnectError::fatal(format!(
+                        "replication slot {slot_name:?} {what}, but the connector has committed offsets: changes made since then cannot be read. Set snapshot.mode=when_needed to take a new snapshot, or delete the connector's offsets"
+                    )));
+                }
+                LostPosition::Snapshot => {}
+                LostPosition::StreamFromNow => tracing::warn!(
+                    slot = %slot_name,
+                    "replication slot {what}: the changes since the committed offset are lost; snapshot.on.data.error=true: streaming on from the server's current position"
+                ),
+            }
         }
         if let Some(s) = &slot {
             if s.lost {
@@ -959,16 +973,11 @@ impl Inner {
                 slot = None;
             }
         }
-        let need_snapshot = match mode {
-            SnapshotMode::Always => true,
-            SnapshotMode::Initial | SnapshotMode::InitialOnly => !completed,
-            SnapshotMode::WhenNeeded => !completed || slot.is_none(),
-            SnapshotMode::NoData => false,
+        let need_snapshot = if completed {
+            policy.every_start || (policy.lost_position == LostPosition::Snapshot && slot.is_none())
+        } else {
+            policy.without_offset
         };
-        if mode == SnapshotMode::InitialOnly && completed {
-            self.phase = Phase::Done;
-            return Ok(());
-        }
         if need_snapshot {
             // An unfinished snapshot of ours resumes at its next unfinished row when the slot
             // (still at the position the snapshot started from) survived.
@@ -987,7 +996,7 @@ impl Inner {
                 stream_from: None,
                 skips,
                 slot_exists: slot.is_some(),
-                then_stream: mode != SnapshotMode::InitialOnly,
+                then_stream: policy.streams,
             })
             .await?;
         } else if let Some((o, request)) = incremental_request {
@@ -1087,6 +1096,16 @@ impl Inner {
     /// names, read on a temporary slot's exported snapshot while streaming goes on from before
     /// it, skipping the changes the copy already holds).
     async fn begin_snapshot(&mut self, start: SnapshotStart<'_>) -> Result<(), ConnectError> {
+        let delay = self.cfg.start_delays.snapshot;
+        if start.signal.is_none() && !delay.is_zero() {
+            // Before any slot or snapshot transaction is taken, so nothing is held meanwhile
+            // (a stop meanwhile ends the wait: the engine drops a starting task).
+            tracing::info!(
+                delay_ms = delay.as_millis() as u64,
+                "waiting snapshot.delay.ms before the snapshot"
+            );
+            tokio::time::sleep(delay).await;
+        }
         let slot_name = self.cfg.slot_name.clone();
         let resume = start.resume.and_then(|o| Some((o, offset_i64(o, "lsn")?)));
         let (lsn, snap_name, repl, temp) = if !start.slot_exists {
@@ -1767,6 +1786,16 @@ impl Inner {
                 self.advance_incremental().await?;
                 self.poll_stream().await
             }
+            Phase::StreamingAt(at) => {
+                let now = Instant::now();
+                if now < *at {
+                    tokio::time::sleep((*at - now).min(self.cfg.poll_interval)).await;
+                } else {
+                    self.phase = Phase::Streaming;
+                    self.start_streaming(true).await?;
+                }
+                Ok(SourceBatch::empty())
+            }
             Phase::Done => {
                 tokio::time::sleep(self.cfg.poll_interval).await;
                 Ok(SourceBatch::empty())
@@ -1778,7 +1807,8 @@ impl Inner {
         let Some(due) = self.next_heartbeat else {
             return Ok(());
         };
-        if Instant::now() < due || matches!(self.phase, Phase::Snapshot(_)) {
+        if Instant::now() < due || matches!(self.phase, Phase::Snapshot(_) | Phase::StreamingAt(_))
+        {
             return Ok(());
         }
         self.next_heartbeat = Some(Instant::now() + self.cfg.heartbeat_interval);
@@ -1923,7 +1953,15 @@ impl Inner {
             .await
             .map_err(|e| sql_err("ending the snapshot transaction", e))?;
         self.skips = std::mem::take(&mut snap.skips);
-        if snap.then_stream {
+        let streaming_delay = self.cfg.start_delays.streaming;
+        if snap.then_stream && snap.signal.is_none() && !streaming_delay.is_zero() {
+            self.start_lsn = snap.lsn;
+            tracing::info!(
+                delay_ms = streaming_delay.as_millis() as u64,
+                "snapshot finished; streaming begins after streaming.delay.ms"
+            );
+            self.phase = Phase::StreamingAt(Instant::now() + streaming_delay);
+        } else if snap.then_stream {
             self.phase = Phase::Streaming;
             self.start_lsn = snap.lsn;
             // After a signalled snapshot the stream goes on from the signal's transaction,
@@ -2242,6 +2280,16 @@ impl Inner {
         let Some(signal) = signals::read_row(text(0), kind, text(2), pending) else {
             return;
         };
+        self.act_on_incremental(signal, wal_start, out);
+    }
+
+    /// Acts on a signal steering the incremental snapshot (a watermark, stop, pause, resume).
+    fn act_on_incremental(
+        &mut self,
+        signal: signals::IncrementalSignal,
+        wal_start: Lsn,
+        out: &mut Vec<SourceRecord>,
+    ) {
         let closed = incremental::common::on_signal(
             signal,
             &mut self.window,
@@ -2252,6 +2300,23 @@ impl Inner {
         self.incremental_dirty = true;
         if let Some(window) = closed {
             self.close_window(window, wal_start, out);
+        }
+    }
+
+    /// Reads a row deleted from the signal table: with `INSERT_DELETE` watermarks, the
+    /// deletion of a window's open row is its close watermark.
+    fn read_deleted_signal(
+        &mut self,
+        row: &TupleData,
+        wal_start: Lsn,
+        out: &mut Vec<SourceRecord>,
+    ) {
+        let id = match row.0.first() {
+            Some(TupleValue::Text(b) | TupleValue::Binary(b)) => String::from_utf8_lossy(b),
+            _ => return,
+        };
+        if let Some(signal) = signals::deleted_watermark(Some(&id)) {
+            self.act_on_incremental(signal, wal_start, out);
         }
     }
 
@@ -2480,20 +2545,26 @@ impl Inner {
             }
         };
         let Some(last_key) = last_key else {
+            self.discard_open_watermark(signal, &id).await?;
             return Ok(ChunkOutcome::TableDone);
         };
         if let Some(xid) = self.recent_xids.handed_out(&unseen, &ts.id) {
+            self.discard_open_watermark(signal, &id).await?;
             // Its changes went out before this read, which saw the rows as they were: the
             // chunk is dropped (its open watermark alone is ignored) and read again later.
             tracing::warn!(table = %name, xid, "incremental snapshot: a transaction the stream handed out is not visible to the chunk's read yet (waiting for a synchronous standby?); the chunk is read again in a second");
             self.chunk_retry_at = Some(Instant::now() + Duration::from_secs(1));
             return Ok(ChunkOutcome::Later);
         }
-        let close = incremental::watermark_statement(signal, &id, false);
+        let close = if self.cfg.watermarks_deleted {
+            incremental::watermark_delete_statement(signal, &id)
+        } else {
+            incremental::watermark_statement(signal, &id, false)
+        };
         self.sql
             .batch_execute(&close)
             .await
-            .map_err(|e| sql_err("inserting an incremental snapshot watermark", e))?;
+            .map_err(|e| sql_err("writing an incremental snapshot's close watermark", e))?;
         tracing::debug!(table = %name, chunk = %id, rows = rows.len(), "incremental snapshot chunk read");
         let rows = rows
             .into_iter()
@@ -2502,6 +2573,23 @@ impl Inner {
         let table = incremental::ChunkTable { schema: ts, unseen };
         self.window = Some(Window::new(id, Arc::new(table), rows, last_key));
         Ok(ChunkOutcome::Held)
+    }
+
+    /// With `INSERT_DELETE` watermarks, deletes the open watermark of a chunk that will not
+    /// be handed out, so the signal table stays empty (the stream ignores the deletion: no
+    /// window of that chunk is held).
+    async fn discard_open_watermark(
+        &self,
+        signal: (&str, &str),
+        id: &str,
+    ) -> Result<(), ConnectError> {
+        if !self.cfg.watermarks_deleted {
+            return Ok(());
+        }
+        self.sql
+            .batch_execute(&incremental::watermark_delete_statement(signal, id))
+            .await
+            .map_err(|e| sql_err("deleting an incremental snapshot's open watermark", e))
     }
 
     /// Acts on the pending execute-snapshot request at a transaction boundary: stops the
@@ -2882,6 +2970,16 @@ impl Inner {
                     Some(x) => x,
                     None => return Ok(()),
                 };
+                if self.cfg.watermarks_deleted
+                    && self
+                        .cfg
+                        .filters
+                        .is_signal_table(&ts.id.schema, &ts.id.table)
+                {
+                    if let Some(row) = old.as_ref().or(key.as_ref()) {
+                        self.read_deleted_signal(row, wal_start, out);
+                    }
+                }
                 self.window_replaced(&ts, &map, [old.as_ref().or(key.as_ref())])?;
                 if self.cfg.skipped.delete {
                     return Ok(());

@@ -14,7 +14,11 @@
 //!   whose condition the server refuses is logged and streaming goes on;
 //! - an incremental execute-snapshot signal copies tables in chunks between watermarks while
 //!   writers change them, across a restart, and the events replayed in order give the table's
-//!   final content; tables without a key are skipped, stop-snapshot ends it.
+//!   final content; tables without a key are skipped, stop-snapshot ends it;
+//! - `snapshot.mode=configuration_based` follows its keys (snapshot at every start without
+//!   streaming; a lost slot fails the task or, told so, streams on from now);
+//!   `snapshot.delay.ms` and `streaming.delay.ms` hold the task back without losing a change;
+//! - `INSERT_DELETE` watermarks copy every row once and leave the signal table empty.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -788,6 +792,142 @@ async fn snapshot_with_an_existing_slot_then_streams_each_row_once() {
         .get(0);
     assert_eq!(slots, 1, "the temporary snapshot slot is gone");
     t2.stop().await;
+}
+
+/// `snapshot.mode=configuration_based`: `snapshot.data` alone snapshots at every start and
+/// never streams; `start.stream` with `snapshot.on.data.error` streams on from the server's
+/// current position when the slot is gone (without it the task fails saying so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configuration_based_snapshot_mode_follows_its_keys() {
+    let pg = PostgresServer::start().unwrap();
+    pg.create_database("cb").await.unwrap();
+    let db = pg.connect("cb").await.unwrap();
+    db.batch_execute("CREATE TABLE captured (id int PRIMARY KEY); INSERT INTO captured SELECT generate_series(1, 5);")
+        .await
+        .unwrap();
+    let props = |keys: &[(&str, &str)]| {
+        let mut extra = vec![
+            ("snapshot.mode", "configuration_based"),
+            ("slot.name", "cb_slot"),
+        ];
+        extra.extend_from_slice(keys);
+        task_props(&pg, "cb", &extra)
+    };
+    let data_only = [("snapshot.mode.configuration.based.snapshot.data", "true")];
+    let start =
+        |committed: Vec<(headwater_api::OffsetMap, headwater_api::OffsetMap)>| SourceTaskContext {
+            committed_offsets: committed,
+            ..Default::default()
+        };
+    // snapshot.data alone: the rows, then nothing however long it runs.
+    let mut t1 = PostgresSourceTask::new();
+    t1.start(SourceTaskContext::default(), props(&data_only))
+        .await
+        .unwrap();
+    let snap1 = drain(&mut t1, 5).await;
+    assert_eq!(ids(&snap1, "r"), vec![1, 2, 3, 4, 5]);
+    db.execute("INSERT INTO captured VALUES (6)", &[])
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        let b = t1.poll().await.unwrap();
+        assert!(
+            b.records.is_empty(),
+            "a task that does not stream emitted {:?}",
+            b.records.len()
+        );
+    }
+    let last = snap1.last().unwrap();
+    let committed = vec![(last.source_partition.clone(), last.source_offset.clone())];
+    t1.stop().await;
+    // ... and a new snapshot at the next start, its completed offset notwithstanding.
+    let mut t2 = PostgresSourceTask::new();
+    t2.start(start(committed.clone()), props(&data_only))
+        .await
+        .unwrap();
+    let snap2 = drain(&mut t2, 6).await;
+    assert_eq!(ids(&snap2, "r"), vec![1, 2, 3, 4, 5, 6]);
+    t2.stop().await;
+    // The slot is gone (dropped here; invalidated would do the same).
+    db.execute(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'cb_slot'",
+        &[],
+    )
+    .await
+    .unwrap();
+    // start.stream without snapshot.on.data.error: the task refuses to skip the gap.
+    let stream_only = [("snapshot.mode.configuration.based.start.stream", "true")];
+    let mut t3 = PostgresSourceTask::new();
+    let err = t3
+        .start(start(committed.clone()), props(&stream_only))
+        .await
+        .expect_err("a lost slot fails the task");
+    assert!(err.message().contains("does not exist"), "{err}");
+    // With snapshot.on.data.error: streaming from now on, nothing of the gap.
+    let mut t4 = PostgresSourceTask::new();
+    t4.start(
+        start(committed),
+        props(&[
+            ("snapshot.mode.configuration.based.start.stream", "true"),
+            (
+                "snapshot.mode.configuration.based.snapshot.on.data.error",
+                "true",
+            ),
+        ]),
+    )
+    .await
+    .unwrap();
+    db.execute("INSERT INTO captured VALUES (7)", &[])
+        .await
+        .unwrap();
+    let streamed = poll_until(&mut t4, |r| op_of(r).as_deref() == Some("c")).await;
+    assert_eq!(ids(&streamed, "c"), vec![7]);
+    assert!(ids(&streamed, "r").is_empty());
+    t4.stop().await;
+}
+
+/// `snapshot.delay.ms` holds the snapshot taken at start back; `streaming.delay.ms` holds
+/// streaming back after it (polls return nothing meanwhile, so the engine stays responsive),
+/// and no change made during either wait is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_and_streaming_delays_hold_the_task_back() {
+    let pg = PostgresServer::start().unwrap();
+    pg.create_database("delays").await.unwrap();
+    let db = pg.connect("delays").await.unwrap();
+    db.batch_execute("CREATE TABLE captured (id int PRIMARY KEY); INSERT INTO captured SELECT generate_series(1, 3);")
+        .await
+        .unwrap();
+    let delay = Duration::from_millis(1500);
+    let begun = Instant::now();
+    let mut task = started_task(
+        &pg,
+        "delays",
+        &[
+            ("slot.name", "delay_slot"),
+            ("snapshot.delay.ms", "1500"),
+            ("streaming.delay.ms", "1500"),
+        ],
+    )
+    .await;
+    assert!(
+        begun.elapsed() >= delay,
+        "the snapshot waited {:?}",
+        begun.elapsed()
+    );
+    let snap = drain(&mut task, 3).await;
+    let snapshot_done = Instant::now();
+    assert_eq!(ids(&snap, "r"), vec![1, 2, 3]);
+    db.execute("INSERT INTO captured VALUES (4)", &[])
+        .await
+        .unwrap();
+    let streamed = poll_until(&mut task, |r| op_of(r).as_deref() == Some("c")).await;
+    assert!(
+        snapshot_done.elapsed() >= delay,
+        "streaming began {:?} after the snapshot",
+        snapshot_done.elapsed()
+    );
+    assert_eq!(ids(&streamed, "c"), vec![4]);
+    task.stop().await;
 }
 
 /// Rows of records with `op` as (id, txId).
@@ -2433,6 +2573,77 @@ async fn file_channel_signals_run_snapshots_and_are_read_once() {
         seen.extend(step(&mut task, &mut committed).await);
     }
     assert_eq!(ids(&seen, "r").len(), 22, "the line ran once");
+    task.stop().await;
+}
+
+/// `incremental.snapshot.watermarking.strategy=INSERT_DELETE`: each chunk's window closes by
+/// deleting its open watermark row, so the incremental snapshot copies every row once and
+/// leaves no watermark behind in the signal table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insert_delete_watermarks_leave_the_signal_table_empty() {
+    let pg = PostgresServer::start().unwrap();
+    pg.create_database("wmdel").await.unwrap();
+    let db = pg.connect("wmdel").await.unwrap();
+    db.batch_execute(
+        "CREATE TABLE t (id int PRIMARY KEY, v text);
+         INSERT INTO t SELECT i, 'v' || i FROM generate_series(1, 10) i;
+         CREATE TABLE debezium_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));",
+    )
+    .await
+    .unwrap();
+    let mut task = started_task(
+        &pg,
+        "wmdel",
+        &[
+            ("slot.name", "wmdel_slot"),
+            ("table.include.list", "public.t"),
+            ("publication.autocreate.mode", "filtered"),
+            ("signal.data.collection", "public.debezium_signal"),
+            ("snapshot.mode", "no_data"),
+            ("incremental.snapshot.chunk.size", "4"),
+            (
+                "incremental.snapshot.watermarking.strategy",
+                "insert_delete",
+            ),
+        ],
+    )
+    .await;
+    let mut committed = Vec::new();
+    let mut seen = step(&mut task, &mut committed).await;
+    db.batch_execute(
+        r#"INSERT INTO debezium_signal VALUES ('sig-1', 'execute-snapshot', '{"data-collections": ["public\\.t"], "type": "incremental"}');"#,
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = step(&mut task, &mut committed).await;
+        let ended = ids(&seen, "r").len() >= 10
+            && got.last().is_some_and(|r| {
+                r.source_offset.contains_key("lsn_proc")
+                    && !r.source_offset.contains_key("incremental_snapshot")
+            });
+        seen.extend(got);
+        if ended {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the incremental snapshot did not end: {:?}",
+            seen.iter().map(summary).collect::<Vec<_>>()
+        );
+    }
+    let mut read = ids(&seen, "r");
+    read.sort_unstable();
+    assert_eq!(read, (1..=10).collect::<Vec<_>>(), "every row once");
+    let left: Vec<String> = db
+        .query("SELECT id FROM debezium_signal ORDER BY id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, ["sig-1"], "no watermark is left behind");
     task.stop().await;
 }
 

@@ -318,7 +318,23 @@ async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<()
         snapshot_progress: setup.shared.snapshot.clone(),
         waiting: setup.shared.waiting.clone(),
     };
-    task.start(context, setup.props.clone()).await?;
+    // A stop while the task starts (waiting `snapshot.delay.ms`, or for a replication slot
+    // that waits for open transactions) drops the starting task: it has handed out nothing.
+    let mut start_control = setup.shared.control.subscribe();
+    let stop_requested = async move {
+        while *start_control.borrow_and_update() != Control::Stop {
+            if start_control.changed().await.is_err() {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        started = task.start(context, setup.props.clone()) => started?,
+        () = stop_requested => {
+            tracing::info!(connector = %setup.connector, task = setup.task_id, "stopped while starting");
+            return Ok(());
+        }
+    }
     setup.shared.set_status(State::Running, None);
     let _ = setup
         .topics

@@ -10,7 +10,8 @@
 //! - a server restart while streaming: the task reopens its change stream after the last change
 //!   it handed out (as the driver's own change stream would); nothing is lost or repeated;
 //! - history lost: a stored resume token the server pruned from its oplog gives a FAILED task
-//!   whose message says so, and `snapshot.mode=when_needed` snapshots again instead;
+//!   whose message says so, `snapshot.mode=when_needed` snapshots again instead, and
+//!   `configuration_based` with `snapshot.on.data.error` streams on from the current position;
 //! - an interrupted snapshot whose starting point left the oplog meanwhile: the restarted task
 //!   fails at once saying so (nothing copied in vain), or with `snapshot.mode=when_needed`
 //!   snapshots again from a new starting point and streams;
@@ -196,7 +197,8 @@ fn writer(
 fn push_out_of_the_oplog(rt: &tokio::runtime::Runtime, c: &mongodb::Client, db: &str) {
     let other = c.database(db).collection::<Document>("other");
     for i in 0..200 {
-        wait(rt, other.insert_one(doc! {"_id": i})).unwrap();
+        // Server-made _ids: the collection may have been filled before.
+        wait(rt, other.insert_one(doc! {"n": i})).unwrap();
     }
     wait(
         rt,
@@ -431,7 +433,7 @@ fn resumes_after_a_server_restart() {
 }
 
 #[test]
-fn a_pruned_resume_point_fails_the_task_or_resnapshots_when_needed() {
+fn a_pruned_resume_point_fails_resnapshots_or_is_skipped_as_snapshot_mode_says() {
     let server = MongoServer::start_with(MongoOptions {
         oplog_max_entries: Some(20),
     })
@@ -491,6 +493,54 @@ fn a_pruned_resume_point_fails_the_task_or_resnapshots_when_needed() {
         ops,
         ["r", "c", "r", "r"],
         "snapshot, insert, then the new snapshot"
+    );
+
+    // Pruned again: snapshot.mode=configuration_based with start.stream and
+    // snapshot.on.data.error streams on from the server's current position instead.
+    push_out_of_the_oplog(&rt, &c, "hl");
+    std::fs::write(
+        &file,
+        config(
+            "hl",
+            &server,
+            "hl",
+            &[
+                ("snapshot.mode", "configuration_based"),
+                ("snapshot.mode.configuration.based.start.stream", "true"),
+                (
+                    "snapshot.mode.configuration.based.snapshot.on.data.error",
+                    "true",
+                ),
+            ],
+        )
+        .to_string(),
+    )
+    .unwrap();
+    let w = Worker::start(&data, &[&file]);
+    wait_until("streaming from now", Duration::from_secs(30), || {
+        w.logs()
+            .iter()
+            .any(|l| l.contains("streaming on from the server's current position"))
+    });
+    wait_until("streaming", Duration::from_secs(30), || {
+        w.logs().iter().any(|l| l.contains("streaming changes"))
+    });
+    wait(&rt, items.insert_one(doc! {"_id": 3, "v": 1})).unwrap();
+    wait_until("the insert", Duration::from_secs(30), || {
+        w.partition0_records("hl.hl.items")
+            .is_some_and(|r| r.len() == 5)
+    });
+    let (_, _, s) = http(w.addr, "GET", "/connectors/hl/status", None);
+    assert_eq!(s["tasks"][0]["state"], "RUNNING", "{s}");
+    w.sigterm();
+    let ops: Vec<String> = log_records(&data, "hl.hl.items")
+        .into_iter()
+        .filter_map(|(_, v)| v.map(|v| v["payload"]["op"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(
+        ops,
+        ["r", "c", "r", "r", "c"],
+        "no snapshot, the new insert"
     );
 }
 
@@ -1326,7 +1376,8 @@ fn an_incremental_snapshot_copies_chunks_while_a_writer_runs_and_survives_a_sigk
 
 /// `signal.enabled.channels=file`: JSON lines in `signal.file` run a blocking and an
 /// incremental snapshot (the incremental one's watermarks still go into the signal
-/// collection); an insert into the signal collection is no signal then; the file is taken.
+/// collection, and with `INSERT_DELETE` none is left there); an insert into the signal
+/// collection is no signal then; the file is taken.
 #[test]
 fn file_channel_signals_run_blocking_and_incremental_snapshots() {
     const N: usize = 50;
@@ -1360,6 +1411,10 @@ fn file_channel_signals_run_blocking_and_incremental_snapshots() {
                 ("signal.file", &signal_path),
                 ("signal.poll.interval.ms", "100"),
                 ("incremental.snapshot.chunk.size", "16"),
+                (
+                    "incremental.snapshot.watermarking.strategy",
+                    "insert_delete",
+                ),
             ],
         ),
     );
@@ -1433,6 +1488,12 @@ fn file_channel_signals_run_blocking_and_incremental_snapshots() {
             None,
         );
         status == 200 && body["records"].to_string().contains(&last.to_hex())
+    });
+    // INSERT_DELETE: each window closed by deleting its open document; none is left.
+    wait_until("no watermark left", Duration::from_secs(30), || {
+        let all = wait(&rt, signals.count_documents(doc! {})).unwrap();
+        let row = wait(&rt, signals.count_documents(doc! {"_id": "row-1"})).unwrap();
+        (all, row) == (1, 1)
     });
     w.sigterm();
     let ops = ops(&data);

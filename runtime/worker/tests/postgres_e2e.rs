@@ -2,7 +2,8 @@
 //! `cdc\.public\.(.*)` -> `warehouse.$1`, `config/connectors/postgres-cdc-source.json`) run by the
 //! `headwater` binary against a real PostgreSQL from the test harness: existing rows arrive as
 //! `r` events on `warehouse.*`, later changes as `c`/`u`/`d` plus tombstones, in Debezium's
-//! envelope; a restarted worker resumes streaming without repeating or losing a change.
+//! envelope; a restarted worker resumes streaming without repeating or losing a change. A stop
+//! during `snapshot.delay.ms` ends the wait at once.
 
 mod common;
 
@@ -270,5 +271,37 @@ fn relations_dropped_from_the_catalog_are_forgotten() {
         None,
     );
     assert_eq!(status["tasks"][0]["state"], "RUNNING", "{status}");
+    w.sigterm();
+}
+
+/// `snapshot.delay.ms` holds the snapshot back, and a stop meanwhile ends the wait at once
+/// (the engine drops a task that is still starting) instead of after the delay.
+#[test]
+fn a_stop_during_the_snapshot_delay_ends_it_at_once() {
+    let (_runtime, _server, mut config) = seeded_server("");
+    config["config"]["snapshot.delay.ms"] = Value::String("600000".into());
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("postgres-cdc-source.json");
+    std::fs::write(&file, config.to_string()).unwrap();
+    let w = Worker::start(&tmp.path().join("data"), &[&file]);
+    wait_until("the snapshot delay", Duration::from_secs(60), || {
+        w.logs()
+            .iter()
+            .any(|l| l.contains("waiting snapshot.delay.ms"))
+    });
+    let (status, _, body) = http(w.addr, "PUT", "/connectors/postgres-cdc-source/stop", None);
+    assert!(status < 300, "{status} {body}");
+    wait_until("the task to stop", Duration::from_secs(10), || {
+        w.logs()
+            .iter()
+            .any(|l| l.contains("stopped while starting"))
+    });
+    let (_, _, status) = http(
+        w.addr,
+        "GET",
+        "/connectors/postgres-cdc-source/status",
+        None,
+    );
+    assert_eq!(status["connector"]["state"], "STOPPED", "{status}");
     w.sigterm();
 }
