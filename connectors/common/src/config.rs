@@ -55,6 +55,18 @@ pub fn define_signal_keys(def: ConfigDef) -> ConfigDef {
     )
 }
 
+/// Debezium's `errors.max.retries`: how many restarts in a row after retriable errors (a lost
+/// connection, say) a task gets before it fails; -1 (the default) is without limit. The
+/// engine applies it; a run that hands out records ends the row.
+pub fn define_errors_max_retries(def: ConfigDef) -> ConfigDef {
+    def.define(
+        ConfigKey::new("errors.max.retries", ConfigType::Int)
+            .default_str("-1")
+            .validator(Validator::at_least(-1.0))
+            .doc("Restarts in a row after retriable errors (a lost connection, say) before the task fails: -1 without limit, 0 none; a restart that hands out records ends the row."),
+    )
+}
+
 /// `incremental.snapshot.watermarking.strategy`.
 pub const WATERMARKING_STRATEGY: &str = "incremental.snapshot.watermarking.strategy";
 

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, Validator};
-use headwater_api::{ConfigValidation, Properties};
+use headwater_api::{ConfigValidation, Properties, StopRequest};
 
 /// What a committed position the server no longer has (a dropped or invalidated slot, a
 /// purged binlog, a resume token off the oplog) leads to.
@@ -173,6 +173,31 @@ impl StartDelays {
     }
 }
 
+/// Waits `delay` (`snapshot.delay.ms`) before a snapshot taken at start, unless the task is
+/// asked to stop meanwhile (checked every 100 ms). False when a stop cut the wait short: the
+/// task then takes no snapshot.
+pub async fn wait_snapshot_delay(delay: Duration, stop: &StopRequest) -> bool {
+    if delay.is_zero() {
+        return true;
+    }
+    tracing::info!(
+        delay_ms = delay.as_millis() as u64,
+        "waiting snapshot.delay.ms before the snapshot"
+    );
+    let until = tokio::time::Instant::now() + delay;
+    loop {
+        if stop.is_requested() {
+            tracing::info!("stopped while waiting snapshot.delay.ms: no snapshot");
+            return false;
+        }
+        let now = tokio::time::Instant::now();
+        if now >= until {
+            return true;
+        }
+        tokio::time::sleep((until - now).min(Duration::from_millis(100))).await;
+    }
+}
+
 /// Defines `snapshot.delay.ms`, `streaming.delay.ms` and the five
 /// `snapshot.mode.configuration.based.*` keys (booleans, `false` by default).
 /// `snapshot.schema` and `snapshot.on.schema.error` are accepted and have no effect:
@@ -190,7 +215,7 @@ pub fn define_snapshot_mode_keys(def: ConfigDef) -> ConfigDef {
             ConfigKey::new(STREAMING_DELAY, ConfigType::Long)
                 .default_str("0")
                 .validator(Validator::at_least(0.0))
-                .doc("Milliseconds to wait after the snapshot a task took at its start before streaming begins (the snapshot's end is committed at once, so a crash meanwhile does not snapshot again)."),
+                .doc("Milliseconds to wait after the snapshot a task took at its start before streaming begins (the snapshot's end is committed before the wait)."),
         );
     let key = |name: &'static str, doc: &'static str| {
         ConfigKey::new(name, ConfigType::Boolean)

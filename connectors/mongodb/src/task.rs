@@ -57,7 +57,7 @@ use crate::split::{Fragments, Piece};
 use headwater_connector_common::incremental::{self as incremental, Progress, TableRequest};
 use headwater_connector_common::signal::IncrementalSignal;
 use headwater_connector_common::signal_file::FileSignals;
-use headwater_connector_common::snapshot_policy::LostPosition;
+use headwater_connector_common::snapshot_policy::{wait_snapshot_delay, LostPosition};
 
 /// Server error codes that mean the resume point is gone from the oplog.
 const HISTORY_LOST_CODES: [i32; 2] = [286, 280];
@@ -358,6 +358,8 @@ struct Inner {
     phase: Phase,
     /// Until the task's start has decided: a snapshot begun now waits `snapshot.delay.ms`.
     starting: bool,
+    /// Set when the task is asked to stop while it starts (ends `snapshot.delay.ms`).
+    stop: headwater_api::StopRequest,
     stream: Option<Stream>,
     position: Position,
     /// The last record handed out of the transaction in progress, with that transaction's
@@ -500,6 +502,7 @@ impl Inner {
         let committed = context.offset(&events.partition).cloned();
         let mut inner = Inner {
             progress: context.snapshot_progress.clone(),
+            stop: context.stop.clone(),
             heartbeats: Heartbeats::new(
                 cfg.heartbeat_interval,
                 &cfg.heartbeat_topic_prefix,
@@ -628,6 +631,14 @@ impl Inner {
                     {
                         tracing::warn!(error = %e, mode = ?self.cfg.snapshot_mode, "the interrupted snapshot's starting point is no longer in the oplog: snapshotting again from the start");
                         return self.start_snapshot(None, None).await;
+                    }
+                    Err(e)
+                        if history_lost(&e)
+                            && policy.lost_position == LostPosition::StreamFromNow =>
+                    {
+                        // The interrupted (signalled) snapshot belonged to the lost stream.
+                        tracing::warn!("the interrupted signalled snapshot is dropped with the lost resume point; send the signal again");
+                        return self.after_lost_history(&e.to_string()).await;
                     }
                     Err(e) if history_lost(&e) => {
                         return Err(ConnectError::fatal(format!(
@@ -907,14 +918,14 @@ impl Inner {
         resume: Option<OffsetMap>,
         signalled: Option<(SnapshotRequest, Position)>,
     ) -> Result<(), ConnectError> {
-        let delay = self.cfg.start_delays.snapshot;
-        if self.starting && signalled.is_none() && !delay.is_zero() {
-            // A stop meanwhile ends the wait: the engine drops a starting task.
-            tracing::info!(
-                delay_ms = delay.as_millis() as u64,
-                "waiting snapshot.delay.ms before the snapshot"
-            );
-            tokio::time::sleep(delay).await;
+        // Only the snapshot taken at start waits (not a signalled one); a stop meanwhile ends
+        // the wait and the task does nothing more.
+        if self.starting
+            && signalled.is_none()
+            && !wait_snapshot_delay(self.cfg.start_delays.snapshot, &self.stop).await
+        {
+            self.phase = Phase::Done;
+            return Ok(());
         }
         let (request, signal_position) = match signalled {
             Some((r, p)) => (Some(r), Some(p)),
@@ -1815,20 +1826,29 @@ impl Inner {
             }
             return Ok(false);
         };
-        let closed = if self.cfg.watermarks_deleted {
-            signals.delete_one(doc! {"_id": &open_id}).await.map(drop)
-        } else {
+        // INSERT_DELETE: deleting the open document closes the window; if it is gone already
+        // (a cleanup of the collection, say) a close document is inserted instead, which the
+        // stream reads under either strategy.
+        let mut deleted = false;
+        if self.cfg.watermarks_deleted {
+            deleted = signals
+                .delete_one(doc! {"_id": &open_id})
+                .await
+                .map_err(|e| {
+                    classify(
+                        "deleting an incremental snapshot's open watermark".into(),
+                        e,
+                    )
+                })?
+                .deleted_count
+                > 0;
+        }
+        if !deleted {
             signals
                 .insert_one(watermark_document(&chunk, false))
                 .await
-                .map(drop)
-        };
-        closed.map_err(|e| {
-            classify(
-                "writing an incremental snapshot's close watermark".into(),
-                e,
-            )
-        })?;
+                .map_err(|e| classify("inserting an incremental snapshot watermark".into(), e))?;
+        }
         tracing::debug!(collection = %name, chunk = %chunk, documents = rows.len(), "incremental snapshot chunk read");
         let ns = Arc::new((table.schema.clone(), table.table.clone()));
         let last = vec![last.into_canonical_extjson().to_string()];
@@ -2247,7 +2267,15 @@ impl Inner {
                         && self.cfg.snapshot_mode.policy().lost_position != LostPosition::Fail
                     {
                         self.stream = None;
-                        self.held = None;
+                        if self.cfg.snapshot_mode.policy().lost_position
+                            == LostPosition::StreamFromNow
+                        {
+                            // The change held back was read whole: it goes out.
+                            self.release_held(&mut out, true);
+                        } else {
+                            // The new snapshot covers it.
+                            self.held = None;
+                        }
                         self.after_lost_history(&e.to_string()).await?;
                         return Ok(SourceBatch::committed(out));
                     }

@@ -343,6 +343,7 @@ pub fn config_def() -> ConfigDef {
         headwater_connector_common::config::NAME_ADJUSTMENT_AVRO,
     );
     let def = define_snapshot_mode_keys(def);
+    let def = headwater_connector_common::config::define_errors_max_retries(def);
     headwater_connector_common::config::define_signal_keys(def)
 }
 

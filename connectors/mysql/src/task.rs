@@ -58,7 +58,7 @@ use crate::event::{EventBuilder, SourceInfo, TableId, TableSchema};
 use crate::incremental::{self, Progress, TableRequest, Window};
 use crate::schema::{self, CatalogTable};
 use headwater_connector_common::heartbeat::Heartbeats;
-use headwater_connector_common::snapshot_policy::LostPosition;
+use headwater_connector_common::snapshot_policy::{wait_snapshot_delay, LostPosition};
 use headwater_connector_common::txmeta::TransactionMetadata;
 
 use crate::snapshot::{self as snapshots, Chunk, ChunkMsg, Readers, SkipRegion, SnapshotTable};
@@ -308,6 +308,8 @@ struct Inner {
     phase: Phase,
     /// Until the task's start has decided: a snapshot begun now waits `snapshot.delay.ms`.
     starting: bool,
+    /// Set when the task is asked to stop while it starts (ends `snapshot.delay.ms`).
+    stop: headwater_api::StopRequest,
     stream: Option<Stream>,
     /// The position after the last complete transaction read.
     pos: Position,
@@ -474,6 +476,7 @@ impl Inner {
         let committed = context.offset(&events.partition).cloned();
         let mut inner = Inner {
             progress: context.snapshot_progress.clone(),
+            stop: context.stop.clone(),
             opts,
             events,
             sql,
@@ -1000,15 +1003,25 @@ impl Inner {
             }
             return Ok(ChunkOutcome::TableDone);
         };
-        let close = if self.cfg.watermarks_deleted {
-            incremental::watermark_delete_statement(signal, &chunk)
-        } else {
-            incremental::watermark_statement(signal, &chunk, false)
-        };
-        self.sql
-            .query_drop(close.as_str())
-            .await
-            .map_err(|e| my_err("writing an incremental snapshot's close watermark", e))?;
+        // INSERT_DELETE: deleting the open row closes the window; if it is gone already (a
+        // cleanup of the signal table, say) a close row is inserted instead, which the stream
+        // reads under either strategy.
+        let mut deleted = false;
+        if self.cfg.watermarks_deleted {
+            let delete = incremental::watermark_delete_statement(signal, &chunk);
+            self.sql
+                .query_drop(delete.as_str())
+                .await
+                .map_err(|e| my_err("deleting an incremental snapshot's open watermark", e))?;
+            deleted = self.sql.affected_rows() > 0;
+        }
+        if !deleted {
+            let close = incremental::watermark_statement(signal, &chunk, false);
+            self.sql
+                .query_drop(close.as_str())
+                .await
+                .map_err(|e| my_err("inserting an incremental snapshot watermark", e))?;
+        }
         tracing::debug!(table = %name, chunk = %chunk, rows = rows.len(), "incremental snapshot chunk read");
         let rows = rows
             .into_iter()
@@ -1302,14 +1315,16 @@ impl Inner {
         mut resume: Option<Resume>,
         signalled: Option<Signalled>,
     ) -> Result<(), ConnectError> {
-        let delay = self.cfg.start_delays.snapshot;
-        if self.starting && signalled.is_none() && !delay.is_zero() {
-            // A stop meanwhile ends the wait: the engine drops a starting task.
-            tracing::info!(
-                delay_ms = delay.as_millis() as u64,
-                "waiting snapshot.delay.ms before the snapshot"
-            );
-            tokio::time::sleep(delay).await;
+        // Only the snapshot taken at start waits (not a signalled one, nor one resumed); a stop
+        // meanwhile ends the wait and the task does nothing more.
+        let signal_resumed = resume.as_ref().is_some_and(|r| r.signal.is_some());
+        if self.starting
+            && signalled.is_none()
+            && !signal_resumed
+            && !wait_snapshot_delay(self.cfg.start_delays.snapshot, &self.stop).await
+        {
+            self.phase = Phase::Done;
+            return Ok(());
         }
         let (request, signal_start) = match (signalled, resume.as_mut()) {
             (Some(s), _) => (Some(s.request), Some((s.start, s.skips))),

@@ -58,7 +58,7 @@ use crate::replication::{
 use crate::snapshot::{self as snapshots, Chunk, ChunkMsg, Readers, SkipRegion};
 use crate::streamed::{Replay, StreamedTransactions};
 use crate::types::ColumnType;
-use headwater_connector_common::snapshot_policy::LostPosition;
+use headwater_connector_common::snapshot_policy::{wait_snapshot_delay, LostPosition};
 
 /// Header Debezium puts on the delete half of a primary-key change.
 pub const NEWKEY_HEADER: &str = "__debezium.newkey";
@@ -284,6 +284,8 @@ struct Inner {
     progress: headwater_api::SnapshotProgress,
     /// Where the task says what it waits for (slot creation blocked by open transactions).
     waiting: headwater_api::TaskWaiting,
+    /// Set when the task is asked to stop while it starts (ends `snapshot.delay.ms`).
+    stop: headwater_api::StopRequest,
     cfg: PostgresConfig,
     sql: Client,
     sql_conn: JoinHandle<()>,
@@ -625,6 +627,7 @@ impl Inner {
         let mut inner = Inner {
             progress: context.snapshot_progress.clone(),
             waiting: context.waiting.clone(),
+            stop: context.stop.clone(),
             sql,
             sql_conn,
             types: TypeRegistry::new(),
@@ -855,6 +858,24 @@ impl Inner {
                 quote_ident(&self.cfg.publication_name)
             )));
         }
+        if self.cfg.watermarks_deleted {
+            let publishes_deletes: bool = self
+                .sql
+                .query_one(
+                    "SELECT coalesce((SELECT pubdelete FROM pg_publication WHERE pubname = $1), true)",
+                    &[&self.cfg.publication_name],
+                )
+                .await
+                .map_err(|e| sql_err("reading the publication's operations", e))?
+                .get(0);
+            if !publishes_deletes {
+                return Err(ConnectError::config(format!(
+                    "incremental.snapshot.watermarking.strategy=INSERT_DELETE closes windows by deleting rows of the signal table, but publication {:?} does not publish deletes: ALTER PUBLICATION {} SET (publish = 'insert, update, delete, truncate'), or use INSERT_INSERT",
+                    self.cfg.publication_name,
+                    quote_ident(&self.cfg.publication_name)
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -915,7 +936,7 @@ impl Inner {
         });
         // An incremental request read before the stop is started again while streaming; a
         // blocking one runs (or resumes) as a snapshot below.
-        let (signal, incremental_request) = match signal {
+        let (mut signal, mut incremental_request) = match signal {
             Some((o, r)) if r.incremental && !o.contains_key("snapshot_done") => {
                 (None, Some((o, r)))
             }
@@ -957,10 +978,19 @@ impl Inner {
                     )));
                 }
                 LostPosition::Snapshot => {}
-                LostPosition::StreamFromNow => tracing::warn!(
-                    slot = %slot_name,
-                    "replication slot {what}: the changes since the committed offset are lost; snapshot.on.data.error=true: streaming on from the server's current position"
-                ),
+                LostPosition::StreamFromNow => {
+                    tracing::warn!(
+                        slot = %slot_name,
+                        "replication slot {what}: the changes since the committed offset are lost; snapshot.on.data.error=true: streaming on from the server's current position"
+                    );
+                    // A signal pending in the offsets belonged to the lost stream; streaming
+                    // starts afresh (a new slot) without it.
+                    let dropped_signal = signal.take().is_some();
+                    let dropped_incremental = incremental_request.take().is_some();
+                    if dropped_signal || dropped_incremental {
+                        tracing::warn!("an execute-snapshot signal pending in the offsets is dropped with the lost slot; send it again");
+                    }
+                }
             }
         }
         if let Some(s) = &slot {
@@ -1096,19 +1126,20 @@ impl Inner {
     /// names, read on a temporary slot's exported snapshot while streaming goes on from before
     /// it, skipping the changes the copy already holds).
     async fn begin_snapshot(&mut self, start: SnapshotStart<'_>) -> Result<(), ConnectError> {
-        let delay = self.cfg.start_delays.snapshot;
-        if start.signal.is_none() && !delay.is_zero() {
-            // Before any slot or snapshot transaction is taken, so nothing is held meanwhile
-            // (a stop meanwhile ends the wait: the engine drops a starting task).
-            tracing::info!(
-                delay_ms = delay.as_millis() as u64,
-                "waiting snapshot.delay.ms before the snapshot"
-            );
-            tokio::time::sleep(delay).await;
+        // Before any slot or snapshot transaction is taken, so nothing is held meanwhile; a
+        // stop meanwhile ends the wait and the task does nothing more.
+        if start.signal.is_none()
+            && !wait_snapshot_delay(self.cfg.start_delays.snapshot, &self.stop).await
+        {
+            self.phase = Phase::Done;
+            return Ok(());
         }
         let slot_name = self.cfg.slot_name.clone();
         let resume = start.resume.and_then(|o| Some((o, offset_i64(o, "lsn")?)));
-        let (lsn, snap_name, repl, temp) = if !start.slot_exists {
+        // A task that will not stream (initial_only, configuration_based without start.stream)
+        // takes a temporary slot, as Debezium creates the slot only to stream: a permanent one
+        // nobody reads would hold WAL for ever.
+        let (lsn, snap_name, repl, temp) = if !start.slot_exists && start.then_stream {
             let mut repl = self.replication_client("").await?;
             let (lsn, name) = self.create_slot(&mut repl, &slot_name, false).await?;
             (lsn, name, repl, false)
@@ -2556,15 +2587,25 @@ impl Inner {
             self.chunk_retry_at = Some(Instant::now() + Duration::from_secs(1));
             return Ok(ChunkOutcome::Later);
         }
-        let close = if self.cfg.watermarks_deleted {
-            incremental::watermark_delete_statement(signal, &id)
-        } else {
-            incremental::watermark_statement(signal, &id, false)
-        };
-        self.sql
-            .batch_execute(&close)
-            .await
-            .map_err(|e| sql_err("writing an incremental snapshot's close watermark", e))?;
+        // INSERT_DELETE: deleting the open row closes the window; if it is gone already (a
+        // cleanup of the signal table, say) a close row is inserted instead, which the stream
+        // reads under either strategy.
+        let deleted = self.cfg.watermarks_deleted
+            && self
+                .sql
+                .execute(
+                    incremental::watermark_delete_statement(signal, &id).as_str(),
+                    &[],
+                )
+                .await
+                .map_err(|e| sql_err("deleting an incremental snapshot's open watermark", e))?
+                > 0;
+        if !deleted {
+            self.sql
+                .batch_execute(&incremental::watermark_statement(signal, &id, false))
+                .await
+                .map_err(|e| sql_err("inserting an incremental snapshot watermark", e))?;
+        }
         tracing::debug!(table = %name, chunk = %id, rows = rows.len(), "incremental snapshot chunk read");
         let rows = rows
             .into_iter()

@@ -31,8 +31,8 @@ pub use config::{
 pub use error::{ConnectError, DataError, ErrorKind};
 pub use plugin::{
     properties, Boundary, PluginFactory, Predicate, Properties, SnapshotProgress, SnapshotStatus,
-    SourceBatch, SourceConnector, SourceTask, SourceTaskContext, TaskWaiting, Transform,
-    WaitingStatus,
+    SourceBatch, SourceConnector, SourceTask, SourceTaskContext, StopRequest, TaskWaiting,
+    Transform, WaitingStatus,
 };
 pub use record::{ConnectRecord, Header, Headers, OffsetMap, OffsetValue, SourceRecord};
 pub use schema::{Field, Schema, SchemaBuilder, SchemaRef, SchemaType};

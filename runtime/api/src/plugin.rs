@@ -73,6 +73,25 @@ pub struct SourceTaskContext {
     /// Where the task says what it is waiting for while it cannot make progress (a replication
     /// slot waiting for open transactions, ...); the engine shows it in the task's status.
     pub waiting: TaskWaiting,
+    /// Set by the engine when the task is asked to stop while its `start` still runs.
+    pub stop: StopRequest,
+}
+
+/// Set by the engine when a task is asked to stop while its `start` runs: a start that waits
+/// on purpose (`snapshot.delay.ms`) checks it and gives up the wait. The engine never drops a
+/// starting task, so whatever a start takes (a slot, a lock) is the task's to release.
+#[derive(Clone, Debug, Default)]
+pub struct StopRequest(Arc<AtomicBool>);
+
+impl StopRequest {
+    /// Asks the task to stop.
+    pub fn request(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    /// Whether the task was asked to stop.
+    pub fn is_requested(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
 /// What a task is waiting for, if anything: set by the task, read by the engine's status and

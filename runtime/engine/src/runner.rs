@@ -153,13 +153,27 @@ pub async fn supervise(setup: TaskSetup) {
         topics: &setup.topics,
         backoff_initial: setup.backoff_initial,
         backoff_max: setup.backoff_max,
+        max_retries: max_retries(&setup.props),
     };
     restart.run(|| run_once(&setup, (setup.make_task)())).await;
+}
+
+/// Debezium's `errors.max.retries` of a source task: `None` (unlimited) for -1 or unset.
+/// The connectors validate the key; a value they let through that is not a count is
+/// unlimited too.
+fn max_retries(props: &Properties) -> Option<u32> {
+    props
+        .get("errors.max.retries")
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .and_then(|n| u32::try_from(n).ok())
 }
 
 /// The restart policy shared by source and sink tasks: run until stopped; after a retriable
 /// error wait (exponentially longer, up to a maximum, cut short by a stop) and run again; after
 /// any other error mark the task FAILED (in its status and the status topic) and stop.
+/// With `max_retries` (Debezium's `errors.max.retries`), the retriable error after that many
+/// restarts in a row fails the task too; a run that handed out records ends the row (as
+/// Debezium resets its count when a poll returns change events), and the backoff starts over.
 pub(crate) struct Restart<'a> {
     pub connector: &'a str,
     pub task_id: u32,
@@ -167,6 +181,7 @@ pub(crate) struct Restart<'a> {
     pub topics: &'a InternalTopics,
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
+    pub max_retries: Option<u32>,
 }
 
 impl Restart<'_> {
@@ -177,13 +192,33 @@ impl Restart<'_> {
     {
         let mut backoff = self.backoff_initial;
         let mut control = self.shared.control.subscribe();
+        let mut retries = 0u32;
+        let mut polled_before = self.shared.records_polled.load(Ordering::Relaxed);
         loop {
             if *control.borrow() == Control::Stop {
                 break;
             }
-            match run_once().await {
+            let result = run_once().await;
+            let polled = self.shared.records_polled.load(Ordering::Relaxed);
+            if polled != polled_before {
+                // The run handed out records: it had recovered from earlier failures.
+                polled_before = polled;
+                retries = 0;
+                backoff = self.backoff_initial;
+            }
+            match result {
                 Ok(()) => break,
+                Err(e) if e.is_retriable() && self.max_retries.is_some_and(|m| retries >= m) => {
+                    let max = self.max_retries.unwrap_or_default();
+                    let e = ConnectError::fatal(format!(
+                        "{}; giving up after {max} restarts in a row without progress (errors.max.retries={max}; -1 retries without limit)",
+                        e.message()
+                    ));
+                    self.fail(&e).await;
+                    return;
+                }
                 Err(e) if e.is_retriable() => {
+                    retries += 1;
                     tracing::warn!(connector = %self.connector, task = self.task_id, error = %e, backoff_ms = backoff.as_millis() as u64, "task failed with a retriable error; restarting after backoff");
                     self.shared.set_status(State::Running, Some(e.trace()));
                     let sleep = tokio::time::sleep(backoff);
@@ -201,21 +236,26 @@ impl Restart<'_> {
                     backoff = (backoff * 2).min(self.backoff_max);
                 }
                 Err(e) => {
-                    tracing::error!(connector = %self.connector, task = self.task_id, error = %e, "task failed");
-                    self.shared.set_status(State::Failed, Some(e.trace()));
-                    let _ = self
-                        .topics
-                        .put_status(
-                            &format!("status-task-{}-{}", self.connector, self.task_id),
-                            "FAILED",
-                            Some(&e.trace()),
-                            "headwater",
-                        )
-                        .await;
+                    self.fail(&e).await;
                     return;
                 }
             }
         }
+    }
+
+    /// Marks the task FAILED with `e` (its status and the status topic).
+    async fn fail(&self, e: &ConnectError) {
+        tracing::error!(connector = %self.connector, task = self.task_id, error = %e, "task failed");
+        self.shared.set_status(State::Failed, Some(e.trace()));
+        let _ = self
+            .topics
+            .put_status(
+                &format!("status-task-{}-{}", self.connector, self.task_id),
+                "FAILED",
+                Some(&e.trace()),
+                "headwater",
+            )
+            .await;
     }
 }
 
@@ -317,24 +357,32 @@ async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<()
         committed_offsets: committed,
         snapshot_progress: setup.shared.snapshot.clone(),
         waiting: setup.shared.waiting.clone(),
+        stop: headwater_api::StopRequest::default(),
     };
-    // A stop while the task starts (waiting `snapshot.delay.ms`, or for a replication slot
-    // that waits for open transactions) drops the starting task: it has handed out nothing.
+    // A stop while the task starts is passed on (a start waiting `snapshot.delay.ms` gives
+    // up the wait); the start is not dropped, so what it took (a slot, a lock) is released by
+    // the task itself.
+    let stop = context.stop.clone();
     let mut start_control = setup.shared.control.subscribe();
-    let stop_requested = async move {
-        while *start_control.borrow_and_update() != Control::Stop {
-            if start_control.changed().await.is_err() {
-                return;
+    if *start_control.borrow_and_update() == Control::Stop {
+        stop.request();
+    }
+    let started = {
+        let start = task.start(context, setup.props.clone());
+        tokio::pin!(start);
+        loop {
+            tokio::select! {
+                started = &mut start => break started,
+                changed = start_control.changed(), if !stop.is_requested() => {
+                    if changed.is_err() || *start_control.borrow() == Control::Stop {
+                        tracing::info!(connector = %setup.connector, task = setup.task_id, "stop requested while the task starts");
+                        stop.request();
+                    }
+                }
             }
         }
     };
-    tokio::select! {
-        started = task.start(context, setup.props.clone()) => started?,
-        () = stop_requested => {
-            tracing::info!(connector = %setup.connector, task = setup.task_id, "stopped while starting");
-            return Ok(());
-        }
-    }
+    started?;
     setup.shared.set_status(State::Running, None);
     let _ = setup
         .topics

@@ -129,6 +129,7 @@ pub async fn supervise_sink(setup: SinkSetup) {
         topics: &setup.topics,
         backoff_initial: setup.backoff_initial,
         backoff_max: setup.backoff_max,
+        max_retries: None,
     };
     restart.run(|| run_once(&setup, (setup.make_task)())).await;
 }

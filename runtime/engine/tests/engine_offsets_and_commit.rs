@@ -1,7 +1,8 @@
 //! The runner's batch contract with a scripted source (no database): records with empty offsets
 //! are covered by the last record's offset, and a batch that says `caught_up` is committed
 //! before the next poll (no linger); a transaction spilled to the log before its commit is
-//! counted whole in the task's metrics.
+//! counted whole in the task's metrics. `errors.max.retries` fails a task after that many
+//! restarts in a row after retriable errors; a run that hands out records ends the row.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,7 +13,7 @@ use headwater_api::{
     ConnectError, OffsetMap, OffsetValue, Properties, Schema, SourceBatch, SourceConnector,
     SourceRecord, SourceTask, SourceTaskContext, Value,
 };
-use headwater_engine::{Engine, EngineConfig, Plugins, TargetState};
+use headwater_engine::{Engine, EngineConfig, Plugins, State, TargetState};
 use headwater_log::{Log, LogOptions};
 
 const TOPIC: &str = "scripted.events";
@@ -122,10 +123,10 @@ impl<F: Fn() -> Box<dyn SourceTask> + Send + Sync> SourceConnector for OneTaskCo
     }
     fn task_configs(
         &self,
-        _props: &Properties,
+        props: &Properties,
         _max_tasks: usize,
     ) -> Result<Vec<Properties>, ConnectError> {
-        Ok(vec![Properties::new()])
+        Ok(vec![props.clone()])
     }
     fn create_task(&self) -> Box<dyn SourceTask> {
         (self.0)()
@@ -306,6 +307,154 @@ async fn a_spilled_transaction_counts_all_its_bytes() {
     assert!(
         written >= values && written < values + values / 100,
         "bytes_written {written} counts every record of the transaction ({values} value bytes)"
+    );
+    engine.shutdown().await;
+}
+
+/// A task whose every run fails with a retriable error: at start, or (`records_first`) at
+/// its second poll after handing out one record.
+struct FlakyTask {
+    starts: Arc<std::sync::atomic::AtomicUsize>,
+    records_first: bool,
+    polls: usize,
+}
+
+impl SourceTask for FlakyTask {
+    fn start(
+        &mut self,
+        _context: SourceTaskContext,
+        _props: Properties,
+    ) -> BoxFuture<'_, Result<(), ConnectError>> {
+        Box::pin(async move {
+            let n = self
+                .starts
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if self.records_first {
+                Ok(())
+            } else {
+                Err(ConnectError::retriable(format!(
+                    "connection refused (start {n})"
+                )))
+            }
+        })
+    }
+
+    fn poll(&mut self) -> BoxFuture<'_, Result<SourceBatch, ConnectError>> {
+        Box::pin(async move {
+            self.polls += 1;
+            if self.polls == 1 {
+                let n = self.starts.load(std::sync::atomic::Ordering::SeqCst) as i64;
+                let mut batch = SourceBatch::committed(vec![record("x", Some(n))]);
+                batch.caught_up = true;
+                Ok(batch)
+            } else {
+                Err(ConnectError::retriable("connection reset"))
+            }
+        })
+    }
+
+    fn commit<'a>(
+        &'a mut self,
+        _committed: &'a [(OffsetMap, OffsetMap)],
+    ) -> BoxFuture<'a, Result<(), ConnectError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn stop(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// An engine (restart backoff 10 ms) running connector `name` with `errors.max.retries`
+/// whose task is a [`FlakyTask`]; returns the counter of its starts.
+async fn flaky_connector(
+    dir: &std::path::Path,
+    name: &'static str,
+    max_retries: &str,
+    records_first: bool,
+) -> (Log, Engine, Arc<std::sync::atomic::AtomicUsize>) {
+    let starts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let log = Log::open(dir, LogOptions::default()).unwrap();
+    let counter = starts.clone();
+    let plugins = Plugins::new().register_source("test.Flaky", &[name], move || {
+        let counter = counter.clone();
+        Box::new(OneTaskConnector(move || -> Box<dyn SourceTask> {
+            Box::new(FlakyTask {
+                starts: counter.clone(),
+                records_first,
+                polls: 0,
+            })
+        }))
+    });
+    let config = EngineConfig {
+        task_backoff_initial: Duration::from_millis(10),
+        task_backoff_max: Duration::from_millis(10),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::start(log.clone(), plugins, config).await.unwrap();
+    let props: Properties = [
+        ("connector.class", name),
+        (
+            "value.converter",
+            "org.apache.kafka.connect.storage.StringConverter",
+        ),
+        ("errors.max.retries", max_retries),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    engine
+        .create_connector(name, props, TargetState::Started)
+        .await
+        .unwrap();
+    (log, engine, starts)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_max_retries_fails_a_task_that_never_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_log, engine, starts) = flaky_connector(dir.path(), "flaky", "2", false).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let task = loop {
+        let status = engine.status("flaky").await.unwrap();
+        if status.tasks[0].state == State::Failed {
+            break status.tasks[0].clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still {:?}",
+            status.tasks[0].state
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        starts.load(std::sync::atomic::Ordering::SeqCst),
+        3,
+        "the first run and two retries"
+    );
+    let trace = task.trace.unwrap_or_default();
+    assert!(
+        trace.contains("connection refused") && trace.contains("errors.max.retries=2"),
+        "{trace}"
+    );
+    engine.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_max_retries_counts_only_restarts_without_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_log, engine, starts) = flaky_connector(dir.path(), "recovering", "1", true).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while starts.load(std::sync::atomic::Ordering::SeqCst) < 6 {
+        assert!(std::time::Instant::now() < deadline, "too few restarts");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = engine.status("recovering").await.unwrap();
+    assert_eq!(
+        status.tasks[0].state,
+        State::Running,
+        "each run handed out a record: {:?}",
+        status.tasks[0].trace
     );
     engine.shutdown().await;
 }

@@ -275,7 +275,7 @@ fn relations_dropped_from_the_catalog_are_forgotten() {
 }
 
 /// `snapshot.delay.ms` holds the snapshot back, and a stop meanwhile ends the wait at once
-/// (the engine drops a task that is still starting) instead of after the delay.
+/// (the engine passes the stop to the starting task) instead of after the delay.
 #[test]
 fn a_stop_during_the_snapshot_delay_ends_it_at_once() {
     let (_runtime, _server, mut config) = seeded_server("");
@@ -294,7 +294,7 @@ fn a_stop_during_the_snapshot_delay_ends_it_at_once() {
     wait_until("the task to stop", Duration::from_secs(10), || {
         w.logs()
             .iter()
-            .any(|l| l.contains("stopped while starting"))
+            .any(|l| l.contains("stopped while waiting snapshot.delay.ms"))
     });
     let (_, _, status) = http(
         w.addr,
