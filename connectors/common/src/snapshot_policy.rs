@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use headwater_api::config::{ConfigDef, ConfigKey, ConfigType, Validator};
-use headwater_api::{ConfigValidation, Properties, StopRequest};
+use headwater_api::{ConfigValidation, Properties, StopRequest, TaskWaiting};
 
 /// What a committed position the server no longer has (a dropped or invalidated slot, a
 /// purged binlog, a resume token off the oplog) leads to.
@@ -174,9 +174,14 @@ impl StartDelays {
 }
 
 /// Waits `delay` (`snapshot.delay.ms`) before a snapshot taken at start, unless the task is
-/// asked to stop meanwhile (checked every 100 ms). False when a stop cut the wait short: the
-/// task then takes no snapshot.
-pub async fn wait_snapshot_delay(delay: Duration, stop: &StopRequest) -> bool {
+/// asked to stop meanwhile (checked every 100 ms); the task's status says what it waits for
+/// meanwhile (`waiting`). False when a stop cut the wait short: the task then takes no
+/// snapshot.
+pub async fn wait_snapshot_delay(
+    delay: Duration,
+    stop: &StopRequest,
+    waiting: &TaskWaiting,
+) -> bool {
     if delay.is_zero() {
         return true;
     }
@@ -184,18 +189,32 @@ pub async fn wait_snapshot_delay(delay: Duration, stop: &StopRequest) -> bool {
         delay_ms = delay.as_millis() as u64,
         "waiting snapshot.delay.ms before the snapshot"
     );
+    waiting.set(format!(
+        "snapshot.delay.ms: the snapshot begins {} ms after the task started",
+        delay.as_millis()
+    ));
     let until = tokio::time::Instant::now() + delay;
-    loop {
+    let waited = loop {
         if stop.is_requested() {
             tracing::info!("stopped while waiting snapshot.delay.ms: no snapshot");
-            return false;
+            break false;
         }
         let now = tokio::time::Instant::now();
         if now >= until {
-            return true;
+            break true;
         }
         tokio::time::sleep((until - now).min(Duration::from_millis(100))).await;
-    }
+    };
+    waiting.clear();
+    waited
+}
+
+/// The `waiting` reason while `streaming.delay.ms` holds streaming back.
+pub fn streaming_delay_reason(delay: Duration) -> String {
+    format!(
+        "streaming.delay.ms: streaming begins {} ms after the snapshot finished",
+        delay.as_millis()
+    )
 }
 
 /// Defines `snapshot.delay.ms`, `streaming.delay.ms` and the five

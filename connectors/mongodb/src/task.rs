@@ -57,7 +57,9 @@ use crate::split::{Fragments, Piece};
 use headwater_connector_common::incremental::{self as incremental, Progress, TableRequest};
 use headwater_connector_common::signal::IncrementalSignal;
 use headwater_connector_common::signal_file::FileSignals;
-use headwater_connector_common::snapshot_policy::{wait_snapshot_delay, LostPosition};
+use headwater_connector_common::snapshot_policy::{
+    streaming_delay_reason, wait_snapshot_delay, LostPosition,
+};
 
 /// Server error codes that mean the resume point is gone from the oplog.
 const HISTORY_LOST_CODES: [i32; 2] = [286, 280];
@@ -360,6 +362,8 @@ struct Inner {
     starting: bool,
     /// Set when the task is asked to stop while it starts (ends `snapshot.delay.ms`).
     stop: headwater_api::StopRequest,
+    /// Where the task says what it waits for (`snapshot.delay.ms`, `streaming.delay.ms`).
+    waiting: headwater_api::TaskWaiting,
     stream: Option<Stream>,
     position: Position,
     /// The last record handed out of the transaction in progress, with that transaction's
@@ -503,6 +507,7 @@ impl Inner {
         let mut inner = Inner {
             progress: context.snapshot_progress.clone(),
             stop: context.stop.clone(),
+            waiting: context.waiting.clone(),
             heartbeats: Heartbeats::new(
                 cfg.heartbeat_interval,
                 &cfg.heartbeat_topic_prefix,
@@ -922,7 +927,7 @@ impl Inner {
         // the wait and the task does nothing more.
         if self.starting
             && signalled.is_none()
-            && !wait_snapshot_delay(self.cfg.start_delays.snapshot, &self.stop).await
+            && !wait_snapshot_delay(self.cfg.start_delays.snapshot, &self.stop, &self.waiting).await
         {
             self.phase = Phase::Done;
             return Ok(());
@@ -1207,6 +1212,7 @@ impl Inner {
                     delay_ms = streaming_delay.as_millis() as u64,
                     "snapshot finished; streaming begins after streaming.delay.ms"
                 );
+                self.waiting.set(streaming_delay_reason(streaming_delay));
                 self.phase = Phase::StreamAt(Instant::now() + streaming_delay);
             } else {
                 self.stream_after_snapshot().await?;
@@ -2412,6 +2418,7 @@ impl Inner {
                 if now < at {
                     tokio::time::sleep((at - now).min(self.cfg.poll_interval)).await;
                 } else {
+                    self.waiting.clear();
                     self.stream_after_snapshot().await?;
                 }
                 SourceBatch::empty()

@@ -58,7 +58,9 @@ use crate::event::{EventBuilder, SourceInfo, TableId, TableSchema};
 use crate::incremental::{self, Progress, TableRequest, Window};
 use crate::schema::{self, CatalogTable};
 use headwater_connector_common::heartbeat::Heartbeats;
-use headwater_connector_common::snapshot_policy::{wait_snapshot_delay, LostPosition};
+use headwater_connector_common::snapshot_policy::{
+    streaming_delay_reason, wait_snapshot_delay, LostPosition,
+};
 use headwater_connector_common::txmeta::TransactionMetadata;
 
 use crate::snapshot::{self as snapshots, Chunk, ChunkMsg, Readers, SkipRegion, SnapshotTable};
@@ -310,6 +312,8 @@ struct Inner {
     starting: bool,
     /// Set when the task is asked to stop while it starts (ends `snapshot.delay.ms`).
     stop: headwater_api::StopRequest,
+    /// Where the task says what it waits for (`snapshot.delay.ms`, `streaming.delay.ms`).
+    waiting: headwater_api::TaskWaiting,
     stream: Option<Stream>,
     /// The position after the last complete transaction read.
     pos: Position,
@@ -477,6 +481,7 @@ impl Inner {
         let mut inner = Inner {
             progress: context.snapshot_progress.clone(),
             stop: context.stop.clone(),
+            waiting: context.waiting.clone(),
             opts,
             events,
             sql,
@@ -1321,7 +1326,7 @@ impl Inner {
         if self.starting
             && signalled.is_none()
             && !signal_resumed
-            && !wait_snapshot_delay(self.cfg.start_delays.snapshot, &self.stop).await
+            && !wait_snapshot_delay(self.cfg.start_delays.snapshot, &self.stop, &self.waiting).await
         {
             self.phase = Phase::Done;
             return Ok(());
@@ -1664,6 +1669,7 @@ impl Inner {
                 delay_ms = streaming_delay.as_millis() as u64,
                 "snapshot finished; streaming begins after streaming.delay.ms"
             );
+            self.waiting.set(streaming_delay_reason(streaming_delay));
             self.phase = Phase::StreamAt(Instant::now() + streaming_delay);
         } else {
             self.set_position(start)?;
@@ -1930,6 +1936,7 @@ impl Inner {
                 if now < at {
                     tokio::time::sleep((at - now).min(self.cfg.poll_interval)).await;
                 } else {
+                    self.waiting.clear();
                     self.start_streaming().await?;
                 }
                 Ok(SourceBatch::empty())

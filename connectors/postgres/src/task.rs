@@ -58,7 +58,9 @@ use crate::replication::{
 use crate::snapshot::{self as snapshots, Chunk, ChunkMsg, Readers, SkipRegion};
 use crate::streamed::{Replay, StreamedTransactions};
 use crate::types::ColumnType;
-use headwater_connector_common::snapshot_policy::{wait_snapshot_delay, LostPosition};
+use headwater_connector_common::snapshot_policy::{
+    streaming_delay_reason, wait_snapshot_delay, LostPosition,
+};
 
 /// Header Debezium puts on the delete half of a primary-key change.
 pub const NEWKEY_HEADER: &str = "__debezium.newkey";
@@ -1129,7 +1131,7 @@ impl Inner {
         // Before any slot or snapshot transaction is taken, so nothing is held meanwhile; a
         // stop meanwhile ends the wait and the task does nothing more.
         if start.signal.is_none()
-            && !wait_snapshot_delay(self.cfg.start_delays.snapshot, &self.stop).await
+            && !wait_snapshot_delay(self.cfg.start_delays.snapshot, &self.stop, &self.waiting).await
         {
             self.phase = Phase::Done;
             return Ok(());
@@ -1822,6 +1824,7 @@ impl Inner {
                 if now < *at {
                     tokio::time::sleep((*at - now).min(self.cfg.poll_interval)).await;
                 } else {
+                    self.waiting.clear();
                     self.phase = Phase::Streaming;
                     self.start_streaming(true).await?;
                 }
@@ -1991,6 +1994,7 @@ impl Inner {
                 delay_ms = streaming_delay.as_millis() as u64,
                 "snapshot finished; streaming begins after streaming.delay.ms"
             );
+            self.waiting.set(streaming_delay_reason(streaming_delay));
             self.phase = Phase::StreamingAt(Instant::now() + streaming_delay);
         } else if snap.then_stream {
             self.phase = Phase::Streaming;

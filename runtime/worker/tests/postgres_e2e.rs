@@ -289,6 +289,19 @@ fn a_stop_during_the_snapshot_delay_ends_it_at_once() {
             .iter()
             .any(|l| l.contains("waiting snapshot.delay.ms"))
     });
+    let (_, _, status) = http(
+        w.addr,
+        "GET",
+        "/connectors/postgres-cdc-source/status",
+        None,
+    );
+    let reason = status["tasks"][0]["waiting"]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        reason.contains("snapshot.delay.ms"),
+        "the status says what the task waits for: {status}"
+    );
     let (status, _, body) = http(w.addr, "PUT", "/connectors/postgres-cdc-source/stop", None);
     assert!(status < 300, "{status} {body}");
     wait_until("the task to stop", Duration::from_secs(10), || {
