@@ -786,6 +786,40 @@ mod tests {
     }
 
     #[test]
+    fn unbuilt_notification_channels_read_only_and_bad_watermarks_are_refused() {
+        for (k, v, says) in [
+            ("notification.enabled.channels", "sink", "status"),
+            ("read.only", "true", "signal.data.collection"),
+            (
+                "incremental.snapshot.watermarking.strategy",
+                "insert_update",
+                "INSERT_DELETE",
+            ),
+            ("errors.max.retries", "-2", "errors.max.retries"),
+        ] {
+            let mut p = base();
+            p.push((k, v));
+            let Err(refused) = PostgresConfig::parse(&props(&p)) else {
+                panic!("{k}={v} accepted");
+            };
+            let e = refused.error_message();
+            assert!(e.contains(k) && e.contains(says), "{k}={v}: {e}");
+        }
+        let mut p = base();
+        p.extend([
+            ("notification.enabled.channels", "LOG"),
+            ("read.only", "false"),
+            (
+                "incremental.snapshot.watermarking.strategy",
+                "insert_delete",
+            ),
+            ("errors.max.retries", "3"),
+        ]);
+        let c = PostgresConfig::parse(&props(&p)).unwrap();
+        assert!(c.watermarks_deleted);
+    }
+
+    #[test]
     fn configuration_based_snapshot_mode_reads_its_keys() {
         let mut p = base();
         p.extend([
