@@ -87,6 +87,35 @@ impl SnapshotPolicy {
     }
 }
 
+/// `snapshot.mode`, as the three sources read it (each accepts its own subset: `recovery` is
+/// MySQL's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotMode {
+    Initial,
+    /// A new snapshot at every start of the task (an interrupted one resumes instead).
+    Always,
+    InitialOnly,
+    NoData,
+    WhenNeeded,
+    /// MySQL's `recovery`: rebuilds a schema history Headwater does not keep, so `no_data`.
+    Recovery,
+    ConfigurationBased(ConfigurationBased),
+}
+
+impl SnapshotMode {
+    /// What the mode asks of the task at its start.
+    pub fn policy(self) -> SnapshotPolicy {
+        match self {
+            SnapshotMode::Initial => SnapshotPolicy::INITIAL,
+            SnapshotMode::Always => SnapshotPolicy::ALWAYS,
+            SnapshotMode::InitialOnly => SnapshotPolicy::INITIAL_ONLY,
+            SnapshotMode::NoData | SnapshotMode::Recovery => SnapshotPolicy::NO_DATA,
+            SnapshotMode::WhenNeeded => SnapshotPolicy::WHEN_NEEDED,
+            SnapshotMode::ConfigurationBased(c) => c.policy(),
+        }
+    }
+}
+
 /// `snapshot.mode.configuration.based.snapshot.data`.
 pub const CB_SNAPSHOT_DATA: &str = "snapshot.mode.configuration.based.snapshot.data";
 /// `snapshot.mode.configuration.based.snapshot.schema`.

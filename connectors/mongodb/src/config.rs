@@ -14,8 +14,7 @@ use headwater_connector_common::config::{channel_enabled, pair_check};
 pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
 use headwater_connector_common::name_filter::{split_list, PatternList, Selector};
 use headwater_connector_common::snapshot_policy::{
-    define_snapshot_mode_keys, validate_configuration_based, ConfigurationBased, SnapshotPolicy,
-    StartDelays,
+    define_snapshot_mode_keys, validate_configuration_based, ConfigurationBased, StartDelays,
 };
 use mongodb::bson::Document;
 
@@ -48,31 +47,8 @@ impl CaptureMode {
     }
 }
 
-/// `snapshot.mode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SnapshotMode {
-    Initial,
-    /// A new snapshot at every start of the task (an interrupted one resumes instead).
-    Always,
-    InitialOnly,
-    NoData,
-    WhenNeeded,
-    ConfigurationBased(ConfigurationBased),
-}
-
-impl SnapshotMode {
-    /// What the mode asks of the task at its start.
-    pub fn policy(self) -> SnapshotPolicy {
-        match self {
-            SnapshotMode::Initial => SnapshotPolicy::INITIAL,
-            SnapshotMode::Always => SnapshotPolicy::ALWAYS,
-            SnapshotMode::InitialOnly => SnapshotPolicy::INITIAL_ONLY,
-            SnapshotMode::NoData => SnapshotPolicy::NO_DATA,
-            SnapshotMode::WhenNeeded => SnapshotPolicy::WHEN_NEEDED,
-            SnapshotMode::ConfigurationBased(c) => c.policy(),
-        }
-    }
-}
+/// `snapshot.mode` (shared by the sources).
+pub use headwater_connector_common::snapshot_policy::SnapshotMode;
 
 /// `cursor.pipeline.order`: where the stages of `cursor.pipeline` go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,8 +18,7 @@ use headwater_connector_common::config::{channel_enabled, pair_check, Unbuilt, C
 pub use headwater_connector_common::config::{parse_skipped, SkippedOps};
 use headwater_connector_common::name_adjust::NameAdjustments;
 use headwater_connector_common::snapshot_policy::{
-    define_snapshot_mode_keys, validate_configuration_based, ConfigurationBased, SnapshotPolicy,
-    StartDelays,
+    define_snapshot_mode_keys, validate_configuration_based, ConfigurationBased, StartDelays,
 };
 
 use crate::filters::{Filters, PatternList, Selector};
@@ -65,32 +64,8 @@ impl Flavor {
     }
 }
 
-/// `snapshot.mode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SnapshotMode {
-    Initial,
-    Always,
-    InitialOnly,
-    NoData,
-    WhenNeeded,
-    Recovery,
-    ConfigurationBased(ConfigurationBased),
-}
-
-impl SnapshotMode {
-    /// What the mode asks of the task at its start (`recovery` rebuilds a schema history
-    /// Headwater does not keep, so it is `no_data` here).
-    pub fn policy(self) -> SnapshotPolicy {
-        match self {
-            SnapshotMode::Initial => SnapshotPolicy::INITIAL,
-            SnapshotMode::Always => SnapshotPolicy::ALWAYS,
-            SnapshotMode::InitialOnly => SnapshotPolicy::INITIAL_ONLY,
-            SnapshotMode::NoData | SnapshotMode::Recovery => SnapshotPolicy::NO_DATA,
-            SnapshotMode::WhenNeeded => SnapshotPolicy::WHEN_NEEDED,
-            SnapshotMode::ConfigurationBased(c) => c.policy(),
-        }
-    }
-}
+/// `snapshot.mode` (shared by the sources).
+pub use headwater_connector_common::snapshot_policy::SnapshotMode;
 
 /// `snapshot.locking.mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,8 +18,7 @@ use headwater_connector_common::name_adjust::NameAdjustments;
 
 use crate::filters::{Filters, PatternList, Selector};
 use headwater_connector_common::snapshot_policy::{
-    define_snapshot_mode_keys, validate_configuration_based, ConfigurationBased, SnapshotPolicy,
-    StartDelays,
+    define_snapshot_mode_keys, validate_configuration_based, ConfigurationBased, StartDelays,
 };
 
 use crate::replication::SslMode;
@@ -28,30 +27,8 @@ use crate::types::{
     BinaryMode, DecimalMode, HstoreMode, IntervalMode, MappingConfig, TimePrecisionMode,
 };
 
-/// `snapshot.mode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SnapshotMode {
-    Initial,
-    Always,
-    InitialOnly,
-    NoData,
-    WhenNeeded,
-    ConfigurationBased(ConfigurationBased),
-}
-
-impl SnapshotMode {
-    /// What the mode asks of the task at its start.
-    pub fn policy(self) -> SnapshotPolicy {
-        match self {
-            SnapshotMode::Initial => SnapshotPolicy::INITIAL,
-            SnapshotMode::Always => SnapshotPolicy::ALWAYS,
-            SnapshotMode::InitialOnly => SnapshotPolicy::INITIAL_ONLY,
-            SnapshotMode::NoData => SnapshotPolicy::NO_DATA,
-            SnapshotMode::WhenNeeded => SnapshotPolicy::WHEN_NEEDED,
-            SnapshotMode::ConfigurationBased(c) => c.policy(),
-        }
-    }
-}
+/// `snapshot.mode` (shared by the sources).
+pub use headwater_connector_common::snapshot_policy::SnapshotMode;
 
 /// `publication.autocreate.mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
