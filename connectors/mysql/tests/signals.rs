@@ -676,6 +676,23 @@ async fn incremental_snapshot_reads_chunks_while_writers_change_the_table() {
     t2.stop().await;
 }
 
+/// Polls into `seen` until rows 1..=`n` of `app.captured` arrived as `r` events, and checks
+/// each came once.
+async fn read_every_row_once(t: &mut MySqlSourceTask, seen: &mut Vec<SourceRecord>, n: i32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ids(seen, "r").len() < n as usize {
+        seen.extend(drain(t, 1).await);
+        assert!(
+            Instant::now() < deadline,
+            "the incremental snapshot did not copy the table: {:?}",
+            ids(seen, "r")
+        );
+    }
+    let mut read = ids(seen, "r");
+    read.sort_unstable();
+    assert_eq!(read, (1..=n).collect::<Vec<_>>(), "every row once");
+}
+
 /// A server whose `app.captured` holds rows 1..=`n` (status `open`), with a signal table.
 async fn server_with_captured_rows(n: i32) -> (MariaDbServer, mysql_async::Conn) {
     let server = MariaDbServer::start().unwrap();
@@ -766,18 +783,7 @@ async fn file_channel_signals_run_an_incremental_snapshot() {
         "{\"id\": \"f-1\", \"type\": \"execute-snapshot\", \"data\": {\"data-collections\": [\"app\\\\.captured\"]}}\n",
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while ids(&seen, "r").len() < 11 {
-        seen.extend(drain(&mut t, 1).await);
-        assert!(
-            Instant::now() < deadline,
-            "the incremental snapshot did not copy the table: {:?}",
-            ids(&seen, "r")
-        );
-    }
-    let mut read = ids(&seen, "r");
-    read.sort_unstable();
-    assert_eq!(read, (1..=11).collect::<Vec<_>>(), "every row once");
+    read_every_row_once(&mut t, &mut seen, 11).await;
     assert!(!file.exists(), "the file was taken");
     t.stop().await;
 }
@@ -806,18 +812,7 @@ async fn insert_delete_watermarks_leave_the_signal_table_empty() {
     )
     .await
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while ids(&seen, "r").len() < 10 {
-        seen.extend(drain(&mut t, 1).await);
-        assert!(
-            Instant::now() < deadline,
-            "the incremental snapshot did not copy the table: {:?}",
-            ids(&seen, "r")
-        );
-    }
-    let mut read = ids(&seen, "r");
-    read.sort_unstable();
-    assert_eq!(read, (1..=10).collect::<Vec<_>>(), "every row once");
+    read_every_row_once(&mut t, &mut seen, 10).await;
     // The last (empty) chunk's open row is deleted once the copy has ended.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

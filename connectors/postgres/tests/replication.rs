@@ -1957,6 +1957,35 @@ async fn step(
     step_to(task, committed).await.0
 }
 
+/// Polls (committing like the engine) into `seen` until at least `reads` `r` events arrived
+/// and a batch ended at a stream offset without incremental progress: the incremental
+/// snapshot has ended.
+async fn until_incremental_ends(
+    task: &mut PostgresSourceTask,
+    committed: &mut Vec<(headwater_api::OffsetMap, headwater_api::OffsetMap)>,
+    seen: &mut Vec<headwater_api::SourceRecord>,
+    reads: usize,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = step(task, committed).await;
+        let ended = ids(seen, "r").len() >= reads
+            && got.last().is_some_and(|r| {
+                r.source_offset.contains_key("lsn_proc")
+                    && !r.source_offset.contains_key("incremental_snapshot")
+            });
+        seen.extend(got);
+        if ended {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the incremental snapshot did not end: {:?}",
+            seen.iter().map(summary).collect::<Vec<_>>()
+        );
+    }
+}
+
 /// One poll: its records and whether the batch ended at a commit boundary (a batch may end
 /// inside a transaction, its last record without an offset).
 async fn step_to(
@@ -2531,24 +2560,7 @@ async fn file_channel_signals_run_snapshots_and_are_read_once() {
         "not a signal\n{\"id\": \"f-1\", \"type\": \"execute-snapshot\", \"data\": {\"data-collections\": [\"public\\\\.t\"], \"type\": \"incremental\"}}\n",
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let got = step(&mut task, &mut committed).await;
-        let ended = ids(&seen, "r").len() >= 11
-            && got.last().is_some_and(|r| {
-                r.source_offset.contains_key("lsn_proc")
-                    && !r.source_offset.contains_key("incremental_snapshot")
-            });
-        seen.extend(got);
-        if ended {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the incremental snapshot did not end: {:?}",
-            seen.iter().map(summary).collect::<Vec<_>>()
-        );
-    }
+    until_incremental_ends(&mut task, &mut committed, &mut seen, 11).await;
     let mut read: Vec<i32> = ids(&seen, "r");
     read.sort_unstable();
     assert_eq!(read, (1..=11).collect::<Vec<_>>(), "every row once");
@@ -2615,24 +2627,7 @@ async fn insert_delete_watermarks_leave_the_signal_table_empty() {
     )
     .await
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let got = step(&mut task, &mut committed).await;
-        let ended = ids(&seen, "r").len() >= 10
-            && got.last().is_some_and(|r| {
-                r.source_offset.contains_key("lsn_proc")
-                    && !r.source_offset.contains_key("incremental_snapshot")
-            });
-        seen.extend(got);
-        if ended {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the incremental snapshot did not end: {:?}",
-            seen.iter().map(summary).collect::<Vec<_>>()
-        );
-    }
+    until_incremental_ends(&mut task, &mut committed, &mut seen, 10).await;
     let mut read = ids(&seen, "r");
     read.sort_unstable();
     assert_eq!(read, (1..=10).collect::<Vec<_>>(), "every row once");
