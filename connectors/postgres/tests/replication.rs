@@ -574,6 +574,20 @@ fn task_props(pg: &PostgresServer, db: &str, extra: &[(&str, &str)]) -> Properti
     p
 }
 
+/// A server with database `db` whose `captured` table holds rows 1..=`n`, and a client of it.
+async fn server_with_captured_rows(db: &str, n: i32) -> (PostgresServer, tokio_postgres::Client) {
+    let pg = PostgresServer::start().unwrap();
+    pg.create_database(db).await.unwrap();
+    let client = pg.connect(db).await.unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE captured (id int PRIMARY KEY); INSERT INTO captured SELECT generate_series(1, {n});"
+        ))
+        .await
+        .unwrap();
+    (pg, client)
+}
+
 /// A task started with `task_props(pg, db, extra)` and the default context.
 async fn started_task(pg: &PostgresServer, db: &str, extra: &[(&str, &str)]) -> PostgresSourceTask {
     let mut task = PostgresSourceTask::new();
@@ -724,12 +738,7 @@ fn ids(recs: &[headwater_api::SourceRecord], op: &str) -> Vec<i32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_with_an_existing_slot_then_streams_each_row_once() {
-    let pg = PostgresServer::start().unwrap();
-    pg.create_database("resnap").await.unwrap();
-    let db = pg.connect("resnap").await.unwrap();
-    db.batch_execute("CREATE TABLE captured (id int PRIMARY KEY); INSERT INTO captured SELECT generate_series(1, 50);")
-        .await
-        .unwrap();
+    let (pg, db) = server_with_captured_rows("resnap", 50).await;
     let props = |mode: &str| {
         task_props(
             &pg,
@@ -799,12 +808,7 @@ async fn snapshot_with_an_existing_slot_then_streams_each_row_once() {
 /// current position when the slot is gone (without it the task fails saying so).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configuration_based_snapshot_mode_follows_its_keys() {
-    let pg = PostgresServer::start().unwrap();
-    pg.create_database("cb").await.unwrap();
-    let db = pg.connect("cb").await.unwrap();
-    db.batch_execute("CREATE TABLE captured (id int PRIMARY KEY); INSERT INTO captured SELECT generate_series(1, 5);")
-        .await
-        .unwrap();
+    let (pg, db) = server_with_captured_rows("cb", 5).await;
     let props = |keys: &[(&str, &str)]| {
         let mut extra = vec![
             ("snapshot.mode", "configuration_based"),
@@ -891,12 +895,7 @@ async fn configuration_based_snapshot_mode_follows_its_keys() {
 /// and no change made during either wait is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_and_streaming_delays_hold_the_task_back() {
-    let pg = PostgresServer::start().unwrap();
-    pg.create_database("delays").await.unwrap();
-    let db = pg.connect("delays").await.unwrap();
-    db.batch_execute("CREATE TABLE captured (id int PRIMARY KEY); INSERT INTO captured SELECT generate_series(1, 3);")
-        .await
-        .unwrap();
+    let (pg, db) = server_with_captured_rows("delays", 3).await;
     let delay = Duration::from_millis(1500);
     let begun = Instant::now();
     let mut task = started_task(
