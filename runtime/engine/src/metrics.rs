@@ -258,7 +258,7 @@ pub fn render(
     }
 
     type Counter = fn(&crate::runner::TaskShared) -> u64;
-    let counters: [(&str, &str, Counter); 4] = [
+    let counters: [(&str, &str, Counter); 5] = [
         (
             "headwater_task_records_polled_total",
             "Records the task's source returned from poll.",
@@ -278,6 +278,11 @@ pub fn render(
             "headwater_task_commits_total",
             "Log transactions committed (records and their source offsets, one fsync).",
             |s| s.commits.load(Ordering::Relaxed),
+        ),
+        (
+            "headwater_task_restarts_total",
+            "Restarts of the task after retriable errors (a lost connection, say).",
+            |s| s.restarts.load(Ordering::Relaxed),
         ),
     ];
     for (name, help, get) in counters {
@@ -553,6 +558,7 @@ mod tests {
     fn render_has_one_hot_states_counters_and_escaped_labels() {
         let shared: Arc<TaskShared> = TaskShared::new(Control::Run);
         shared.records_polled.store(7, Ordering::Relaxed);
+        shared.restarts.store(2, Ordering::Relaxed);
         shared.commit_bytes.observe(2000);
         let c = ConnectorSample {
             name: "a\"b",
@@ -585,6 +591,7 @@ mod tests {
         ));
         assert!(text
             .contains("headwater_task_records_polled_total{connector=\"a\\\"b\",task=\"0\"} 7\n"));
+        assert!(text.contains("headwater_task_restarts_total{connector=\"a\\\"b\",task=\"0\"} 2\n"));
         assert!(text.contains(
             "headwater_task_commit_bytes_bucket{connector=\"a\\\"b\",task=\"0\",le=\"4096\"} 1\n"
         ));

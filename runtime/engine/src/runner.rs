@@ -70,6 +70,8 @@ pub struct TaskShared {
     pub records_written: AtomicU64,
     pub bytes_written: AtomicU64,
     pub commits: AtomicU64,
+    /// Restarts after retriable errors (the task instance is made again after a backoff).
+    pub restarts: AtomicU64,
     /// Duration of each log commit (from staging the last batches to durable).
     pub commit_latency: Histogram,
     /// Record batch bytes of each log commit.
@@ -95,6 +97,7 @@ impl TaskShared {
             records_written: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
             commits: AtomicU64::new(0),
+            restarts: AtomicU64::new(0),
             commit_latency: Histogram::latency(),
             commit_bytes: Histogram::bytes(),
             source_lag_ms: AtomicI64::new(metrics::NO_LAG),
@@ -219,6 +222,7 @@ impl Restart<'_> {
                 }
                 Err(e) if e.is_retriable() => {
                     retries += 1;
+                    self.shared.restarts.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(connector = %self.connector, task = self.task_id, error = %e, backoff_ms = backoff.as_millis() as u64, "task failed with a retriable error; restarting after backoff");
                     self.shared.set_status(State::Running, Some(e.trace()));
                     let sleep = tokio::time::sleep(backoff);
