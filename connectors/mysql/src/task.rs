@@ -604,7 +604,16 @@ impl Inner {
                     };
                     return self.start_snapshot(Some(resume), None).await;
                 }
-                tracing::warn!(file = %start.file, pos = start.pos, "the binlog an unfinished snapshot started at is gone: snapshotting again from the start (rows already in the log are emitted again)");
+                if policy.without_offset {
+                    tracing::warn!(file = %start.file, pos = start.pos, "the binlog an unfinished snapshot started at is gone: snapshotting again from the start (rows already in the log are emitted again)");
+                } else if policy.lost_position == LostPosition::StreamFromNow {
+                    tracing::warn!(file = %start.file, pos = start.pos, "the binlog an interrupted signalled snapshot started at is gone: the snapshot is dropped and streaming goes on from the server's current position (snapshot.on.data.error=true); send the signal again");
+                } else {
+                    return Err(ConnectError::fatal(format!(
+                        "The connector is trying to read binlog starting at {}:{} (where an interrupted signalled snapshot started), but this is no longer available on the server. Reconfigure the connector to use a snapshot when needed (snapshot.mode=when_needed).",
+                        start.file, start.pos
+                    )));
+                }
             }
         }
         if resumable.is_some() && policy.done_after_snapshot() {
@@ -1320,8 +1329,8 @@ impl Inner {
         mut resume: Option<Resume>,
         signalled: Option<Signalled>,
     ) -> Result<(), ConnectError> {
-        // Only the snapshot taken at start waits (not a signalled one, nor one resumed); a stop
-        // meanwhile ends the wait and the task does nothing more.
+        // Only the snapshot taken at start waits (not a signalled one, nor a resumed signalled
+        // one); a stop meanwhile ends the wait and the task does nothing more.
         let signal_resumed = resume.as_ref().is_some_and(|r| r.signal.is_some());
         if self.starting
             && signalled.is_none()

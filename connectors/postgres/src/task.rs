@@ -877,6 +877,22 @@ impl Inner {
                     quote_ident(&self.cfg.publication_name)
                 )));
             }
+            // A table in a publication that publishes deletes refuses DELETE without a replica
+            // identity (a primary key, by default).
+            let identity = self
+                .sql
+                .query_one(
+                    "SELECT c.relreplident::text, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) FROM pg_class c WHERE c.oid = to_regclass($1)",
+                    &[&qualified],
+                )
+                .await
+                .map_err(|e| sql_err("reading the signal table's replica identity", e))?;
+            let (replident, has_key): (String, bool) = (identity.get(0), identity.get(1));
+            if replident == "n" || (replident == "d" && !has_key) {
+                return Err(ConnectError::config(format!(
+                    "incremental.snapshot.watermarking.strategy=INSERT_DELETE deletes rows of the signal table {schema}.{table}, which has no replica identity, so PostgreSQL refuses deletes from it: give it a primary key on id (ALTER TABLE {qualified} ADD PRIMARY KEY (id)) or REPLICA IDENTITY FULL, or use INSERT_INSERT"
+                )));
+            }
         }
         Ok(())
     }
@@ -909,6 +925,11 @@ impl Inner {
             }
             let mut tries = 0;
             while let Some(pid) = slot.as_ref().and_then(|s| s.active_pid) {
+                if self.stop.is_requested() {
+                    // Stopped while waiting for the slot: nothing was taken.
+                    self.phase = Phase::Done;
+                    return Ok(());
+                }
                 if tries >= self.cfg.slot_max_retries {
                     let holder = slot_holder(&self.sql, pid).await;
                     return Err(ConnectError::fatal(format!(
@@ -1012,12 +1033,13 @@ impl Inner {
         };
         if need_snapshot {
             // An unfinished snapshot of ours resumes at its next unfinished row when the slot
-            // (still at the position the snapshot started from) survived.
+            // (still at the position the snapshot started from) survived, or when no stream
+            // follows (a task that does not stream reads through a temporary slot).
             let resume = offset
                 .as_ref()
                 .filter(|o| !snapshot_completed(o) && o.contains_key("snapshot_done"))
                 .filter(|o| !o.contains_key("snapshot_signal"))
-                .filter(|_| slot.is_some());
+                .filter(|_| slot.is_some() || !policy.streams);
             let skips = resume
                 .and_then(|o| offset_str(o, "snapshot_skip"))
                 .map(snapshots::decode_skips)
@@ -1431,6 +1453,19 @@ impl Inner {
             let mut last_logged: Option<(Instant, String)> = None;
             tokio::time::sleep(SLOT_WAIT_REPORT_AFTER).await;
             loop {
+                if self.stop.is_requested() {
+                    // A stop while the slot waits for old transactions: ending the replication
+                    // session cancels the creation (a slot is kept only once created), and
+                    // the creation then fails, which ends the start.
+                    tracing::info!(slot = %name, "stop requested: cancelling the slot creation");
+                    if let Some(pid) = pid {
+                        let _ = self
+                            .sql
+                            .execute("SELECT pg_terminate_backend($1)", &[&pid])
+                            .await;
+                    }
+                    std::future::pending::<()>().await;
+                }
                 let blockers = slot_blockers(&self.sql, pid).await;
                 let reason = match &blockers {
                     Ok(b) if b.is_empty() => format!(

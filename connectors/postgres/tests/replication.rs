@@ -8,7 +8,8 @@
 //! - an idle slot (WAL activity, but no captured change) keeps advancing its confirmed position;
 //! - transactions the server streams while they run (protocol 2) come out in commit order, once,
 //!   without rolled-back savepoints or aborted transactions, and leave no spill file behind;
-//! - slot creation blocked by an open transaction says which session it waits for;
+//! - slot creation blocked by an open transaction says which session it waits for, and a stop
+//!   meanwhile cancels it;
 //! - an execute-snapshot signal copies the tables it names (through its condition) and streams
 //!   on after the signal, every row once, across restarts before and during the copy; a signal
 //!   whose condition the server refuses is logged and streaming goes on;
@@ -1077,6 +1078,63 @@ async fn streamed_in_progress_transactions_are_buffered_until_they_end() {
     }
     assert_eq!(std::fs::read_dir(spill.path()).unwrap().count(), 0);
     task.stop().await;
+}
+
+/// A stop while slot creation waits for an open transaction ends the start within seconds
+/// and leaves no slot behind (the replication session is ended, which cancels the creation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_cancels_a_slot_creation_that_waits() {
+    let (pg, db) = server_with_captured_rows("slotstop", 1).await;
+    let forgotten = pg.connect("slotstop").await.unwrap();
+    forgotten
+        .batch_execute("BEGIN; INSERT INTO captured VALUES (2);")
+        .await
+        .unwrap();
+    let ctx = SourceTaskContext::default();
+    let (waiting, stop) = (ctx.waiting.clone(), ctx.stop.clone());
+    let props = task_props(
+        &pg,
+        "slotstop",
+        &[("snapshot.mode", "no_data"), ("slot.name", "stop_slot")],
+    );
+    let starting = tokio::spawn(async move {
+        let mut task = PostgresSourceTask::new();
+        let started = task.start(ctx, props).await;
+        task.stop().await;
+        started
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !waiting
+        .status()
+        .is_some_and(|w| w.reason.contains("\"stop_slot\" waits for"))
+    {
+        assert!(!starting.is_finished(), "slot creation did not wait");
+        assert!(Instant::now() < deadline, "no waiting reason reported");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.request();
+    tokio::time::timeout(Duration::from_secs(10), starting)
+        .await
+        .expect("the start ended soon after the stop")
+        .unwrap()
+        .expect_err("a start whose slot creation was cancelled fails");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let slots: i64 = db
+            .query_one(
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'stop_slot'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if slots == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the slot was created after all");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    forgotten.batch_execute("COMMIT").await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

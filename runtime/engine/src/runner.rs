@@ -202,6 +202,13 @@ impl Restart<'_> {
                 break;
             }
             let result = run_once().await;
+            if *control.borrow() == Control::Stop {
+                // Whatever ended the run (an error a stop caused, say), the task was stopped.
+                if let Err(e) = &result {
+                    tracing::info!(connector = %self.connector, task = self.task_id, error = %e, "task stopped");
+                }
+                break;
+            }
             let polled = self.shared.records_polled.load(Ordering::Relaxed);
             if polled != polled_before {
                 // The run handed out records: it had recovered from earlier failures.
@@ -387,6 +394,11 @@ async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<()
         }
     };
     started?;
+    if stop.is_requested() {
+        // The start gave up (a delay cut short): nothing runs.
+        task.stop().await;
+        return Ok(());
+    }
     setup.shared.set_status(State::Running, None);
     let _ = setup
         .topics
