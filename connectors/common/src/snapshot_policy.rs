@@ -238,12 +238,35 @@ pub async fn wait_snapshot_delay(
     waited
 }
 
-/// The `waiting` reason while `streaming.delay.ms` holds streaming back.
-pub fn streaming_delay_reason(delay: Duration) -> String {
-    format!(
+/// Starts `streaming.delay.ms` after the snapshot taken at start: says so in the log and the
+/// task's status (`waiting`) and returns the instant streaming begins.
+pub fn hold_streaming(delay: Duration, waiting: &TaskWaiting) -> std::time::Instant {
+    tracing::info!(
+        delay_ms = delay.as_millis() as u64,
+        "snapshot finished; streaming begins after streaming.delay.ms"
+    );
+    waiting.set(format!(
         "streaming.delay.ms: streaming begins {} ms after the snapshot finished",
         delay.as_millis()
-    )
+    ));
+    std::time::Instant::now() + delay
+}
+
+/// One poll of a task held back by `streaming.delay.ms` until `at`: sleeps up to
+/// `poll_interval` and returns false, or, once `at` has passed, clears `waiting` and returns
+/// true (the task opens its stream now).
+pub async fn streaming_due(
+    at: std::time::Instant,
+    poll_interval: Duration,
+    waiting: &TaskWaiting,
+) -> bool {
+    let now = std::time::Instant::now();
+    if now < at {
+        tokio::time::sleep((at - now).min(poll_interval)).await;
+        return false;
+    }
+    waiting.clear();
+    true
 }
 
 /// Defines `snapshot.delay.ms`, `streaming.delay.ms` and the five

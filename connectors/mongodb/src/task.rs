@@ -58,7 +58,7 @@ use headwater_connector_common::incremental::{self as incremental, Progress, Tab
 use headwater_connector_common::signal::IncrementalSignal;
 use headwater_connector_common::signal_file::FileSignals;
 use headwater_connector_common::snapshot_policy::{
-    streaming_delay_reason, wait_snapshot_delay, LostPosition,
+    hold_streaming, streaming_due, wait_snapshot_delay, LostPosition,
 };
 
 /// Server error codes that mean the resume point is gone from the oplog.
@@ -1208,12 +1208,7 @@ impl Inner {
         if then_stream {
             self.position = start;
             if !signalled && !streaming_delay.is_zero() {
-                tracing::info!(
-                    delay_ms = streaming_delay.as_millis() as u64,
-                    "snapshot finished; streaming begins after streaming.delay.ms"
-                );
-                self.waiting.set(streaming_delay_reason(streaming_delay));
-                self.phase = Phase::StreamAt(Instant::now() + streaming_delay);
+                self.phase = Phase::StreamAt(hold_streaming(streaming_delay, &self.waiting));
             } else {
                 self.stream_after_snapshot().await?;
             }
@@ -2414,11 +2409,7 @@ impl Inner {
                 self.poll_stream().await?
             }
             Phase::StreamAt(at) => {
-                let now = Instant::now();
-                if now < at {
-                    tokio::time::sleep((at - now).min(self.cfg.poll_interval)).await;
-                } else {
-                    self.waiting.clear();
+                if streaming_due(at, self.cfg.poll_interval, &self.waiting).await {
                     self.stream_after_snapshot().await?;
                 }
                 SourceBatch::empty()

@@ -59,7 +59,7 @@ use crate::incremental::{self, Progress, TableRequest, Window};
 use crate::schema::{self, CatalogTable};
 use headwater_connector_common::heartbeat::Heartbeats;
 use headwater_connector_common::snapshot_policy::{
-    streaming_delay_reason, wait_snapshot_delay, LostPosition,
+    hold_streaming, streaming_due, wait_snapshot_delay, LostPosition,
 };
 use headwater_connector_common::txmeta::TransactionMetadata;
 
@@ -1674,12 +1674,7 @@ impl Inner {
             self.phase = Phase::Done;
         } else if !signalled && !streaming_delay.is_zero() {
             self.set_position(start)?;
-            tracing::info!(
-                delay_ms = streaming_delay.as_millis() as u64,
-                "snapshot finished; streaming begins after streaming.delay.ms"
-            );
-            self.waiting.set(streaming_delay_reason(streaming_delay));
-            self.phase = Phase::StreamAt(Instant::now() + streaming_delay);
+            self.phase = Phase::StreamAt(hold_streaming(streaming_delay, &self.waiting));
         } else {
             self.set_position(start)?;
             self.start_streaming().await?;
@@ -1941,11 +1936,7 @@ impl Inner {
                 self.poll_stream().await
             }
             Phase::StreamAt(at) => {
-                let now = Instant::now();
-                if now < at {
-                    tokio::time::sleep((at - now).min(self.cfg.poll_interval)).await;
-                } else {
-                    self.waiting.clear();
+                if streaming_due(at, self.cfg.poll_interval, &self.waiting).await {
                     self.start_streaming().await?;
                 }
                 Ok(SourceBatch::empty())

@@ -59,7 +59,7 @@ use crate::snapshot::{self as snapshots, Chunk, ChunkMsg, Readers, SkipRegion};
 use crate::streamed::{Replay, StreamedTransactions};
 use crate::types::ColumnType;
 use headwater_connector_common::snapshot_policy::{
-    streaming_delay_reason, wait_snapshot_delay, LostPosition,
+    hold_streaming, streaming_due, wait_snapshot_delay, LostPosition,
 };
 
 /// Header Debezium puts on the delete half of a primary-key change.
@@ -1855,11 +1855,7 @@ impl Inner {
                 self.poll_stream().await
             }
             Phase::StreamingAt(at) => {
-                let now = Instant::now();
-                if now < *at {
-                    tokio::time::sleep((*at - now).min(self.cfg.poll_interval)).await;
-                } else {
-                    self.waiting.clear();
+                if streaming_due(*at, self.cfg.poll_interval, &self.waiting).await {
                     self.phase = Phase::Streaming;
                     self.start_streaming(true).await?;
                 }
@@ -2025,12 +2021,7 @@ impl Inner {
         let streaming_delay = self.cfg.start_delays.streaming;
         if snap.then_stream && snap.signal.is_none() && !streaming_delay.is_zero() {
             self.start_lsn = snap.lsn;
-            tracing::info!(
-                delay_ms = streaming_delay.as_millis() as u64,
-                "snapshot finished; streaming begins after streaming.delay.ms"
-            );
-            self.waiting.set(streaming_delay_reason(streaming_delay));
-            self.phase = Phase::StreamingAt(Instant::now() + streaming_delay);
+            self.phase = Phase::StreamingAt(hold_streaming(streaming_delay, &self.waiting));
         } else if snap.then_stream {
             self.phase = Phase::Streaming;
             self.start_lsn = snap.lsn;
