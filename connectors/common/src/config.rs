@@ -126,11 +126,6 @@ pub const COMMON_UNBUILT: &[Unbuilt] = &[
         why: "transaction metadata is Debezium's default form",
     },
     Unbuilt {
-        key: "notification.enabled.channels",
-        accepted: &["log"],
-        why: "Debezium's notification records (the sink and jmx channels) are not built; a task's snapshot progress is in GET /connectors/<name>/status (tasks[].snapshot), in the headwater_task_snapshot_* metrics and in the worker's log (which log accepts)",
-    },
-    Unbuilt {
         key: "event.processing.failure.handling.mode",
         accepted: &["fail"],
         why: "warn and skip would drop events; an event that cannot be processed fails the task",

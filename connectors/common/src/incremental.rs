@@ -13,6 +13,7 @@ use std::sync::Arc;
 use headwater_api::{SnapshotProgress, Struct, Value};
 use serde_json::json;
 
+use crate::notification::{Notifier, TableScanStatus};
 use crate::signal::IncrementalSignal;
 
 /// One table of an incremental snapshot.
@@ -63,6 +64,11 @@ impl Progress {
         self.after = None;
         self.max = None;
         self.tables.pop_front()
+    }
+
+    /// The qualified names of the tables still to copy, in order (notifications' list).
+    pub fn table_names(&self) -> Vec<String> {
+        self.tables.iter().map(TableRequest::name).collect()
     }
 
     /// Drops the tables `drop` says; true when the first one went (its window is void).
@@ -216,13 +222,14 @@ pub fn key_text(row: &Struct, key_fields: &[usize]) -> String {
 /// Queues the tables (schema or database, table) a request names, each with the request's
 /// condition for it, starting an incremental snapshot if none runs; logs what was added and
 /// reports the tables in `status` (the task's snapshot progress, which the incremental
-/// snapshot shares with the initial one).
+/// snapshot shares with the initial one); a new incremental snapshot is notified as started.
 pub fn queue(
     progress: &mut Option<Progress>,
     request: &crate::signal::SnapshotRequest,
     tables: impl IntoIterator<Item = (String, String)>,
     chunk_size: usize,
     status: &SnapshotProgress,
+    notes: &Notifier,
 ) {
     let fresh = progress.is_none();
     let p = progress.get_or_insert_with(Progress::default);
@@ -245,6 +252,9 @@ pub fn queue(
         *progress = None;
     } else {
         report(status, fresh, queued);
+        if fresh {
+            notes.incremental_started(&p.table_names());
+        }
     }
     tracing::info!(tables = ?added, queued, chunk_size, "incremental snapshot: copying in chunks while streaming goes on");
 }
@@ -265,6 +275,7 @@ pub fn report(status: &SnapshotProgress, fresh: bool, left: usize) {
 pub fn table_to_read(
     progress: &mut Option<Progress>,
     status: &SnapshotProgress,
+    notes: &Notifier,
 ) -> Option<TableRequest> {
     let p = progress.as_ref()?;
     if p.paused {
@@ -275,6 +286,7 @@ pub fn table_to_read(
         None => {
             tracing::info!("incremental snapshot finished");
             status.finish();
+            notes.incremental_completed();
             *progress = None;
             None
         }
@@ -291,6 +303,7 @@ pub fn on_signal<T, R>(
     window: &mut Option<Window<T, R>>,
     progress: &mut Option<Progress>,
     status: &SnapshotProgress,
+    notes: &Notifier,
 ) -> Option<Window<T, R>> {
     match signal {
         IncrementalSignal::WindowOpen(id) => {
@@ -308,11 +321,12 @@ pub fn on_signal<T, R>(
                 p.after = Some(closed.last_key.clone());
             }
             status.add_rows(closed.rows_left() as u64);
+            notes.incremental_rows(closed.rows_left() as u64);
             tracing::debug!(chunk = %closed.id, rows = closed.rows_left(), "incremental snapshot chunk handed out");
             Some(closed)
         }
         steering => {
-            if steer(progress, &steering, status) {
+            if steer(progress, &steering, status, notes) {
                 *window = None;
             }
             None
@@ -328,6 +342,7 @@ pub fn steer(
     progress: &mut Option<Progress>,
     signal: &IncrementalSignal,
     status: &SnapshotProgress,
+    notes: &Notifier,
 ) -> bool {
     let Some(p) = progress.as_mut() else {
         if !matches!(
@@ -348,6 +363,7 @@ pub fn steer(
                 Some(r) => p.remove(|name| r.names(name)),
             };
             tracing::info!(tables = ?request.as_ref().map(|r| &r.collections), left = p.tables.len(), "stop-snapshot signal: dropped from the incremental snapshot");
+            notes.incremental_aborted(request.as_ref().map(|r| r.collections.as_slice()));
             if p.tables.is_empty() {
                 *progress = None;
                 status.finish();
@@ -357,7 +373,11 @@ pub fn steer(
             first_went
         }
         IncrementalSignal::Pause | IncrementalSignal::Resume => {
-            p.paused = matches!(signal, IncrementalSignal::Pause);
+            let paused = matches!(signal, IncrementalSignal::Pause);
+            if p.paused != paused {
+                notes.incremental_paused(paused, &p.table_names());
+            }
+            p.paused = paused;
             tracing::info!(
                 paused = p.paused,
                 "incremental snapshot {}",
@@ -366,6 +386,46 @@ pub fn steer(
             false
         }
         IncrementalSignal::WindowOpen(_) | IncrementalSignal::WindowClose(_) => false,
+    }
+}
+
+/// The incremental snapshot is done with its first table (`scan` says why: copied, empty,
+/// gone, ...): counted in `status`, notified, and the next table starts from its beginning.
+pub fn table_done(
+    progress: &mut Option<Progress>,
+    status: &SnapshotProgress,
+    notes: &Notifier,
+    scan: TableScanStatus,
+) {
+    let Some(p) = progress.as_mut() else {
+        return;
+    };
+    if let Some(table) = p.tables.front() {
+        tracing::info!(table = %table.name(), status = ?scan, "incremental snapshot of table done");
+        notes.incremental_table_done(&p.table_names(), &table.name(), scan);
+    }
+    status.table_done();
+    p.next_table();
+}
+
+/// A chunk of the first table, ending at key `last`, was read and waits in its window:
+/// notified with the table's largest key; `readable` turns a key part as the progress keeps
+/// it into text for people (a connector that keeps keys encoded decodes them).
+pub fn chunk_read(
+    progress: &Option<Progress>,
+    notes: &Notifier,
+    last: &[String],
+    readable: impl Fn(&str) -> String,
+) {
+    if !notes.is_on() {
+        return;
+    }
+    if let Some(p) = progress {
+        if let Some(table) = p.tables.front() {
+            let text = |key: &[String]| key.iter().map(|k| readable(k)).collect::<Vec<_>>();
+            let max = text(p.max.as_deref().unwrap_or_default());
+            notes.incremental_chunk(&p.table_names(), &table.name(), &max, &text(last));
+        }
     }
 }
 
@@ -499,25 +559,123 @@ mod tests {
             });
         }
         let status = SnapshotProgress::default();
+        let notes = Notifier::from_props(
+            &headwater_api::properties(&[
+                ("notification.enabled.channels", "sink"),
+                ("notification.sink.topic.name", "notes"),
+            ]),
+            "cdc",
+        );
         report(&status, true, 2);
-        assert!(!steer(&mut progress, &IncrementalSignal::Pause, &status));
+        assert!(!steer(
+            &mut progress,
+            &IncrementalSignal::Pause,
+            &status,
+            &notes
+        ));
         assert!(progress.as_ref().unwrap().paused);
-        assert!(!steer(&mut progress, &IncrementalSignal::Resume, &status));
+        // A second pause changes nothing and is not notified.
+        assert!(!steer(
+            &mut progress,
+            &IncrementalSignal::Pause,
+            &status,
+            &notes
+        ));
+        assert!(!steer(
+            &mut progress,
+            &IncrementalSignal::Resume,
+            &status,
+            &notes
+        ));
         assert!(!progress.as_ref().unwrap().paused);
         let only_b =
             crate::signal::SnapshotRequest::from_data(&json!({"data-collections": ["s\\.b"]}))
                 .unwrap();
         let stop_b = IncrementalSignal::Stop(Some(only_b));
-        assert!(!steer(&mut progress, &stop_b, &status));
+        assert!(!steer(&mut progress, &stop_b, &status, &notes));
         assert_eq!(progress.as_ref().unwrap().tables.len(), 1);
         assert_eq!((status.status().tables, status.status().running), (1, true));
         assert!(steer(
             &mut progress,
             &IncrementalSignal::Stop(None),
-            &status
+            &status,
+            &notes
         ));
         assert!(progress.is_none(), "nothing left: the snapshot ends");
         assert!(!status.status().running);
-        assert!(!steer(&mut progress, &IncrementalSignal::Pause, &status));
+        assert!(!steer(
+            &mut progress,
+            &IncrementalSignal::Pause,
+            &status,
+            &notes
+        ));
+        let mut records = Vec::new();
+        notes.drain_into(&mut records);
+        let kinds: Vec<String> = records
+            .iter()
+            .map(|r| match r.value.as_struct().and_then(|v| v.get("type")) {
+                Some(Value::String(s)) => s.clone(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(kinds, ["PAUSED", "RESUMED", "ABORTED", "ABORTED"]);
+    }
+
+    #[test]
+    fn a_table_done_is_notified_with_its_rows_and_the_end_completes() {
+        let notes = Notifier::from_props(
+            &headwater_api::properties(&[
+                ("notification.enabled.channels", "sink"),
+                ("notification.sink.topic.name", "notes"),
+            ]),
+            "cdc",
+        );
+        let status = SnapshotProgress::default();
+        let mut progress = None;
+        let request =
+            crate::signal::SnapshotRequest::from_data(&json!({"data-collections": ["s\\.a"]}))
+                .unwrap();
+        queue(
+            &mut progress,
+            &request,
+            [("s".to_owned(), "a".to_owned())],
+            10,
+            &status,
+            &notes,
+        );
+        progress.as_mut().unwrap().max = Some(vec!["9".into()]);
+        chunk_read(&progress, &notes, &["4".to_owned()], str::to_owned);
+        notes.incremental_rows(4);
+        table_done(&mut progress, &status, &notes, TableScanStatus::Succeeded);
+        assert!(table_to_read(&mut progress, &status, &notes).is_none());
+        assert!(progress.is_none());
+        let mut records = Vec::new();
+        notes.drain_into(&mut records);
+        let field = |i: usize, f: &str| match records[i].value.as_struct().and_then(|v| v.get(f)) {
+            Some(Value::String(s)) => s.clone(),
+            other => panic!("{other:?}"),
+        };
+        let kinds: Vec<String> = (0..records.len()).map(|i| field(i, "type")).collect();
+        assert_eq!(
+            kinds,
+            [
+                "STARTED",
+                "IN_PROGRESS",
+                "TABLE_SCAN_COMPLETED",
+                "COMPLETED"
+            ]
+        );
+        let data = |i: usize| match records[i]
+            .value
+            .as_struct()
+            .and_then(|v| v.get("additional_data"))
+        {
+            Some(Value::Map(m)) => m.clone(),
+            other => panic!("{other:?}"),
+        };
+        let has = |i: usize, k: &str, v: &str| data(i).contains(&(Value::from(k), Value::from(v)));
+        assert!(has(0, "data_collections", "s.a"));
+        assert!(has(1, "maximum_key", "9") && has(1, "last_processed_key", "4"));
+        assert!(has(2, "total_rows_scanned", "4") && has(2, "status", "SUCCEEDED"));
     }
 }

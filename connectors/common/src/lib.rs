@@ -9,6 +9,7 @@
 //! - [`signal_file`]: Debezium's file signal channel (`signal.file`).
 //! - [`incremental`]: what incremental snapshots share (progress, windows, watermarks).
 //! - [`heartbeat`]: Debezium's heartbeat records (`heartbeat.interval.ms`).
+//! - [`notification`]: Debezium's snapshot notifications (the log and sink channels).
 //! - [`snapshot_policy`]: what `snapshot.mode` asks at a task's start, and
 //!   `configuration_based`.
 //! - [`text`]: allocation-free number text for timestamps and times.
@@ -20,6 +21,7 @@ pub mod heartbeat;
 pub mod incremental;
 pub mod name_adjust;
 pub mod name_filter;
+pub mod notification;
 pub mod signal;
 pub mod signal_file;
 pub mod snapshot_policy;

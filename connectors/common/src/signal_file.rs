@@ -113,6 +113,7 @@ pub fn act_on<T, R>(
     window: &mut Option<Window<T, R>>,
     progress: &mut Option<Progress>,
     status: &SnapshotProgress,
+    notes: &crate::notification::Notifier,
 ) -> bool {
     let before = progress.as_ref().map(Progress::to_json);
     for s in signals {
@@ -122,7 +123,7 @@ pub fn act_on<T, R>(
         }
         if let Some(signal) = read_row(s.id, s.kind, s.data, Some(pending)) {
             // Stop, pause or resume: no window closes here (only a close watermark does).
-            let _ = on_signal(signal, window, progress, status);
+            let _ = on_signal(signal, window, progress, status, notes);
         }
     }
     progress.as_ref().map(Progress::to_json) != before

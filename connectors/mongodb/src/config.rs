@@ -394,6 +394,7 @@ pub fn config_def() -> ConfigDef {
     );
     let def = define_snapshot_mode_keys(def);
     let def = headwater_connector_common::config::define_errors_max_retries(def);
+    let def = headwater_connector_common::notification::define_keys(def);
     headwater_connector_common::config::define_signal_keys(def)
 }
 
@@ -426,6 +427,7 @@ const MONGODB_UNBUILT: &[headwater_connector_common::config::Unbuilt] = &[
 pub fn validate(props: &Properties) -> ConfigValidation {
     let mut v = config_def().validate(props);
     validate_configuration_based(&mut v, props);
+    headwater_connector_common::notification::validate(&mut v, props);
     pair_check(
         &mut v,
         props,

@@ -55,6 +55,7 @@ use crate::signal::{Signal, SnapshotRequest};
 use crate::snapshot::{self as snapshots, ChunkMsg, Readers, Rendered, SnapshotCollection};
 use crate::split::{Fragments, Piece};
 use headwater_connector_common::incremental::{self as incremental, Progress, TableRequest};
+use headwater_connector_common::notification::{Notifier, TableScanStatus};
 use headwater_connector_common::signal::IncrementalSignal;
 use headwater_connector_common::signal_file::FileSignals;
 use headwater_connector_common::snapshot_policy::{
@@ -316,6 +317,8 @@ struct Snapshot {
     chunks: Arc<Vec<snapshots::Chunk>>,
     readers: Readers,
     current: Option<(usize, mpsc::Receiver<ChunkMsg>)>,
+    /// The collection whose copy was last notified as in progress.
+    announced: Option<usize>,
     docs: std::vec::IntoIter<Rendered>,
     doc_collection: usize,
     /// The document held back until the next tells whether it is the snapshot's last.
@@ -354,6 +357,10 @@ enum Phase {
 struct Inner {
     /// Where the snapshot's progress is reported (the engine's status and metrics).
     progress: headwater_api::SnapshotProgress,
+    /// Debezium's notifications (`notification.enabled.channels`).
+    notes: Notifier,
+    /// Why the incremental snapshot's current collection ended, when it ends unread.
+    scan_status: TableScanStatus,
     cfg: MongoConfig,
     client: Client,
     events: EventBuilder,
@@ -506,6 +513,8 @@ impl Inner {
         let committed = context.offset(&events.partition).cloned();
         let mut inner = Inner {
             progress: context.snapshot_progress.clone(),
+            notes: Notifier::from_props(&props, &cfg.topic_prefix),
+            scan_status: TableScanStatus::Succeeded,
             stop: context.stop.clone(),
             waiting: context.waiting.clone(),
             heartbeats: Heartbeats::new(
@@ -591,6 +600,7 @@ impl Inner {
             return if policy.without_offset {
                 self.start_snapshot(None, None).await
             } else {
+                self.notes.initial_skipped();
                 self.start_streaming(None).await
             };
         };
@@ -663,6 +673,7 @@ impl Inner {
         }
         if policy.done_after_snapshot() {
             // initial_only (or configuration_based without streaming) after its snapshot.
+            self.notes.initial_skipped();
             self.phase = Phase::Done;
             return Ok(());
         }
@@ -677,6 +688,7 @@ impl Inner {
             return self.start_snapshot(None, None).await;
         }
         self.position = position;
+        self.notes.initial_skipped();
         match self.start_streaming(token.as_ref()).await {
             Err(e)
                 if e.message().contains("ChangeStreamHistoryLost")
@@ -1057,6 +1069,7 @@ impl Inner {
             done.len() as u64,
             0,
         );
+        self.notes.initial_started();
         let collections = Arc::new(collections);
         let chunks = Arc::new(chunks);
         let readers = Readers::start(
@@ -1073,6 +1086,7 @@ impl Inner {
             chunks,
             readers,
             current: None,
+            announced: None,
             docs: Vec::new().into_iter(),
             doc_collection: 0,
             pending: None,
@@ -1168,6 +1182,7 @@ impl Inner {
         let finished = match self.fill_snapshot(&mut s, &mut out, &mut tail).await {
             Ok(f) => f,
             Err(e) => {
+                self.notes.initial_aborted();
                 self.phase = Phase::Snapshot(s);
                 return Err(e);
             }
@@ -1200,6 +1215,7 @@ impl Inner {
             "snapshot finished"
         );
         self.progress.finish();
+        self.notes.initial_completed();
         let start = s.start.clone();
         let then_stream = s.then_stream;
         let signalled = s.signal.is_some();
@@ -1258,7 +1274,16 @@ impl Inner {
             }
             if s.current.is_none() {
                 match s.readers.receivers.pop_front() {
-                    Some(c) => s.current = Some(c),
+                    Some(c) => {
+                        let ci = s.chunks[c.0].collection;
+                        if s.announced != Some(ci) {
+                            s.announced = Some(ci);
+                            // Debezium's MongoDB connector names the collection only.
+                            self.notes
+                                .initial_table_started(&s.collections[ci].ns(), None);
+                        }
+                        s.current = Some(c);
+                    }
                     None => {
                         if let Some((ci, doc)) = s.pending.take() {
                             let (rec, t) = self.snapshot_record(s, ci, doc, true);
@@ -1302,6 +1327,7 @@ impl Inner {
                     tracing::info!(collection = %c.ns(), chunk = chunk.index + 1, chunks = chunk.of, documents = s.rows, estimated = c.estimated, "snapshot chunk done");
                     if chunk.index + 1 == chunk.of {
                         self.progress.table_done();
+                        self.notes.initial_table_done(&c.ns(), None);
                         s.done.push(c.ns());
                         s.done_json =
                             serde_json::to_string(&s.done).unwrap_or_else(|_| "[]".into());
@@ -1525,6 +1551,7 @@ impl Inner {
                         &mut self.window,
                         &mut self.incremental,
                         &self.progress,
+                        &self.notes,
                     );
                 }
                 Signal::Log(message) => tracing::info!(%message, "log signal"),
@@ -1554,6 +1581,7 @@ impl Inner {
             &mut self.window,
             &mut self.incremental,
             &self.progress,
+            &self.notes,
         );
         // The watermark itself gives no record; a closed chunk's records go out at its
         // position.
@@ -1582,6 +1610,7 @@ impl Inner {
             collections,
             chunk_size,
             &self.progress,
+            &self.notes,
         );
         Ok(())
     }
@@ -1594,7 +1623,8 @@ impl Inner {
             if self.window.is_some() {
                 return Ok(());
             }
-            let Some(table) = incremental::table_to_read(&mut self.incremental, &self.progress)
+            let Some(table) =
+                incremental::table_to_read(&mut self.incremental, &self.progress, &self.notes)
             else {
                 return Ok(());
             };
@@ -1612,13 +1642,18 @@ impl Inner {
                 None => self.open_incremental_chunk(&table).await?,
             };
             if held {
+                if let Some(w) = &self.window {
+                    incremental::chunk_read(
+                        &self.incremental,
+                        &self.notes,
+                        &w.last_key,
+                        str::to_owned,
+                    );
+                }
                 return Ok(());
             }
-            tracing::info!(collection = %table.name(), "incremental snapshot of collection done");
-            self.progress.table_done();
-            if let Some(p) = self.incremental.as_mut() {
-                p.next_table();
-            }
+            let scan = std::mem::replace(&mut self.scan_status, TableScanStatus::Succeeded);
+            incremental::table_done(&mut self.incremental, &self.progress, &self.notes, scan);
         }
     }
 
@@ -1632,10 +1667,12 @@ impl Inner {
             tracing::error!("incremental snapshot abandoned: signal.data.collection is not set, so there is no collection to write its watermarks into");
             self.incremental = None;
             self.progress.finish();
+            self.notes.incremental_aborted(None);
             return Ok(true);
         };
         if self.namespace(&table.schema, &table.table).is_none() {
             tracing::warn!(collection = %name, "incremental snapshot: the collection is no longer captured; skipped");
+            self.scan_status = TableScanStatus::UnknownSchema;
             return Ok(false);
         }
         let condition = match table
@@ -1672,7 +1709,10 @@ impl Inner {
                     .projection(doc! {"_id": 1})
                     .await;
                 match found {
-                    Ok(None) => return Ok(false),
+                    Ok(None) => {
+                        self.scan_status = TableScanStatus::Empty;
+                        return Ok(false);
+                    }
                     Ok(Some(d)) => {
                         let Some(id) = d
                             .get("_id")
@@ -1722,6 +1762,7 @@ impl Inner {
                 tracing::error!(error = %e, "incremental snapshot abandoned: it needs to insert documents into the signal collection");
                 self.incremental = None;
                 self.progress.finish();
+                self.notes.incremental_aborted(None);
                 return Ok(true);
             }
             return Err(classify(
@@ -1757,6 +1798,7 @@ impl Inner {
         };
         let Some((rules, schemas)) = self.namespace(&table.schema, &table.table) else {
             tracing::warn!(collection = %name, "incremental snapshot: the collection is no longer captured; skipped");
+            self.scan_status = TableScanStatus::UnknownSchema;
             return Ok(false);
         };
         let coll = self
@@ -2559,7 +2601,11 @@ impl SourceTask for MongoSourceTask {
     fn poll(&mut self) -> BoxFuture<'_, Result<SourceBatch, ConnectError>> {
         Box::pin(async move {
             match self.inner.as_mut() {
-                Some(inner) => inner.poll().await,
+                Some(inner) => {
+                    let mut batch = inner.poll().await?;
+                    inner.notes.drain_into(&mut batch.records);
+                    Ok(batch)
+                }
                 None => Err(ConnectError::fatal("poll before start")),
             }
         })

@@ -319,6 +319,7 @@ pub fn config_def() -> ConfigDef {
     );
     let def = define_snapshot_mode_keys(def);
     let def = headwater_connector_common::config::define_errors_max_retries(def);
+    let def = headwater_connector_common::notification::define_keys(def);
     headwater_connector_common::config::define_signal_keys(def)
 }
 
@@ -413,6 +414,7 @@ pub fn validate(props: &Properties) -> ConfigValidation {
     let mut v = config_def().validate(props);
     column_mappers::validate(&mut v, props);
     validate_configuration_based(&mut v, props);
+    headwater_connector_common::notification::validate(&mut v, props);
     if let Err(e) = headwater_connector_common::config::parse_snapshot_overrides(props) {
         v.add_error("snapshot.select.statement.overrides", e);
     }

@@ -88,6 +88,15 @@ fn keyable(ty: &MyType) -> bool {
 }
 
 /// A key value (hex of its text-protocol bytes) as a literal of type `ty`.
+/// A key part as the progress keeps it (hex of the server's text) as that text, for people
+/// (notifications); what does not decode stays as it is.
+pub fn key_part_text(hex: &str) -> String {
+    from_hex(hex).map_or_else(
+        || hex.to_owned(),
+        |b| String::from_utf8_lossy(&b).into_owned(),
+    )
+}
+
 fn literal(ty: &MyType, hex: &str) -> Option<String> {
     let bytes = from_hex(hex)?;
     let text = || String::from_utf8(bytes.clone()).ok();

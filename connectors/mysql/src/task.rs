@@ -58,6 +58,7 @@ use crate::event::{EventBuilder, SourceInfo, TableId, TableSchema};
 use crate::incremental::{self, Progress, TableRequest, Window};
 use crate::schema::{self, CatalogTable};
 use headwater_connector_common::heartbeat::Heartbeats;
+use headwater_connector_common::notification::{Notifier, TableScanStatus};
 use headwater_connector_common::snapshot_policy::{
     hold_streaming, streaming_due, wait_snapshot_delay, LostPosition,
 };
@@ -148,6 +149,8 @@ struct Snapshot {
     readers: Readers,
     /// The chunk being drained.
     current: Option<(usize, mpsc::Receiver<ChunkMsg>)>,
+    /// The table whose copy was last notified as in progress.
+    announced: Option<usize>,
     rows: std::vec::IntoIter<Struct>,
     row_table: usize,
     /// A row held back until the next one tells whether it is its table's last:
@@ -301,6 +304,8 @@ enum Phase {
 struct Inner {
     /// Where the snapshot's progress is reported (the engine's status and metrics).
     progress: headwater_api::SnapshotProgress,
+    /// Debezium's notifications (`notification.enabled.channels`).
+    notes: Notifier,
     cfg: MySqlConfig,
     opts: OptsBuilder,
     events: EventBuilder,
@@ -361,8 +366,8 @@ const INCREMENTAL_OFFSET: &str = "incremental_snapshot";
 enum ChunkOutcome {
     /// A chunk waits in the window for its close watermark.
     Held,
-    /// The table has no rows left (or is skipped): the next one starts.
-    TableDone,
+    /// The table has no rows left (or is skipped, the status says why): the next one starts.
+    TableDone(TableScanStatus),
     /// The incremental snapshot cannot go on (see the log).
     Abandoned,
 }
@@ -480,6 +485,7 @@ impl Inner {
         let committed = context.offset(&events.partition).cloned();
         let mut inner = Inner {
             progress: context.snapshot_progress.clone(),
+            notes: Notifier::from_props(&props, &cfg.topic_prefix),
             stop: context.stop.clone(),
             waiting: context.waiting.clone(),
             opts,
@@ -621,6 +627,7 @@ impl Inner {
             tracing::info!(
                 "the snapshot has completed and this snapshot.mode does not stream: nothing to do"
             );
+            self.notes.initial_skipped();
             self.phase = Phase::Done;
             return Ok(());
         }
@@ -647,6 +654,7 @@ impl Inner {
         if snapshot_needed {
             self.start_snapshot(None, None).await
         } else {
+            self.notes.initial_skipped();
             let p = match resumable {
                 Some(p) => {
                     // Regions a resumed snapshot re-read that streaming has not passed yet.
@@ -806,6 +814,7 @@ impl Inner {
             &mut self.window,
             &mut self.incremental,
             &self.progress,
+            &self.notes,
         );
         if let Some(window) = closed {
             self.close_window(window, at, out);
@@ -829,6 +838,7 @@ impl Inner {
             &mut self.window,
             &mut self.incremental,
             &self.progress,
+            &self.notes,
         );
     }
 
@@ -874,6 +884,7 @@ impl Inner {
             tables,
             chunk_size,
             &self.progress,
+            &self.notes,
         );
         Ok(())
     }
@@ -885,23 +896,37 @@ impl Inner {
             if self.window.is_some() || self.txn.is_some() || self.held.is_some() {
                 return Ok(());
             }
-            let Some(table) =
-                incremental::common::table_to_read(&mut self.incremental, &self.progress)
-            else {
+            let Some(table) = incremental::common::table_to_read(
+                &mut self.incremental,
+                &self.progress,
+                &self.notes,
+            ) else {
                 return Ok(());
             };
             match self.read_incremental_chunk(&table).await? {
-                ChunkOutcome::Held => return Ok(()),
-                ChunkOutcome::TableDone => {
-                    tracing::info!(table = %table.name(), "incremental snapshot of table done");
-                    self.progress.table_done();
-                    if let Some(p) = self.incremental.as_mut() {
-                        p.next_table();
+                ChunkOutcome::Held => {
+                    if let Some(w) = &self.window {
+                        incremental::common::chunk_read(
+                            &self.incremental,
+                            &self.notes,
+                            &w.last_key,
+                            incremental::key_part_text,
+                        );
                     }
+                    return Ok(());
+                }
+                ChunkOutcome::TableDone(scan) => {
+                    incremental::common::table_done(
+                        &mut self.incremental,
+                        &self.progress,
+                        &self.notes,
+                        scan,
+                    );
                 }
                 ChunkOutcome::Abandoned => {
                     self.incremental = None;
                     self.progress.finish();
+                    self.notes.incremental_aborted(None);
                     return Ok(());
                 }
             }
@@ -931,7 +956,7 @@ impl Inner {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(table = %name, error = %e, "incremental snapshot: the table cannot be read (dropped?); skipped");
-                return Ok(ChunkOutcome::TableDone);
+                return Ok(ChunkOutcome::TableDone(TableScanStatus::UnknownSchema));
             }
         };
         let ts = Arc::new(self.build_schema(&id, catalog.columns, &catalog.primary_key)?);
@@ -939,20 +964,20 @@ impl Inner {
             Ok(cols) => cols,
             Err(why) => {
                 tracing::warn!(table = %name, reason = %why, "incremental snapshot: the table cannot be read in key order; skipped (a blocking snapshot, \"type\": \"blocking\", reads it)");
-                return Ok(ChunkOutcome::TableDone);
+                return Ok(ChunkOutcome::TableDone(TableScanStatus::NoPrimaryKey));
             }
         };
         let condition = table.condition.as_deref();
         let refused = |what: &str, e: &mysql_async::Error| {
             tracing::error!(table = %name, error = %e, "incremental snapshot: {what} was refused by the server; the table is skipped");
-            Ok(ChunkOutcome::TableDone)
+            Ok(ChunkOutcome::TableDone(TableScanStatus::SqlException))
         };
         let max = match self.incremental.as_ref().and_then(|p| p.max.clone()) {
             Some(max) => max,
             None => {
                 let statement = incremental::max_key_statement(&ts, &cols, condition);
                 match incremental::max_key(&mut self.sql, &statement).await {
-                    Ok(None) => return Ok(ChunkOutcome::TableDone),
+                    Ok(None) => return Ok(ChunkOutcome::TableDone(TableScanStatus::Empty)),
                     Ok(Some(max)) => {
                         if let Some(p) = self.incremental.as_mut() {
                             p.max = Some(max.clone());
@@ -976,7 +1001,7 @@ impl Inner {
             self.cfg.incremental_chunk_size,
         ) else {
             tracing::error!(table = %name, "incremental snapshot: the key in the offsets does not fit the table's key now; the table is skipped");
-            return Ok(ChunkOutcome::TableDone);
+            return Ok(ChunkOutcome::TableDone(TableScanStatus::SqlException));
         };
         self.chunks_read += 1;
         let chunk = incremental::chunk_id(self.chunks_read);
@@ -1002,7 +1027,7 @@ impl Inner {
             }
             Err(incremental::ChunkError::Data(why)) => {
                 tracing::error!(table = %name, error = %why, "incremental snapshot: a chunk of the table does not convert; the table is skipped");
-                return Ok(ChunkOutcome::TableDone);
+                return Ok(ChunkOutcome::TableDone(TableScanStatus::SqlException));
             }
         };
         let Some(last_key) = last_key else {
@@ -1015,7 +1040,7 @@ impl Inner {
                     .await
                     .map_err(|e| my_err("deleting an incremental snapshot's open watermark", e))?;
             }
-            return Ok(ChunkOutcome::TableDone);
+            return Ok(ChunkOutcome::TableDone(TableScanStatus::Succeeded));
         };
         // INSERT_DELETE: deleting the open row closes the window; if it is gone already (a
         // cleanup of the signal table, say) a close row is inserted instead, which the stream
@@ -1475,11 +1500,13 @@ impl Inner {
             done.len() as u64,
             0,
         );
+        self.notes.initial_started();
         self.phase = Phase::Snapshot(Box::new(Snapshot {
             tables,
             chunks,
             readers,
             current: None,
+            announced: None,
             rows: Vec::new().into_iter(),
             row_table: 0,
             pending: None,
@@ -1622,6 +1649,7 @@ impl Inner {
                 return self.abandon_signalled_snapshot(s, e).await;
             }
             Err(e) => {
+                self.notes.initial_aborted();
                 self.phase = Phase::Snapshot(s);
                 return Err(e);
             }
@@ -1656,6 +1684,7 @@ impl Inner {
             "snapshot finished"
         );
         s.progress.finish();
+        self.notes.initial_completed();
         if let Some(mut lock) = s.lock_conn.take() {
             let _ = lock.query_drop("UNLOCK TABLES").await;
             let _ = lock.disconnect().await;
@@ -1694,6 +1723,7 @@ impl Inner {
     ) -> Result<SourceBatch, ConnectError> {
         tracing::error!(error = %error.message(), request = s.signal.as_deref().unwrap_or_default(), "execute-snapshot signal abandoned: the server refused part of its read; streaming goes on after the signal");
         s.progress.finish();
+        self.notes.initial_aborted();
         if let Some(mut lock) = s.lock_conn.take() {
             let _ = lock.query_drop("UNLOCK TABLES").await;
             let _ = lock.disconnect().await;
@@ -1748,7 +1778,15 @@ impl Inner {
             }
             if s.current.is_none() {
                 match s.readers.receivers.pop_front() {
-                    Some(c) => s.current = Some(c),
+                    Some(c) => {
+                        let ti = s.chunks[c.0].table;
+                        if s.announced != Some(ti) && self.notes.is_on() {
+                            s.announced = Some(ti);
+                            let names = table_names(&s.tables);
+                            self.notes.initial_table_started(&names[ti], Some(&names));
+                        }
+                        s.current = Some(c);
+                    }
                     None => {
                         if let Some((ti, pfirst, row)) = s.pending.take() {
                             let marker =
@@ -1803,6 +1841,11 @@ impl Inner {
                     if chunk.index + 1 == chunk.of {
                         tracing::info!(table = %table, rows = s.rows_done[ti], "snapshot of table done");
                         s.progress.table_done();
+                        if self.notes.is_on() {
+                            let names = table_names(&s.tables);
+                            self.notes
+                                .initial_table_done(&table, Some((s.rows_done[ti], &names)));
+                        }
                         s.done.push(table);
                         s.done_json = snapshots::encode_tables(&s.done);
                     }
@@ -3381,7 +3424,11 @@ impl SourceTask for MySqlSourceTask {
     fn poll(&mut self) -> BoxFuture<'_, Result<SourceBatch, ConnectError>> {
         Box::pin(async move {
             match self.inner.as_mut() {
-                Some(i) => i.poll().await,
+                Some(i) => {
+                    let mut batch = i.poll().await?;
+                    i.notes.drain_into(&mut batch.records);
+                    Ok(batch)
+                }
                 None => Err(ConnectError::fatal("poll called before start")),
             }
         })
@@ -3420,6 +3467,11 @@ fn source_collection(rec: &SourceRecord) -> Option<String> {
 /// decoding the binlog reader uses ([`event_message`]): no MySQL 8 server can be installed on
 /// the build machines (MariaDB writes v1 rows events and its own GTID events, which the
 /// integration tests cover).
+/// The qualified names of a snapshot's tables, in snapshot order (notifications' lists).
+fn table_names(tables: &[SnapshotTable]) -> Vec<String> {
+    tables.iter().map(|t| t.schema.id.to_string()).collect()
+}
+
 #[cfg(test)]
 mod ddl_tests {
     use super::*;

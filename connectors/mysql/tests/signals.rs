@@ -7,7 +7,8 @@
 //! them, across a restart; the events replayed in order give the table's content, also when a
 //! change commits while its chunk is being read; stop-snapshot ends it. `snapshot.mode`'s
 //! decisions at start (initial_only, configuration_based) and `INSERT_DELETE` watermarks are
-//! checked here too.
+//! checked here too, and so are the notifications both kinds of snapshot send to
+//! `notification.sink.topic.name`.
 
 use std::time::{Duration, Instant};
 
@@ -61,7 +62,8 @@ async fn drain(task: &mut MySqlSourceTask, n: usize) -> Vec<SourceRecord> {
         let batch = task.poll().await.expect("poll");
         got.extend(batch.records);
         if batch.boundary == Boundary::Commit {
-            if let Some(last) = got.last() {
+            // The engine commits the newest offset a record carries (notifications carry none).
+            if let Some(last) = got.iter().rev().find(|r| !r.source_offset.is_empty()) {
                 let c = (last.source_partition.clone(), last.source_offset.clone());
                 task.commit(std::slice::from_ref(&c)).await.unwrap();
             }
@@ -991,4 +993,138 @@ async fn the_snapshot_lock_gives_up_after_its_timeout() {
     let snap = drain(&mut t, 5).await;
     assert_eq!(ids(&snap, "r"), vec![1, 2, 3, 4, 5]);
     t.stop().await;
+}
+
+/// The notifications on topic `notes` among `records`: (aggregate type, type, additional data).
+fn notifications(
+    records: &[SourceRecord],
+) -> Vec<(String, String, std::collections::BTreeMap<String, String>)> {
+    let text = |v: Option<&Value>| match v {
+        Some(Value::String(s)) => s.clone(),
+        other => panic!("not text: {other:?}"),
+    };
+    records
+        .iter()
+        .filter(|r| r.topic == "notes")
+        .map(|r| {
+            assert!(
+                r.source_offset.is_empty(),
+                "a notification carries no offset"
+            );
+            let v = r.value.as_struct().expect("a struct value");
+            let data = match v.get("additional_data") {
+                Some(Value::Map(m)) => m
+                    .iter()
+                    .map(|(k, v)| (text(Some(k)), text(Some(v))))
+                    .collect(),
+                other => panic!("no additional data: {other:?}"),
+            };
+            (text(v.get("aggregate_type")), text(v.get("type")), data)
+        })
+        .collect()
+}
+
+/// Polls (committing like the engine) into `seen` until a notification of `aggregate` and
+/// `kind` arrived.
+async fn until_notified(
+    t: &mut MySqlSourceTask,
+    seen: &mut Vec<SourceRecord>,
+    aggregate: &str,
+    kind: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !notifications(seen)
+        .iter()
+        .any(|(a, k, _)| a == aggregate && k == kind)
+    {
+        seen.extend(drain(t, 1).await);
+        assert!(
+            Instant::now() < deadline,
+            "no {aggregate} {kind}: {:?}",
+            notifications(seen)
+        );
+    }
+}
+
+/// `notification.enabled.channels=sink`: the initial snapshot and an incremental one send
+/// Debezium's notifications to `notification.sink.topic.name`; a restart after the snapshot
+/// notifies it as skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_send_notifications_to_the_sink_topic() {
+    let (server, mut db) = server_with_captured_rows(5).await;
+    let p = props(
+        &server,
+        &[
+            ("incremental.snapshot.chunk.size", "2"),
+            ("notification.enabled.channels", "sink"),
+            ("notification.sink.topic.name", "notes"),
+        ],
+    );
+    let mut t = start(p.clone(), Vec::new()).await;
+    let mut seen = Vec::new();
+    until_notified(&mut t, &mut seen, "Initial Snapshot", "COMPLETED").await;
+    let initial = notifications(&seen);
+    let kinds: Vec<&str> = initial.iter().map(|(_, k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "STARTED",
+            "IN_PROGRESS",
+            "TABLE_SCAN_COMPLETED",
+            "COMPLETED"
+        ]
+    );
+    assert_eq!(
+        initial[1].2["current_collection_in_progress"],
+        "app.captured"
+    );
+    assert_eq!(initial[2].2["scanned_collection"], "app.captured");
+    assert_eq!(initial[2].2["total_rows_scanned"], "5");
+    assert_eq!(initial[2].2["status"], "SUCCEEDED");
+    assert_eq!(initial[2].2["connector_name"], "cdc");
+    assert_eq!(ids(&seen, "r").len(), 5);
+
+    db.query_drop(
+        r#"INSERT INTO debezium_signal VALUES ('sig-1', 'execute-snapshot', '{"data-collections": ["app\\\\.captured"], "type": "incremental"}');"#,
+    )
+    .await
+    .unwrap();
+    let mut incremental_seen = Vec::new();
+    until_notified(
+        &mut t,
+        &mut incremental_seen,
+        "Incremental Snapshot",
+        "COMPLETED",
+    )
+    .await;
+    let incremental = notifications(&incremental_seen);
+    let kinds: Vec<&str> = incremental.iter().map(|(_, k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "STARTED",
+            "IN_PROGRESS",
+            "IN_PROGRESS",
+            "IN_PROGRESS",
+            "TABLE_SCAN_COMPLETED",
+            "COMPLETED"
+        ],
+        "{incremental:?}"
+    );
+    assert_eq!(incremental[0].2["data_collections"], "app.captured");
+    assert_eq!(incremental[1].2["maximum_key"], "5");
+    assert_eq!(incremental[3].2["last_processed_key"], "5");
+    assert_eq!(incremental[4].2["total_rows_scanned"], "5");
+    let committed: Committed = incremental_seen
+        .iter()
+        .rev()
+        .find(|r| !r.source_offset.is_empty())
+        .map(|r| vec![(r.source_partition.clone(), r.source_offset.clone())])
+        .expect("an offset");
+    t.stop().await;
+
+    let mut again = start(p, committed).await;
+    let mut restarted = Vec::new();
+    until_notified(&mut again, &mut restarted, "Initial Snapshot", "SKIPPED").await;
+    again.stop().await;
 }

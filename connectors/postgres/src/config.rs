@@ -311,6 +311,7 @@ pub fn config_def() -> ConfigDef {
     );
     let def = define_snapshot_mode_keys(def);
     let def = headwater_connector_common::config::define_errors_max_retries(def);
+    let def = headwater_connector_common::notification::define_keys(def);
     headwater_connector_common::config::define_signal_keys(def)
 }
 
@@ -401,6 +402,7 @@ pub fn validate(props: &Properties) -> ConfigValidation {
     let mut v = config_def().validate(props);
     column_mappers::validate(&mut v, props);
     validate_configuration_based(&mut v, props);
+    headwater_connector_common::notification::validate(&mut v, props);
     if let Err(e) = headwater_connector_common::config::parse_snapshot_overrides(props) {
         v.add_error("snapshot.select.statement.overrides", e);
     }
@@ -765,7 +767,7 @@ mod tests {
     #[test]
     fn unbuilt_notification_channels_read_only_and_bad_watermarks_are_refused() {
         for (k, v, says) in [
-            ("notification.enabled.channels", "sink", "status"),
+            ("notification.enabled.channels", "log,jmx", "JMX"),
             ("read.only", "true", "signal.data.collection"),
             (
                 "incremental.snapshot.watermarking.strategy",
@@ -784,7 +786,8 @@ mod tests {
         }
         let mut p = base();
         p.extend([
-            ("notification.enabled.channels", "LOG"),
+            ("notification.enabled.channels", "LOG, sink"),
+            ("notification.sink.topic.name", "notes"),
             ("read.only", "false"),
             (
                 "incremental.snapshot.watermarking.strategy",

@@ -58,6 +58,7 @@ use crate::replication::{
 use crate::snapshot::{self as snapshots, Chunk, ChunkMsg, Readers, SkipRegion};
 use crate::streamed::{Replay, StreamedTransactions};
 use crate::types::ColumnType;
+use headwater_connector_common::notification::{Notifier, TableScanStatus};
 use headwater_connector_common::snapshot_policy::{
     hold_streaming, streaming_due, wait_snapshot_delay, LostPosition,
 };
@@ -199,6 +200,8 @@ struct Snapshot {
     estimated: Vec<u64>,
     /// The same progress, for the engine's status and metrics.
     progress: headwater_api::SnapshotProgress,
+    /// The table whose copy was last notified as in progress.
+    announced: Option<usize>,
     /// Tables every row of which was handed out (`schema.table`), and as JSON.
     done: Vec<String>,
     done_json: String,
@@ -284,6 +287,8 @@ enum Phase {
 struct Inner {
     /// Where the snapshot's progress is reported (the engine's status and metrics).
     progress: headwater_api::SnapshotProgress,
+    /// Debezium's notifications (`notification.enabled.channels`).
+    notes: Notifier,
     /// Where the task says what it waits for (slot creation blocked by open transactions).
     waiting: headwater_api::TaskWaiting,
     /// Set when the task is asked to stop while it starts (ends `snapshot.delay.ms`).
@@ -349,8 +354,8 @@ struct Inner {
 enum ChunkOutcome {
     /// A chunk waits in the window for its close watermark.
     Held,
-    /// The table has no rows left (or is skipped): the next one starts.
-    TableDone,
+    /// The table has no rows left (or is skipped, the status says why): the next one starts.
+    TableDone(TableScanStatus),
     /// The incremental snapshot cannot go on (see the log).
     Abandoned,
     /// The chunk was read too early and is read again at a later poll.
@@ -628,6 +633,7 @@ impl Inner {
         });
         let mut inner = Inner {
             progress: context.snapshot_progress.clone(),
+            notes: Notifier::from_props(&props, &cfg.topic_prefix),
             waiting: context.waiting.clone(),
             stop: context.stop.clone(),
             sql,
@@ -794,6 +800,7 @@ impl Inner {
     ) -> Result<SourceBatch, ConnectError> {
         tracing::error!(error = %error.message(), request = snap.signal.as_deref().unwrap_or_default(), "execute-snapshot signal abandoned: the server refused part of its copy; streaming goes on after the signal");
         snap.progress.finish();
+        self.notes.initial_aborted();
         let unfinished: Vec<String> = snap
             .tables
             .iter()
@@ -1031,6 +1038,9 @@ impl Inner {
         } else {
             policy.without_offset
         };
+        if !need_snapshot {
+            self.notes.initial_skipped();
+        }
         if need_snapshot {
             // An unfinished snapshot of ours resumes at its next unfinished row when the slot
             // (still at the position the snapshot started from) survived, or when no stream
@@ -1325,11 +1335,13 @@ impl Inner {
             done.len() as u64,
             0,
         );
+        self.notes.initial_started();
         self.phase = Phase::Snapshot(Box::new(Snapshot {
             tables,
             chunks,
             readers,
             current: None,
+            announced: None,
             rows: Vec::new().into_iter(),
             row_table: 0,
             batch_now: crate::event::now_micros_nanos(),
@@ -1998,6 +2010,7 @@ impl Inner {
                 return self.abandon_signalled_snapshot(snap, e).await;
             }
             Err(e) => {
+                self.notes.initial_aborted();
                 self.phase = Phase::Snapshot(snap);
                 return Err(e);
             }
@@ -2013,6 +2026,7 @@ impl Inner {
             "snapshot finished"
         );
         snap.progress.finish();
+        self.notes.initial_completed();
         self.sql
             .batch_execute("COMMIT")
             .await
@@ -2086,7 +2100,15 @@ impl Inner {
             }
             if snap.current.is_none() {
                 match snap.readers.receivers.pop_front() {
-                    Some(c) => snap.current = Some(c),
+                    Some(c) => {
+                        let ti = snap.chunks[c.0].table;
+                        if snap.announced != Some(ti) && self.notes.is_on() {
+                            snap.announced = Some(ti);
+                            let names = table_names(&snap.tables);
+                            self.notes.initial_table_started(&names[ti], Some(&names));
+                        }
+                        snap.current = Some(c);
+                    }
                     None => {
                         if let Some((ti, _, row)) = snap.pending.take() {
                             let (rec, t) = self.snapshot_record(snap, ti, "last", row, true);
@@ -2129,6 +2151,11 @@ impl Inner {
                     if chunk.index + 1 == chunk.of {
                         tracing::info!(table = %table, rows = snap.rows_done[ti], "snapshot of table done");
                         snap.progress.table_done();
+                        if self.notes.is_on() {
+                            let names = table_names(&snap.tables);
+                            self.notes
+                                .initial_table_done(&table, Some((snap.rows_done[ti], &names)));
+                        }
                         snap.done.push(table);
                         snap.done_json = snapshots::encode_tables(&snap.done);
                     }
@@ -2356,6 +2383,7 @@ impl Inner {
             &mut self.window,
             &mut self.incremental,
             &self.progress,
+            &self.notes,
         );
         // Every signal but a window's opening changes the progress (or may).
         self.incremental_dirty = true;
@@ -2397,6 +2425,7 @@ impl Inner {
             &mut self.window,
             &mut self.incremental,
             &self.progress,
+            &self.notes,
         );
         self.incremental_dirty |= changed;
     }
@@ -2456,6 +2485,7 @@ impl Inner {
             tables,
             chunk_size,
             &self.progress,
+            &self.notes,
         );
         self.incremental_dirty = true;
         Ok(())
@@ -2472,9 +2502,11 @@ impl Inner {
                 return Ok(());
             }
             let was_running = self.incremental.is_some();
-            let Some(table) =
-                incremental::common::table_to_read(&mut self.incremental, &self.progress)
-            else {
+            let Some(table) = incremental::common::table_to_read(
+                &mut self.incremental,
+                &self.progress,
+                &self.notes,
+            ) else {
                 // The end of the snapshot changes the progress too.
                 self.incremental_dirty |= was_running && self.incremental.is_none();
                 return Ok(());
@@ -2486,27 +2518,40 @@ impl Inner {
             let outcome = match ts {
                 None => {
                     tracing::warn!(table = %name, "incremental snapshot: the table no longer exists; skipped");
-                    ChunkOutcome::TableDone
+                    ChunkOutcome::TableDone(TableScanStatus::UnknownSchema)
                 }
                 Some(ts) if ts.key_fields.is_empty() => {
                     tracing::warn!(table = %name, "incremental snapshot: the table has no primary key (nor message.key.columns), so it cannot be read in chunks; skipped (a blocking snapshot, \"type\": \"blocking\", copies it)");
-                    ChunkOutcome::TableDone
+                    ChunkOutcome::TableDone(TableScanStatus::NoPrimaryKey)
                 }
                 Some(ts) => self.read_incremental_chunk(&table, ts).await?,
             };
             match outcome {
-                ChunkOutcome::Held | ChunkOutcome::Later => return Ok(()),
-                ChunkOutcome::TableDone => {
-                    tracing::info!(table = %name, "incremental snapshot of table done");
-                    self.progress.table_done();
-                    if let Some(p) = self.incremental.as_mut() {
-                        p.next_table();
+                ChunkOutcome::Held => {
+                    if let Some(w) = &self.window {
+                        incremental::common::chunk_read(
+                            &self.incremental,
+                            &self.notes,
+                            &w.last_key,
+                            str::to_owned,
+                        );
                     }
+                    return Ok(());
+                }
+                ChunkOutcome::Later => return Ok(()),
+                ChunkOutcome::TableDone(scan) => {
+                    incremental::common::table_done(
+                        &mut self.incremental,
+                        &self.progress,
+                        &self.notes,
+                        scan,
+                    );
                     self.incremental_dirty = true;
                 }
                 ChunkOutcome::Abandoned => {
                     self.incremental = None;
                     self.progress.finish();
+                    self.notes.incremental_aborted(None);
                     self.incremental_dirty = true;
                     return Ok(());
                 }
@@ -2534,7 +2579,7 @@ impl Inner {
             None => {
                 let statement = incremental::max_key_statement(&ts, condition);
                 match self.sql.query_opt(statement.as_str(), &[]).await {
-                    Ok(None) => return Ok(ChunkOutcome::TableDone),
+                    Ok(None) => return Ok(ChunkOutcome::TableDone(TableScanStatus::Empty)),
                     Ok(Some(row)) => {
                         let max: Vec<String> = (0..ts.key_fields.len())
                             .map(|i| row.get::<_, Option<String>>(i).unwrap_or_default())
@@ -2548,7 +2593,7 @@ impl Inner {
                         let e =
                             incremental::refusal(&format!("reading the largest key of {name}"), &e);
                         tracing::error!(table = %name, error = %e, "incremental snapshot: the table is skipped");
-                        return Ok(ChunkOutcome::TableDone);
+                        return Ok(ChunkOutcome::TableDone(TableScanStatus::SqlException));
                     }
                     Err(e) => {
                         return Err(sql_err(
@@ -2595,19 +2640,19 @@ impl Inner {
             Err(incremental::ChunkError::Sql(e)) if incremental::refused(&e) => {
                 let e = incremental::refusal(&format!("reading a chunk of {name}"), &e);
                 tracing::error!(table = %name, error = %e, "incremental snapshot: the table is skipped");
-                return Ok(ChunkOutcome::TableDone);
+                return Ok(ChunkOutcome::TableDone(TableScanStatus::SqlException));
             }
             Err(incremental::ChunkError::Sql(e)) => {
                 return Err(sql_err(&format!("reading a chunk of {name}"), e))
             }
             Err(incremental::ChunkError::Data(why)) => {
                 tracing::error!(table = %name, error = %why, "incremental snapshot: a chunk of the table does not decode; the table is skipped");
-                return Ok(ChunkOutcome::TableDone);
+                return Ok(ChunkOutcome::TableDone(TableScanStatus::SqlException));
             }
         };
         let Some(last_key) = last_key else {
             self.discard_open_watermark(signal, &id).await?;
-            return Ok(ChunkOutcome::TableDone);
+            return Ok(ChunkOutcome::TableDone(TableScanStatus::Succeeded));
         };
         if let Some(xid) = self.recent_xids.handed_out(&unseen, &ts.id) {
             self.discard_open_watermark(signal, &id).await?;
@@ -3531,7 +3576,11 @@ impl SourceTask for PostgresSourceTask {
     fn poll(&mut self) -> BoxFuture<'_, Result<SourceBatch, ConnectError>> {
         Box::pin(async move {
             match self.inner.as_mut() {
-                Some(i) => i.poll().await,
+                Some(i) => {
+                    let mut batch = i.poll().await?;
+                    i.notes.drain_into(&mut batch.records);
+                    Ok(batch)
+                }
                 None => Err(ConnectError::fatal("poll called before start")),
             }
         })
@@ -3565,6 +3614,11 @@ pub(crate) fn source_collection(rec: &SourceRecord, namespace_field: &str) -> Op
     let ns = source.get(namespace_field)?.as_str()?;
     let table = source.get("table")?.as_str()?;
     Some(format!("{ns}.{table}"))
+}
+
+/// The qualified names of a snapshot's tables, in snapshot order (notifications' lists).
+fn table_names(tables: &[Arc<TableSchema>]) -> Vec<String> {
+    tables.iter().map(|t| t.id.to_string()).collect()
 }
 
 #[cfg(test)]

@@ -711,7 +711,8 @@ async fn drain(task: &mut PostgresSourceTask, n: usize) -> Vec<headwater_api::So
         );
         got.extend(b.records);
         if closes {
-            if let Some(l) = got.last() {
+            // The engine commits the newest offset a record carries (notifications carry none).
+            if let Some(l) = got.iter().rev().find(|r| !r.source_offset.is_empty()) {
                 let c = (l.source_partition.clone(), l.source_offset.clone());
                 task.commit(std::slice::from_ref(&c)).await.unwrap();
             }
@@ -2027,10 +2028,14 @@ async fn until_incremental_ends(
     loop {
         let got = step(task, committed).await;
         let ended = ids(seen, "r").len() >= reads
-            && got.last().is_some_and(|r| {
-                r.source_offset.contains_key("lsn_proc")
-                    && !r.source_offset.contains_key("incremental_snapshot")
-            });
+            && got
+                .iter()
+                .rev()
+                .find(|r| !r.source_offset.is_empty())
+                .is_some_and(|r| {
+                    r.source_offset.contains_key("lsn_proc")
+                        && !r.source_offset.contains_key("incremental_snapshot")
+                });
         seen.extend(got);
         if ended {
             return;
@@ -2052,7 +2057,7 @@ async fn step_to(
     let b = task.poll().await.unwrap();
     let at_commit = b.boundary == headwater_api::plugin::Boundary::Commit;
     if at_commit {
-        if let Some(l) = b.records.last() {
+        if let Some(l) = b.records.iter().rev().find(|r| !r.source_offset.is_empty()) {
             *committed = vec![(l.source_partition.clone(), l.source_offset.clone())];
             task.commit(committed).await.unwrap();
         }
@@ -2076,10 +2081,14 @@ async fn until_ended(
     loop {
         let got = step(task, committed).await;
         let ended = writes.is_finished()
-            && got.last().is_some_and(|r| {
-                r.source_offset.contains_key("lsn_proc")
-                    && !r.source_offset.contains_key("incremental_snapshot")
-            });
+            && got
+                .iter()
+                .rev()
+                .find(|r| !r.source_offset.is_empty())
+                .is_some_and(|r| {
+                    r.source_offset.contains_key("lsn_proc")
+                        && !r.source_offset.contains_key("incremental_snapshot")
+                });
         seen.extend(got);
         if ended {
             return;
@@ -2799,4 +2808,137 @@ async fn partitioned_tables_are_captured_as_their_root() {
             .count(),
         1
     );
+}
+
+/// The notifications on topic `notes` among `records`: (aggregate type, type, additional data).
+fn notifications(
+    records: &[headwater_api::SourceRecord],
+) -> Vec<(String, String, std::collections::BTreeMap<String, String>)> {
+    let text = |v: Option<&headwater_api::Value>| match v {
+        Some(headwater_api::Value::String(s)) => s.clone(),
+        other => panic!("not text: {other:?}"),
+    };
+    records
+        .iter()
+        .filter(|r| r.topic == "notes")
+        .map(|r| {
+            let v = r.value.as_struct().expect("a struct value");
+            assert_eq!(
+                r.key.as_struct().and_then(|k| k.get("id")),
+                v.get("id"),
+                "the key is the notification's id"
+            );
+            let data = match v.get("additional_data") {
+                Some(headwater_api::Value::Map(m)) => m
+                    .iter()
+                    .map(|(k, v)| (text(Some(k)), text(Some(v))))
+                    .collect(),
+                other => panic!("no additional data: {other:?}"),
+            };
+            (text(v.get("aggregate_type")), text(v.get("type")), data)
+        })
+        .collect()
+}
+
+/// `notification.enabled.channels=sink`: the initial snapshot and an incremental one tell
+/// their progress as Debezium's notification records on `notification.sink.topic.name`
+/// (started, each table in progress and done with its row count, completed; the incremental
+/// one's chunks too), beside the data records and without offsets of their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_send_notifications_to_the_sink_topic() {
+    let pg = PostgresServer::start().unwrap();
+    pg.create_database("notes").await.unwrap();
+    let db = pg.connect("notes").await.unwrap();
+    db.batch_execute(
+        "CREATE TABLE a (id int PRIMARY KEY);
+         CREATE TABLE b (id int PRIMARY KEY);
+         INSERT INTO a SELECT generate_series(1, 5);
+         INSERT INTO b SELECT generate_series(1, 3);
+         CREATE TABLE debezium_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, data varchar(2048));",
+    )
+    .await
+    .unwrap();
+    let mut task = started_task(
+        &pg,
+        "notes",
+        &[
+            ("slot.name", "notes_slot"),
+            ("table.include.list", "public.a,public.b"),
+            ("publication.autocreate.mode", "filtered"),
+            ("signal.data.collection", "public.debezium_signal"),
+            ("incremental.snapshot.chunk.size", "2"),
+            ("notification.enabled.channels", "sink,log"),
+            ("notification.sink.topic.name", "notes"),
+        ],
+    )
+    .await;
+    let snapshot = drain(&mut task, 8 + 6).await;
+    assert!(
+        snapshot
+            .iter()
+            .filter(|r| r.topic == "notes")
+            .all(|r| r.source_offset.is_empty()),
+        "notifications carry no offset"
+    );
+    let initial = notifications(&snapshot);
+    let kinds: Vec<(&str, &str)> = initial
+        .iter()
+        .map(|(a, t, _)| (a.as_str(), t.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("Initial Snapshot", "STARTED"),
+            ("Initial Snapshot", "IN_PROGRESS"),
+            ("Initial Snapshot", "TABLE_SCAN_COMPLETED"),
+            ("Initial Snapshot", "IN_PROGRESS"),
+            ("Initial Snapshot", "TABLE_SCAN_COMPLETED"),
+            ("Initial Snapshot", "COMPLETED"),
+        ]
+    );
+    let done_a = &initial[2].2;
+    assert_eq!(done_a["scanned_collection"], "public.a");
+    assert_eq!(done_a["total_rows_scanned"], "5");
+    assert_eq!(done_a["status"], "SUCCEEDED");
+    assert_eq!(done_a["data_collections"], "public.a,public.b");
+    assert_eq!(done_a["connector_name"], "idle");
+    assert_eq!(initial[3].2["current_collection_in_progress"], "public.b");
+    assert_eq!(initial[4].2["total_rows_scanned"], "3");
+
+    let mut committed = Vec::new();
+    let mut seen = step(&mut task, &mut committed).await;
+    db.batch_execute(
+        r#"INSERT INTO debezium_signal VALUES ('sig-1', 'execute-snapshot', '{"data-collections": ["public\\.a"], "type": "incremental"}');"#,
+    )
+    .await
+    .unwrap();
+    until_incremental_ends(&mut task, &mut committed, &mut seen, 5).await;
+    // The completion is raised when the next table is asked for: one more poll.
+    seen.extend(step(&mut task, &mut committed).await);
+    let incremental = notifications(&seen);
+    let kinds: Vec<&str> = incremental.iter().map(|(_, t, _)| t.as_str()).collect();
+    assert!(
+        incremental
+            .iter()
+            .all(|(a, _, _)| a == "Incremental Snapshot"),
+        "{incremental:?}"
+    );
+    assert_eq!(
+        kinds,
+        [
+            "STARTED",
+            "IN_PROGRESS",
+            "IN_PROGRESS",
+            "IN_PROGRESS",
+            "TABLE_SCAN_COMPLETED",
+            "COMPLETED"
+        ],
+        "{incremental:?}"
+    );
+    assert_eq!(incremental[0].2["data_collections"], "public.a");
+    assert_eq!(incremental[1].2["maximum_key"], "5");
+    assert_eq!(incremental[1].2["last_processed_key"], "2");
+    assert_eq!(incremental[4].2["total_rows_scanned"], "5");
+    assert_eq!(incremental[4].2["status"], "SUCCEEDED");
+    task.stop().await;
 }

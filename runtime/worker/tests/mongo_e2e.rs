@@ -41,6 +41,8 @@
 //! - an incremental `execute-snapshot` copies a collection in `_id` chunks between watermark
 //!   documents while a writer changes it, across a SIGKILL mid-copy: the topic applied in
 //!   order equals the collection.
+//! - `notification.enabled.channels=log,sink`: the initial and an incremental snapshot's
+//!   notifications reach the log and, as Debezium's records, the sink topic (JSON with schemas).
 //!   SecantusDB's post-image is the document's current state (a lookup limited to collections
 //!   with `changeStreamPreAndPostImages`), so the test cannot tell mongod's state-right-after-
 //!   each-update apart from a lookup on a collection that keeps images.
@@ -1504,4 +1506,139 @@ fn file_channel_signals_run_blocking_and_incremental_snapshots() {
         2 * (N + 1),
         "both snapshots read every document once"
     );
+}
+
+/// The JSON values of topic `topic`'s partition 0 so far, through the worker's REST API.
+fn topic_values(w: &Worker, topic: &str) -> Vec<Value> {
+    let (status, _, body) = http(
+        w.addr,
+        "GET",
+        &format!("/topics/{topic}/partitions/0/records?offset=0&max=10000"),
+        None,
+    );
+    if status != 200 {
+        return Vec::new();
+    }
+    body["records"]
+        .as_array()
+        .map(|rs| rs.iter().map(|r| r["value"].clone()).collect())
+        .unwrap_or_default()
+}
+
+/// `notification.enabled.channels=log,sink`: the initial snapshot and an incremental one send
+/// Debezium's notifications to the worker's log and, as records with Debezium's schemas, to
+/// `notification.sink.topic.name`.
+#[test]
+fn snapshots_send_notifications_to_the_log_and_the_sink_topic() {
+    let server = MongoServer::start().expect("SecantusDB");
+    let rt = runtime();
+    let c = client(&rt, &server);
+    let db = c.database("nt");
+    let items = db.collection::<Document>("items");
+    let signals = db.collection::<Document>("signals");
+    let docs: Vec<Document> = (0..10).map(|i| doc! {"_id": i, "v": i}).collect();
+    wait(&rt, items.insert_many(docs)).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, file) = config_file(
+        tmp.path(),
+        config(
+            "nt",
+            &server,
+            "nt",
+            &[
+                ("collection.include.list", "nt.items"),
+                ("signal.data.collection", "nt.signals"),
+                ("incremental.snapshot.chunk.size", "4"),
+                ("notification.enabled.channels", "log,sink"),
+                ("notification.sink.topic.name", "notes"),
+            ],
+        ),
+    );
+    let w = Worker::start(&data, &[&file]);
+    let kinds = |w: &Worker| -> Vec<(String, String)> {
+        topic_values(w, "notes")
+            .iter()
+            .map(|v| {
+                let p = &v["payload"];
+                (
+                    p["aggregate_type"].as_str().unwrap_or_default().to_owned(),
+                    p["type"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let has = |w: &Worker, aggregate: &str, kind: &str| {
+        kinds(w).iter().any(|(a, k)| a == aggregate && k == kind)
+    };
+    wait_until(
+        "the initial snapshot's completion",
+        Duration::from_secs(60),
+        || has(&w, "Initial Snapshot", "COMPLETED"),
+    );
+    let values = topic_values(&w, "notes");
+    let done = values
+        .iter()
+        .find(|v| v["payload"]["type"] == "TABLE_SCAN_COMPLETED")
+        .expect("the collection's scan completed");
+    assert_eq!(
+        done["schema"]["name"], "io.debezium.connector.common.Notification",
+        "{done}"
+    );
+    let data_of = |v: &Value| v["payload"]["additional_data"].clone();
+    assert_eq!(data_of(done)["scanned_collection"], "nt.items");
+    assert_eq!(data_of(done)["status"], "SUCCEEDED");
+    assert_eq!(data_of(done)["connector_name"], "nt");
+    assert_eq!(
+        kinds(&w),
+        [
+            ("Initial Snapshot".into(), "STARTED".into()),
+            ("Initial Snapshot".into(), "IN_PROGRESS".into()),
+            ("Initial Snapshot".into(), "TABLE_SCAN_COMPLETED".into()),
+            ("Initial Snapshot".into(), "COMPLETED".into()),
+        ]
+    );
+    wait_until("streaming", Duration::from_secs(30), || {
+        w.logs().iter().any(|l| l.contains("streaming changes"))
+    });
+    wait(
+        &rt,
+        signals.insert_one(doc! {"_id": "inc-1", "type": "execute-snapshot", "data": {
+            "data-collections": ["nt\\.items"],
+        }}),
+    )
+    .unwrap();
+    wait_until(
+        "the incremental snapshot's completion",
+        Duration::from_secs(60),
+        || has(&w, "Incremental Snapshot", "COMPLETED"),
+    );
+    let incremental: Vec<String> = kinds(&w)
+        .into_iter()
+        .filter(|(a, _)| a == "Incremental Snapshot")
+        .map(|(_, k)| k)
+        .collect();
+    // 10 documents in chunks of 4: three chunks, then the table is done.
+    assert_eq!(
+        incremental,
+        [
+            "STARTED",
+            "IN_PROGRESS",
+            "IN_PROGRESS",
+            "IN_PROGRESS",
+            "TABLE_SCAN_COMPLETED",
+            "COMPLETED"
+        ]
+    );
+    let values = topic_values(&w, "notes");
+    let scan = values
+        .iter()
+        .rfind(|v| v["payload"]["type"] == "TABLE_SCAN_COMPLETED")
+        .unwrap();
+    assert_eq!(data_of(scan)["total_rows_scanned"], "10", "{scan}");
+    assert!(
+        w.logs().iter().any(|l| l.contains("[Notification Service]")
+            && l.contains("aggregateType='Incremental Snapshot', type='COMPLETED'")),
+        "the log channel has them too"
+    );
+    w.sigterm();
 }
