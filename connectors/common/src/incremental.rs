@@ -364,6 +364,10 @@ pub fn steer(
             };
             tracing::info!(tables = ?request.as_ref().map(|r| &r.collections), left = p.tables.len(), "stop-snapshot signal: dropped from the incremental snapshot");
             notes.incremental_aborted(request.as_ref().map(|r| r.collections.as_slice()));
+            if first_went {
+                // The next table's count starts from zero.
+                notes.reset_incremental_rows();
+            }
             if p.tables.is_empty() {
                 *progress = None;
                 status.finish();

@@ -98,8 +98,6 @@ pub enum TableScanStatus {
     UnknownSchema,
     /// The server refused the table's statements.
     SqlException,
-    /// Dropped by a `stop-snapshot` signal.
-    Skipped,
 }
 
 impl TableScanStatus {
@@ -110,7 +108,6 @@ impl TableScanStatus {
             TableScanStatus::NoPrimaryKey => "NO_PRIMARY_KEY",
             TableScanStatus::UnknownSchema => "UNKNOWN_SCHEMA",
             TableScanStatus::SqlException => "SQL_EXCEPTION",
-            TableScanStatus::Skipped => "SKIPPED",
         }
     }
 }
@@ -357,7 +354,7 @@ impl Notifier {
                 .fetch_add(rows, std::sync::atomic::Ordering::Relaxed);
         }
     }
-    fn reset_incremental_rows(&self) -> u64 {
+    pub(crate) fn reset_incremental_rows(&self) -> u64 {
         self.0.as_ref().map_or(0, |c| {
             c.incremental_rows
                 .swap(0, std::sync::atomic::Ordering::Relaxed)

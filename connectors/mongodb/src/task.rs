@@ -688,8 +688,7 @@ impl Inner {
             return self.start_snapshot(None, None).await;
         }
         self.position = position;
-        self.notes.initial_skipped();
-        match self.start_streaming(token.as_ref()).await {
+        let started = match self.start_streaming(token.as_ref()).await {
             Err(e)
                 if e.message().contains("ChangeStreamHistoryLost")
                     && policy.lost_position != LostPosition::Fail =>
@@ -697,7 +696,12 @@ impl Inner {
                 self.after_lost_history(e.message()).await
             }
             other => other,
+        };
+        // A lost resume point may have started a snapshot instead.
+        if started.is_ok() && !matches!(self.phase, Phase::Snapshot(_)) {
+            self.notes.initial_skipped();
         }
+        started
     }
 
     /// The stored resume point is gone from the oplog (`history`, the server's error):
@@ -1182,6 +1186,10 @@ impl Inner {
         let finished = match self.fill_snapshot(&mut s, &mut out, &mut tail).await {
             Ok(f) => f,
             Err(e) => {
+                if let Some((ci, _)) = &s.current {
+                    let c = &s.collections[s.chunks[*ci].collection];
+                    self.notes.initial_table_failed(&c.ns());
+                }
                 self.notes.initial_aborted();
                 self.phase = Phase::Snapshot(s);
                 return Err(e);
@@ -1657,6 +1665,23 @@ impl Inner {
         }
     }
 
+    /// How a failed read of an incremental snapshot's collection ends: a query the server
+    /// refuses skips the collection (`Ok(false)`: logged, notified, not retried forever); any
+    /// other failure is the task's error.
+    fn chunk_read_failed(
+        &mut self,
+        name: &str,
+        what: &str,
+        e: mongodb::error::Error,
+    ) -> Result<bool, ConnectError> {
+        if matches!(*e.kind, mongodb::error::ErrorKind::Command(_)) {
+            tracing::error!(collection = %name, error = %e, "incremental snapshot: {what} failed; the collection is skipped");
+            self.scan_status = TableScanStatus::SqlException;
+            return Ok(false);
+        }
+        Err(classify(format!("{what} of {name}"), e))
+    }
+
     /// Starts the next chunk of a collection: writes its open watermark document and keeps
     /// the chunk's query in [`Inner::pending_chunk`] (read by [`Self::read_incremental_chunk`]
     /// once the stream has passed the watermark); false when the collection has nothing left
@@ -1684,6 +1709,7 @@ impl Inner {
             Some(Ok(q)) => Some(q),
             Some(Err(why)) => {
                 tracing::error!(collection = %name, %why, "incremental snapshot: the condition is not a query; skipped");
+                self.scan_status = TableScanStatus::SqlException;
                 return Ok(false);
             }
         };
@@ -1728,12 +1754,13 @@ impl Inner {
                         }
                         max
                     }
-                    Err(e) => return chunk_read_failed(&name, "reading the largest _id", e),
+                    Err(e) => return self.chunk_read_failed(&name, "reading the largest _id", e),
                 }
             }
         };
         let Some(max_id) = id_of(&max) else {
             tracing::error!(collection = %name, "incremental snapshot: the largest _id in the offsets does not parse; skipped");
+            self.scan_status = TableScanStatus::SqlException;
             return Ok(false);
         };
         let after = self
@@ -1812,7 +1839,7 @@ impl Inner {
             .await;
         let mut cursor = match found {
             Ok(c) => c,
-            Err(e) => return chunk_read_failed(&name, "reading a chunk", e),
+            Err(e) => return self.chunk_read_failed(&name, "reading a chunk", e),
         };
         let (ms, us, ns) = now();
         let info = SourceInfo {
@@ -1831,7 +1858,7 @@ impl Inner {
         while let Some(doc) = cursor.next().await {
             let doc = match doc {
                 Ok(d) => d,
-                Err(e) => return chunk_read_failed(&name, "reading a chunk", e),
+                Err(e) => return self.chunk_read_failed(&name, "reading a chunk", e),
             };
             let (id, key, json) = snapshots::render(&doc, &rules, true)
                 .map_err(|e| ConnectError::data(format!("a document of {name}: {e}")))?;
@@ -2535,21 +2562,6 @@ impl<'a> EventFields<'a> {
             _ => RawBsonRef::Null,
         }))
     }
-}
-
-/// How a failed read of an incremental snapshot's collection ends: a query the server refuses
-/// skips the collection (`Ok(false)`: logged, not retried forever); any other failure is the
-/// task's error.
-fn chunk_read_failed(
-    name: &str,
-    what: &str,
-    e: mongodb::error::Error,
-) -> Result<bool, ConnectError> {
-    if matches!(*e.kind, mongodb::error::ErrorKind::Command(_)) {
-        tracing::error!(collection = %name, error = %e, "incremental snapshot: {what} failed; the collection is skipped");
-        return Ok(false);
-    }
-    Err(classify(format!("{what} of {name}"), e))
 }
 
 /// The document of an incremental snapshot chunk's open or close watermark.

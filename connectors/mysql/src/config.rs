@@ -109,6 +109,8 @@ pub struct MySqlConfig {
     pub snapshot_max_threads: usize,
     /// `snapshot.chunk.rows`: rows per snapshot chunk of an integer-keyed table.
     pub snapshot_chunk_rows: u64,
+    /// `snapshot.tables.order.by.row.count`.
+    pub table_order: headwater_connector_common::config::TableOrder,
     /// `incremental.snapshot.chunk.size`: rows per chunk of an incremental snapshot.
     pub incremental_chunk_size: usize,
     pub include_schema_changes: bool,
@@ -320,6 +322,7 @@ pub fn config_def() -> ConfigDef {
     let def = define_snapshot_mode_keys(def);
     let def = headwater_connector_common::config::define_errors_max_retries(def);
     let def = headwater_connector_common::notification::define_keys(def);
+    let def = headwater_connector_common::config::TableOrder::define(def);
     headwater_connector_common::config::define_signal_keys(def)
 }
 
@@ -570,6 +573,7 @@ impl MySqlConfig {
             snapshot_chunk_rows: u64::try_from(long("snapshot.chunk.rows"))
                 .unwrap_or(100_000)
                 .max(1),
+            table_order: headwater_connector_common::config::TableOrder::from_props(props),
             incremental_chunk_size: p
                 .get_long("incremental.snapshot.chunk.size")
                 .unwrap_or(1024)

@@ -87,7 +87,6 @@ fn keyable(ty: &MyType) -> bool {
     )
 }
 
-/// A key value (hex of its text-protocol bytes) as a literal of type `ty`.
 /// A key part as the progress keeps it (hex of the server's text) as that text, for people
 /// (notifications); what does not decode stays as it is.
 pub fn key_part_text(hex: &str) -> String {
@@ -97,6 +96,7 @@ pub fn key_part_text(hex: &str) -> String {
     )
 }
 
+/// A key value (hex of its text-protocol bytes) as a literal of type `ty`.
 fn literal(ty: &MyType, hex: &str) -> Option<String> {
     let bytes = from_hex(hex)?;
     let text = || String::from_utf8(bytes.clone()).ok();

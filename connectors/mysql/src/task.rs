@@ -654,7 +654,6 @@ impl Inner {
         if snapshot_needed {
             self.start_snapshot(None, None).await
         } else {
-            self.notes.initial_skipped();
             let p = match resumable {
                 Some(p) => {
                     // Regions a resumed snapshot re-read that streaming has not passed yet.
@@ -683,6 +682,7 @@ impl Inner {
                     return self.start_snapshot(None, Some(signalled)).await;
                 }
             }
+            self.notes.initial_skipped();
             self.start_streaming().await
         }
     }
@@ -1409,10 +1409,22 @@ impl Inner {
         let mut plan_tables = Vec::new();
         let mut chunks = Vec::new();
         let mut estimated = Vec::new();
+        // Estimates first: snapshot.tables.order.by.row.count orders the tables by them.
+        let mut sized = Vec::with_capacity(tables.len());
         for (t, name) in tables.into_iter().zip(names) {
             if done.contains(&name) {
                 continue;
             }
+            let rows = self.estimate_rows(&t.schema.id).await?;
+            sized.push((t, name, rows));
+        }
+        let in_progress = |name: &str| resume_at.as_ref().is_some_and(|(t, _)| t == name);
+        self.cfg.table_order.sort(
+            &mut sized,
+            |(_, _, rows)| *rows,
+            |(_, name, _)| in_progress(name),
+        );
+        for (t, name, rows) in sized {
             let after = resume_at
                 .as_ref()
                 .filter(|(table, _)| *table == name)
@@ -1445,7 +1457,6 @@ impl Inner {
                     pos: snap_pos.pos,
                 });
             }
-            let rows = self.estimate_rows(&t.schema.id).await?;
             let i = plan_tables.len();
             let mut planned = snapshots::plan_table(
                 &mut conns[0],
@@ -1637,6 +1648,15 @@ impl Inner {
         )
     }
 
+    /// Notifies the table being read as failed and the snapshot as aborted.
+    fn notify_snapshot_failed(&self, s: &Snapshot) {
+        if let Some((ci, _)) = &s.current {
+            let table = s.tables[s.chunks[*ci].table].schema.id.to_string();
+            self.notes.initial_table_failed(&table);
+        }
+        self.notes.initial_aborted();
+    }
+
     async fn poll_snapshot(&mut self) -> Result<SourceBatch, ConnectError> {
         let Phase::Snapshot(mut s) = std::mem::replace(&mut self.phase, Phase::Done) else {
             return Ok(SourceBatch::empty());
@@ -1649,7 +1669,7 @@ impl Inner {
                 return self.abandon_signalled_snapshot(s, e).await;
             }
             Err(e) => {
-                self.notes.initial_aborted();
+                self.notify_snapshot_failed(&s);
                 self.phase = Phase::Snapshot(s);
                 return Err(e);
             }
@@ -1723,7 +1743,7 @@ impl Inner {
     ) -> Result<SourceBatch, ConnectError> {
         tracing::error!(error = %error.message(), request = s.signal.as_deref().unwrap_or_default(), "execute-snapshot signal abandoned: the server refused part of its read; streaming goes on after the signal");
         s.progress.finish();
-        self.notes.initial_aborted();
+        self.notify_snapshot_failed(&s);
         if let Some(mut lock) = s.lock_conn.take() {
             let _ = lock.query_drop("UNLOCK TABLES").await;
             let _ = lock.disconnect().await;
@@ -3463,15 +3483,15 @@ fn source_collection(rec: &SourceRecord) -> Option<String> {
     Some(format!("{db}.{table}"))
 }
 
-/// MySQL 8 paths (v2 rows events, MySQL GTID events) fed with event bytes through the same
-/// decoding the binlog reader uses ([`event_message`]): no MySQL 8 server can be installed on
-/// the build machines (MariaDB writes v1 rows events and its own GTID events, which the
-/// integration tests cover).
 /// The qualified names of a snapshot's tables, in snapshot order (notifications' lists).
 fn table_names(tables: &[SnapshotTable]) -> Vec<String> {
     tables.iter().map(|t| t.schema.id.to_string()).collect()
 }
 
+/// MySQL 8 paths (v2 rows events, MySQL GTID events) fed with event bytes through the same
+/// decoding the binlog reader uses ([`event_message`]): no MySQL 8 server can be installed on
+/// the build machines (MariaDB writes v1 rows events and its own GTID events, which the
+/// integration tests cover).
 #[cfg(test)]
 mod ddl_tests {
     use super::*;

@@ -1128,3 +1128,27 @@ async fn snapshots_send_notifications_to_the_sink_topic() {
     until_notified(&mut again, &mut restarted, "Initial Snapshot", "SKIPPED").await;
     again.stop().await;
 }
+
+/// `snapshot.tables.order.by.row.count=descending`: the snapshot copies the largest table
+/// first (by the server's estimate after ANALYZE), not in the captured order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_snapshot_orders_tables_by_row_count_when_asked() {
+    let (server, mut db) = server_with_captured_rows(3).await;
+    let rows: Vec<String> = (1..=40).map(|i| format!("({i})")).collect();
+    db.query_drop(format!(
+        "CREATE TABLE other (id int PRIMARY KEY); INSERT INTO other VALUES {}; ANALYZE TABLE captured, other;",
+        rows.join(", ")
+    ))
+    .await
+    .unwrap();
+    let p = props(
+        &server,
+        &[("snapshot.tables.order.by.row.count", "descending")],
+    );
+    let mut t = start(p, Vec::new()).await;
+    let records = drain(&mut t, 43).await;
+    let mut tables: Vec<&str> = records.iter().map(|r| r.topic.as_str()).collect();
+    tables.dedup();
+    assert_eq!(tables, ["cdc.app.other", "cdc.app.captured"]);
+    t.stop().await;
+}

@@ -85,6 +85,8 @@ pub struct PostgresConfig {
     pub snapshot_fetch_size: usize,
     pub snapshot_max_threads: usize,
     pub snapshot_chunk_rows: u64,
+    /// `snapshot.tables.order.by.row.count`.
+    pub table_order: headwater_connector_common::config::TableOrder,
     /// `incremental.snapshot.chunk.size`: rows per chunk of an incremental snapshot.
     pub incremental_chunk_size: usize,
     pub mapping: MappingConfig,
@@ -312,6 +314,7 @@ pub fn config_def() -> ConfigDef {
     let def = define_snapshot_mode_keys(def);
     let def = headwater_connector_common::config::define_errors_max_retries(def);
     let def = headwater_connector_common::notification::define_keys(def);
+    let def = headwater_connector_common::config::TableOrder::define(def);
     headwater_connector_common::config::define_signal_keys(def)
 }
 
@@ -622,6 +625,7 @@ impl PostgresConfig {
             snapshot_fetch_size: long("snapshot.fetch.size").max(1) as usize,
             snapshot_max_threads: long("snapshot.max.threads").max(1) as usize,
             snapshot_chunk_rows: long("snapshot.chunk.rows").max(1) as u64,
+            table_order: headwater_connector_common::config::TableOrder::from_props(props),
             incremental_chunk_size: p
                 .get_long("incremental.snapshot.chunk.size")
                 .unwrap_or(1024)

@@ -800,7 +800,7 @@ impl Inner {
     ) -> Result<SourceBatch, ConnectError> {
         tracing::error!(error = %error.message(), request = snap.signal.as_deref().unwrap_or_default(), "execute-snapshot signal abandoned: the server refused part of its copy; streaming goes on after the signal");
         snap.progress.finish();
-        self.notes.initial_aborted();
+        self.notify_snapshot_failed(&snap);
         let unfinished: Vec<String> = snap
             .tables
             .iter()
@@ -992,6 +992,7 @@ impl Inner {
         let policy = self.cfg.snapshot_mode.policy();
         if completed && policy.done_after_snapshot() {
             // initial_only (or configuration_based without streaming) after its snapshot.
+            self.notes.initial_skipped();
             self.phase = Phase::Done;
             return Ok(());
         }
@@ -1038,9 +1039,6 @@ impl Inner {
         } else {
             policy.without_offset
         };
-        if !need_snapshot {
-            self.notes.initial_skipped();
-        }
         if need_snapshot {
             // An unfinished snapshot of ours resumes at its next unfinished row when the slot
             // (still at the position the snapshot started from) survived, or when no stream
@@ -1153,6 +1151,10 @@ impl Inner {
             self.phase = Phase::Streaming;
             self.start_streaming(true).await?;
         }
+        // A resumed blocking (signalled) snapshot is not the initial one, which was skipped.
+        if !need_snapshot && !matches!(self.phase, Phase::Snapshot(_)) {
+            self.notes.initial_skipped();
+        }
         Ok(())
     }
 
@@ -1220,6 +1222,23 @@ impl Inner {
                 }
             }
         }
+        // Estimates first: snapshot.tables.order.by.row.count orders the tables by them.
+        let mut sized = Vec::with_capacity(schemas.len());
+        for ts in schemas {
+            let size = snapshots::estimate_rows(&self.sql, &ts).await?;
+            sized.push((ts, size));
+        }
+        let in_progress = |ts: &TableSchema| {
+            resume_at
+                .as_ref()
+                .is_some_and(|(t, _)| *t == ts.id.to_string())
+        };
+        self.cfg.table_order.sort(
+            &mut sized,
+            |(_, (rows, _))| *rows,
+            |(ts, _)| in_progress(ts),
+        );
+        let (schemas, sizes): (Vec<_>, Vec<_>) = sized.into_iter().unzip();
         // Streaming starts before the copy's position when the snapshot resumes or was
         // signalled: the changes the copy already holds are skipped then.
         let regions = resume.is_some() || request.is_some();
@@ -1256,7 +1275,7 @@ impl Inner {
                     lsn,
                 });
             }
-            let (rows, pages) = snapshots::estimate_rows(&self.sql, ts).await?;
+            let (rows, pages) = sizes[i];
             estimated.push(rows);
             let mut planned = snapshots::plan_table(
                 &self.sql,
@@ -1993,6 +2012,15 @@ impl Inner {
         )
     }
 
+    /// Notifies the table being copied as failed and the snapshot as aborted.
+    fn notify_snapshot_failed(&self, snap: &Snapshot) {
+        if let Some((ci, _)) = &snap.current {
+            let table = snap.tables[snap.chunks[*ci].table].id.to_string();
+            self.notes.initial_table_failed(&table);
+        }
+        self.notes.initial_aborted();
+    }
+
     async fn poll_snapshot(&mut self) -> Result<SourceBatch, ConnectError> {
         let Phase::Snapshot(mut snap) = std::mem::replace(&mut self.phase, Phase::Streaming) else {
             return Ok(SourceBatch::empty());
@@ -2010,7 +2038,7 @@ impl Inner {
                 return self.abandon_signalled_snapshot(snap, e).await;
             }
             Err(e) => {
-                self.notes.initial_aborted();
+                self.notify_snapshot_failed(&snap);
                 self.phase = Phase::Snapshot(snap);
                 return Err(e);
             }

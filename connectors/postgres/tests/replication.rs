@@ -2942,3 +2942,48 @@ async fn snapshots_send_notifications_to_the_sink_topic() {
     assert_eq!(incremental[4].2["status"], "SUCCEEDED");
     task.stop().await;
 }
+
+/// `snapshot.tables.order.by.row.count`: the snapshot copies the tables by their row count,
+/// largest first (`descending`) or smallest first (`ascending`), instead of the captured order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_snapshot_orders_tables_by_row_count_when_asked() {
+    let pg = PostgresServer::start().unwrap();
+    pg.create_database("byrows").await.unwrap();
+    let db = pg.connect("byrows").await.unwrap();
+    db.batch_execute(
+        "CREATE TABLE a (id int PRIMARY KEY);
+         CREATE TABLE b (id int PRIMARY KEY);
+         CREATE TABLE c (id int PRIMARY KEY);
+         INSERT INTO a SELECT generate_series(1, 5);
+         INSERT INTO b SELECT generate_series(1, 50);
+         INSERT INTO c VALUES (1);",
+    )
+    .await
+    .unwrap();
+    for (order, expected) in [
+        ("disabled", ["a", "b", "c"]),
+        ("descending", ["b", "a", "c"]),
+        ("ascending", ["c", "a", "b"]),
+    ] {
+        let slot = format!("byrows_{order}");
+        let mut task = started_task(
+            &pg,
+            "byrows",
+            &[
+                ("slot.name", slot.as_str()),
+                ("table.include.list", "public.a,public.b,public.c"),
+                ("snapshot.mode", "initial_only"),
+                ("snapshot.tables.order.by.row.count", order),
+            ],
+        )
+        .await;
+        let records = drain(&mut task, 56).await;
+        let mut tables: Vec<&str> = records
+            .iter()
+            .map(|r| r.topic.trim_start_matches("idle.public."))
+            .collect();
+        tables.dedup();
+        assert_eq!(tables, expected, "{order}");
+        task.stop().await;
+    }
+}

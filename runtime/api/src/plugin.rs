@@ -231,7 +231,8 @@ pub enum Boundary {
 /// partition, in the same batch or in a later one before the next commit boundary, carries the
 /// offset that covers it; sources use this to avoid building an offset per record. Such a
 /// record may leave its `source_partition` empty as well: only the covering record's partition
-/// is read.
+/// is read. A record that moves no position at all (a notification) carries neither and
+/// needs no covering record.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SourceBatch {
     pub records: Vec<SourceRecord>,

@@ -119,10 +119,15 @@ pub fn source_ts_ms(record: &SourceRecord) -> Option<i64> {
 }
 
 /// Stores the source lag at `now_ms` of the newest of `records` that carries `source.ts_ms`
-/// (among the last few; a tombstone carries none) in `lag_ms`. The runner observes each polled
-/// batch.
+/// (among the last few before the notifications a batch may end with; a tombstone carries
+/// none) in `lag_ms`. The runner observes each polled batch.
 pub fn observe_source_lag(lag_ms: &AtomicI64, records: &[SourceRecord], now_ms: i64) {
-    if let Some(ts) = records.iter().rev().take(8).find_map(source_ts_ms) {
+    let notification = |r: &&SourceRecord| {
+        r.value_schema.as_ref().and_then(|s| s.name())
+            == Some("io.debezium.connector.common.Notification")
+    };
+    let mut newest = records.iter().rev().skip_while(notification).take(8);
+    if let Some(ts) = newest.find_map(source_ts_ms) {
         lag_ms.store((now_ms - ts).max(0), Ordering::Relaxed);
     }
 }

@@ -67,6 +67,9 @@ pub struct TaskShared {
     pub status: Mutex<(State, Option<String>)>,
     pub control: watch::Sender<Control>,
     pub records_polled: AtomicU64,
+    /// Source tasks: polled batches holding a record that carries a source offset (a change
+    /// or a heartbeat, not a notification): the progress that ends a row of restarts.
+    pub positioned_batches: AtomicU64,
     pub records_written: AtomicU64,
     pub bytes_written: AtomicU64,
     pub commits: AtomicU64,
@@ -94,6 +97,7 @@ impl TaskShared {
             status: Mutex::new((State::Unassigned, None)),
             control: tx,
             records_polled: AtomicU64::new(0),
+            positioned_batches: AtomicU64::new(0),
             records_written: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
             commits: AtomicU64::new(0),
@@ -150,6 +154,7 @@ pub struct TaskSetup {
 /// after retriable errors.
 pub async fn supervise(setup: TaskSetup) {
     let restart = Restart {
+        progress: |s| s.positioned_batches.load(Ordering::Relaxed),
         connector: &setup.connector,
         task_id: setup.task_id,
         shared: &setup.shared,
@@ -175,9 +180,12 @@ fn max_retries(props: &Properties) -> Option<u32> {
 /// error wait (exponentially longer, up to a maximum, cut short by a stop) and run again; after
 /// any other error mark the task FAILED (in its status and the status topic) and stop.
 /// With `max_retries` (Debezium's `errors.max.retries`), the retriable error after that many
-/// restarts in a row fails the task too; a run that handed out records ends the row (as
-/// Debezium resets its count when a poll returns change events), and the backoff starts over.
+/// restarts in a row fails the task too; a run that made progress ends the row (as Debezium
+/// resets its count when a poll returns change events), and the backoff starts over.
 pub(crate) struct Restart<'a> {
+    /// The task's progress counter: it moves when a run made progress (a source's batches
+    /// with a position, a sink's consumed records).
+    pub progress: fn(&TaskShared) -> u64,
     pub connector: &'a str,
     pub task_id: u32,
     pub shared: &'a Arc<TaskShared>,
@@ -196,7 +204,8 @@ impl Restart<'_> {
         let mut backoff = self.backoff_initial;
         let mut control = self.shared.control.subscribe();
         let mut retries = 0u32;
-        let mut polled_before = self.shared.records_polled.load(Ordering::Relaxed);
+        let progress = || (self.progress)(self.shared);
+        let mut polled_before = progress();
         loop {
             if *control.borrow() == Control::Stop {
                 break;
@@ -209,9 +218,10 @@ impl Restart<'_> {
                 }
                 break;
             }
-            let polled = self.shared.records_polled.load(Ordering::Relaxed);
+            let polled = progress();
             if polled != polled_before {
-                // The run handed out records: it had recovered from earlier failures.
+                // The run made progress (a sink consumed records, a source handed out records
+                // carrying a position): it had recovered from earlier failures.
                 polled_before = polled;
                 retries = 0;
                 backoff = self.backoff_initial;
@@ -475,6 +485,14 @@ async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<()
             caught_up = batch.caught_up;
             let polled = batch.records.len();
             last_polled = polled;
+            // Source tasks count their progress in batches with a position (records_polled
+            // stays the metric): a run handing out only notifications has not recovered.
+            if batch.records.iter().any(|r| !r.source_offset.is_empty()) {
+                setup
+                    .shared
+                    .positioned_batches
+                    .fetch_add(1, Ordering::Relaxed);
+            }
             setup
                 .shared
                 .records_polled

@@ -123,6 +123,7 @@ pub struct SinkSetup {
 /// backoff after retriable errors (the same policy as source tasks).
 pub async fn supervise_sink(setup: SinkSetup) {
     let restart = crate::runner::Restart {
+        progress: |s| s.records_polled.load(std::sync::atomic::Ordering::Relaxed),
         connector: &setup.connector,
         task_id: setup.task_id,
         shared: &setup.shared,

@@ -311,11 +311,21 @@ async fn a_spilled_transaction_counts_all_its_bytes() {
     engine.shutdown().await;
 }
 
-/// A task whose every run fails with a retriable error: at start, or (`records_first`) at
-/// its second poll after handing out one record.
+/// How each run of a [`FlakyTask`] fails.
+#[derive(Clone, Copy)]
+enum Flaky {
+    /// At start.
+    AtStart,
+    /// At its second poll, after handing out one record carrying an offset.
+    AfterARecord,
+    /// At its second poll, after handing out one record without an offset (as a notification).
+    AfterANotification,
+}
+
+/// A task whose every run fails with a retriable error, as `flaky` says.
 struct FlakyTask {
     starts: Arc<std::sync::atomic::AtomicUsize>,
-    records_first: bool,
+    flaky: Flaky,
     polls: usize,
 }
 
@@ -329,12 +339,11 @@ impl SourceTask for FlakyTask {
             let n = self
                 .starts
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            if self.records_first {
-                Ok(())
-            } else {
-                Err(ConnectError::retriable(format!(
+            match self.flaky {
+                Flaky::AtStart => Err(ConnectError::retriable(format!(
                     "connection refused (start {n})"
-                )))
+                ))),
+                _ => Ok(()),
             }
         })
     }
@@ -344,11 +353,15 @@ impl SourceTask for FlakyTask {
             self.polls += 1;
             if self.polls == 1 {
                 let n = self.starts.load(std::sync::atomic::Ordering::SeqCst) as i64;
-                let mut batch = SourceBatch::committed(vec![record("x", Some(n))]);
+                let offset = matches!(self.flaky, Flaky::AfterARecord).then_some(n);
+                let mut batch = SourceBatch::committed(vec![record("x", offset)]);
                 batch.caught_up = true;
                 Ok(batch)
             } else {
-                Err(ConnectError::retriable("connection reset"))
+                Err(ConnectError::retriable(format!(
+                    "connection refused (poll {n})",
+                    n = self.polls
+                )))
             }
         })
     }
@@ -371,7 +384,7 @@ async fn flaky_connector(
     dir: &std::path::Path,
     name: &'static str,
     max_retries: &str,
-    records_first: bool,
+    flaky: Flaky,
 ) -> (Log, Engine, Arc<std::sync::atomic::AtomicUsize>) {
     let starts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let log = Log::open(dir, LogOptions::default()).unwrap();
@@ -381,7 +394,7 @@ async fn flaky_connector(
         Box::new(OneTaskConnector(move || -> Box<dyn SourceTask> {
             Box::new(FlakyTask {
                 starts: counter.clone(),
-                records_first,
+                flaky,
                 polls: 0,
             })
         }))
@@ -413,7 +426,7 @@ async fn flaky_connector(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_max_retries_fails_a_task_that_never_recovers() {
     let dir = tempfile::tempdir().unwrap();
-    let (_log, engine, starts) = flaky_connector(dir.path(), "flaky", "2", false).await;
+    let (_log, engine, starts) = flaky_connector(dir.path(), "flaky", "2", Flaky::AtStart).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let task = loop {
         let status = engine.status("flaky").await.unwrap();
@@ -443,7 +456,8 @@ async fn errors_max_retries_fails_a_task_that_never_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_max_retries_counts_only_restarts_without_progress() {
     let dir = tempfile::tempdir().unwrap();
-    let (_log, engine, starts) = flaky_connector(dir.path(), "recovering", "1", true).await;
+    let (_log, engine, starts) =
+        flaky_connector(dir.path(), "recovering", "1", Flaky::AfterARecord).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while starts.load(std::sync::atomic::Ordering::SeqCst) < 6 {
         assert!(std::time::Instant::now() < deadline, "too few restarts");
@@ -456,5 +470,25 @@ async fn errors_max_retries_counts_only_restarts_without_progress() {
         "each run handed out a record: {:?}",
         status.tasks[0].trace
     );
+    engine.shutdown().await;
+}
+
+/// A run that hands out only records without a position (notifications) has not recovered:
+/// its restarts count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_max_retries_does_not_count_notifications_as_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_log, engine, starts) =
+        flaky_connector(dir.path(), "notifying", "2", Flaky::AfterANotification).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = engine.status("notifying").await.unwrap();
+        if status.tasks[0].state == State::Failed {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never failed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(starts.load(std::sync::atomic::Ordering::SeqCst), 3);
     engine.shutdown().await;
 }
