@@ -43,6 +43,8 @@ pub struct Progress {
     pub max: Option<Vec<String>>,
     /// `pause-snapshot` was read, and no `resume-snapshot` since.
     pub paused: bool,
+    /// The id of the signal that started it: its notifications' id.
+    pub correlation_id: Option<String>,
 }
 
 impl Progress {
@@ -90,6 +92,7 @@ impl Progress {
             "after": self.after,
             "max": self.max,
             "paused": self.paused,
+            "correlation_id": self.correlation_id,
         })
         .to_string()
     }
@@ -129,6 +132,10 @@ impl Progress {
             after: strings(v.get("after"))?,
             max: strings(v.get("max"))?,
             paused: v.get("paused").and_then(|p| p.as_bool()).unwrap_or(false),
+            correlation_id: v
+                .get("correlation_id")
+                .and_then(|c| c.as_str())
+                .map(str::to_owned),
         })
     }
 }
@@ -253,7 +260,8 @@ pub fn queue(
     } else {
         report(status, fresh, queued);
         if fresh {
-            notes.incremental_started(&p.table_names());
+            p.correlation_id = request.id.clone();
+            notes.incremental_started(p.correlation_id.as_deref(), &p.table_names());
         }
     }
     tracing::info!(tables = ?added, queued, chunk_size, "incremental snapshot: copying in chunks while streaming goes on");
@@ -286,7 +294,7 @@ pub fn table_to_read(
         None => {
             tracing::info!("incremental snapshot finished");
             status.finish();
-            notes.incremental_completed();
+            notes.incremental_completed(p.correlation_id.as_deref());
             *progress = None;
             None
         }
@@ -363,7 +371,10 @@ pub fn steer(
                 Some(r) => p.remove(|name| r.names(name)),
             };
             tracing::info!(tables = ?request.as_ref().map(|r| &r.collections), left = p.tables.len(), "stop-snapshot signal: dropped from the incremental snapshot");
-            notes.incremental_aborted(request.as_ref().map(|r| r.collections.as_slice()));
+            notes.incremental_aborted(
+                p.correlation_id.as_deref(),
+                request.as_ref().map(|r| r.collections.as_slice()),
+            );
             if first_went {
                 // The next table's count starts from zero.
                 notes.reset_incremental_rows();
@@ -379,7 +390,7 @@ pub fn steer(
         IncrementalSignal::Pause | IncrementalSignal::Resume => {
             let paused = matches!(signal, IncrementalSignal::Pause);
             if p.paused != paused {
-                notes.incremental_paused(paused, &p.table_names());
+                notes.incremental_paused(p.correlation_id.as_deref(), paused, &p.table_names());
             }
             p.paused = paused;
             tracing::info!(
@@ -406,10 +417,23 @@ pub fn table_done(
     };
     if let Some(table) = p.tables.front() {
         tracing::info!(table = %table.name(), status = ?scan, "incremental snapshot of table done");
-        notes.incremental_table_done(&p.table_names(), &table.name(), scan);
+        notes.incremental_table_done(
+            p.correlation_id.as_deref(),
+            &p.table_names(),
+            &table.name(),
+            scan,
+        );
     }
     status.table_done();
     p.next_table();
+}
+
+/// The incremental snapshot cannot go on (see the log): it ends, notified as aborted.
+pub fn abandon(progress: &mut Option<Progress>, status: &SnapshotProgress, notes: &Notifier) {
+    if let Some(p) = progress.take() {
+        notes.incremental_aborted(p.correlation_id.as_deref(), None);
+    }
+    status.finish();
 }
 
 /// A chunk of the first table, ending at key `last`, was read and waits in its window:
@@ -428,7 +452,8 @@ pub fn chunk_read(
         if let Some(table) = p.tables.front() {
             let text = |key: &[String]| key.iter().map(|k| readable(k)).collect::<Vec<_>>();
             let max = text(p.max.as_deref().unwrap_or_default());
-            notes.incremental_chunk(&p.table_names(), &table.name(), &max, &text(last));
+            let id = p.correlation_id.as_deref();
+            notes.incremental_chunk(id, &p.table_names(), &table.name(), &max, &text(last));
         }
     }
 }
@@ -500,6 +525,7 @@ mod tests {
         p.after = Some(vec!["5".into(), "a'b".into()]);
         p.max = Some(vec!["9".into(), "z".into()]);
         p.paused = true;
+        p.correlation_id = Some("sig-7".into());
         let again = Progress::from_json(&p.to_json()).unwrap();
         assert_eq!(again, p);
         assert!(p.remove(|name| name == "public.orders"));
@@ -636,9 +662,10 @@ mod tests {
         );
         let status = SnapshotProgress::default();
         let mut progress = None;
-        let request =
+        let mut request =
             crate::signal::SnapshotRequest::from_data(&json!({"data-collections": ["s\\.a"]}))
                 .unwrap();
+        request.id = Some("sig-1".into());
         queue(
             &mut progress,
             &request,
@@ -679,6 +706,10 @@ mod tests {
         };
         let has = |i: usize, k: &str, v: &str| data(i).contains(&(Value::from(k), Value::from(v)));
         assert!(has(0, "data_collections", "s.a"));
+        for r in &records {
+            let id = r.value.as_struct().and_then(|v| v.get("id"));
+            assert_eq!(id, Some(&Value::from("sig-1")), "the signal's id is theirs");
+        }
         assert!(has(1, "maximum_key", "9") && has(1, "last_processed_key", "4"));
         assert!(has(2, "total_rows_scanned", "4") && has(2, "status", "SUCCEEDED"));
     }

@@ -190,13 +190,20 @@ impl Notifier {
         }
     }
 
-    /// Raises one notification; `id` is a new UUID when `None` (Debezium's when no signal
-    /// correlates it). The connector's name is added to `data`.
-    pub fn notify(&self, aggregate_type: &str, kind: &str, data: &[(&str, String)]) {
+    /// Raises one notification; its id is `id` (an incremental snapshot's signal id) or a new
+    /// UUID (Debezium's when no signal correlates it). The connector's name is added to
+    /// `data`.
+    pub fn notify(
+        &self,
+        id: Option<&str>,
+        aggregate_type: &str,
+        kind: &str,
+        data: &[(&str, String)],
+    ) {
         let Some(c) = self.0.as_ref() else {
             return;
         };
-        let id = uuid::Uuid::new_v4().to_string();
+        let id = id.map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
         let timestamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
@@ -253,11 +260,11 @@ impl Notifier {
 
     /// A snapshot starts.
     pub fn initial_started(&self) {
-        self.notify(INITIAL_SNAPSHOT, "STARTED", &[]);
+        self.notify(None, INITIAL_SNAPSHOT, "STARTED", &[]);
     }
     /// A start found no snapshot to take (its offsets say it was done, or the mode takes none).
     pub fn initial_skipped(&self) {
-        self.notify(INITIAL_SNAPSHOT, "SKIPPED", &[]);
+        self.notify(None, INITIAL_SNAPSHOT, "SKIPPED", &[]);
     }
     /// The snapshot starts copying `table`, one of `tables` (all it copies; `None` where
     /// Debezium leaves them out, as its MongoDB connector does).
@@ -266,7 +273,7 @@ impl Notifier {
         if let Some(tables) = tables {
             data.push(("data_collections", tables.join(",")));
         }
-        self.notify(INITIAL_SNAPSHOT, "IN_PROGRESS", &data);
+        self.notify(None, INITIAL_SNAPSHOT, "IN_PROGRESS", &data);
     }
     /// The snapshot copied all of `table` (`rows` rows; `None` where Debezium leaves the count
     /// and the table list out).
@@ -279,11 +286,12 @@ impl Notifier {
             data.push(("data_collections", tables.join(",")));
             data.push(("total_rows_scanned", rows.to_string()));
         }
-        self.notify(INITIAL_SNAPSHOT, "TABLE_SCAN_COMPLETED", &data);
+        self.notify(None, INITIAL_SNAPSHOT, "TABLE_SCAN_COMPLETED", &data);
     }
     /// The server failed the copy of `table`.
     pub fn initial_table_failed(&self, table: &str) {
         self.notify(
+            None,
             INITIAL_SNAPSHOT,
             "TABLE_SCAN_COMPLETED",
             &[
@@ -294,29 +302,31 @@ impl Notifier {
     }
     /// The snapshot copied everything.
     pub fn initial_completed(&self) {
-        self.notify(INITIAL_SNAPSHOT, "COMPLETED", &[]);
+        self.notify(None, INITIAL_SNAPSHOT, "COMPLETED", &[]);
     }
     /// The snapshot ended before copying everything (an error; it runs again at the next
     /// start unless it was a signalled one).
     pub fn initial_aborted(&self) {
-        self.notify(INITIAL_SNAPSHOT, "ABORTED", &[]);
+        self.notify(None, INITIAL_SNAPSHOT, "ABORTED", &[]);
     }
 
     // Incremental snapshots.
 
     /// An incremental snapshot of `tables` starts.
-    pub fn incremental_started(&self, tables: &[String]) {
+    pub fn incremental_started(&self, id: Option<&str>, tables: &[String]) {
         self.reset_incremental_rows();
         self.notify(
+            id,
             INCREMENTAL_SNAPSHOT,
             "STARTED",
             &[("data_collections", tables.join(","))],
         );
     }
     /// `pause-snapshot` (`paused`) or `resume-snapshot` took effect.
-    pub fn incremental_paused(&self, paused: bool, tables: &[String]) {
+    pub fn incremental_paused(&self, id: Option<&str>, paused: bool, tables: &[String]) {
         let kind = if paused { "PAUSED" } else { "RESUMED" };
         self.notify(
+            id,
             INCREMENTAL_SNAPSHOT,
             kind,
             &[("data_collections", tables.join(","))],
@@ -326,6 +336,7 @@ impl Notifier {
     /// `last` the chunk's last key (each key column as text, comma-separated).
     pub fn incremental_chunk(
         &self,
+        id: Option<&str>,
         tables: &[String],
         table: &str,
         max: &[String],
@@ -337,6 +348,7 @@ impl Notifier {
             max.join(",")
         };
         self.notify(
+            id,
             INCREMENTAL_SNAPSHOT,
             "IN_PROGRESS",
             &[
@@ -361,9 +373,16 @@ impl Notifier {
         })
     }
     /// The incremental snapshot is done with `table` (one of `tables`), for `status`.
-    pub fn incremental_table_done(&self, tables: &[String], table: &str, status: TableScanStatus) {
+    pub fn incremental_table_done(
+        &self,
+        id: Option<&str>,
+        tables: &[String],
+        table: &str,
+        status: TableScanStatus,
+    ) {
         let rows = self.reset_incremental_rows();
         self.notify(
+            id,
             INCREMENTAL_SNAPSHOT,
             "TABLE_SCAN_COMPLETED",
             &[
@@ -375,20 +394,21 @@ impl Notifier {
         );
     }
     /// The incremental snapshot copied every table.
-    pub fn incremental_completed(&self) {
-        self.notify(INCREMENTAL_SNAPSHOT, "COMPLETED", &[]);
+    pub fn incremental_completed(&self, id: Option<&str>) {
+        self.notify(id, INCREMENTAL_SNAPSHOT, "COMPLETED", &[]);
     }
     /// `stop-snapshot` dropped `tables` (`None`: all of them) from the incremental snapshot.
-    pub fn incremental_aborted(&self, tables: Option<&[String]>) {
+    pub fn incremental_aborted(&self, id: Option<&str>, tables: Option<&[String]>) {
         match tables {
             Some(tables) => self.notify(
+                id,
                 INCREMENTAL_SNAPSHOT,
                 "ABORTED",
                 &[("data_collections", tables.join(","))],
             ),
             None => {
                 self.reset_incremental_rows();
-                self.notify(INCREMENTAL_SNAPSHOT, "ABORTED", &[]);
+                self.notify(id, INCREMENTAL_SNAPSHOT, "ABORTED", &[]);
             }
         }
     }
@@ -442,10 +462,15 @@ mod tests {
         n.initial_table_done("public.a", Some((3, &tables)));
         n.initial_completed();
         let shared = n.clone();
-        shared.incremental_started(&tables);
+        shared.incremental_started(Some("sig-1"), &tables);
         shared.incremental_rows(5);
         shared.incremental_rows(2);
-        shared.incremental_table_done(&tables, "public.a", TableScanStatus::Succeeded);
+        shared.incremental_table_done(
+            Some("sig-1"),
+            &tables,
+            "public.a",
+            TableScanStatus::Succeeded,
+        );
         let mut out = Vec::new();
         n.drain_into(&mut out);
         let kinds: Vec<String> = out

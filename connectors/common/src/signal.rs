@@ -37,6 +37,9 @@ pub struct SnapshotRequest {
     pub conditions: Vec<(String, String)>,
     /// `type`: `incremental` (Debezium's default) or `blocking`.
     pub incremental: bool,
+    /// The signal's id (its row's or document's first column, its file line's `id`): an
+    /// incremental snapshot's notifications carry it as theirs, as Debezium's do.
+    pub id: Option<String>,
     matchers: PatternList,
     condition_matchers: Vec<PatternList>,
 }
@@ -68,6 +71,9 @@ impl SnapshotRequest {
     pub fn merge(&mut self, other: SnapshotRequest) {
         self.collections.extend(other.collections);
         self.matchers.extend(other.matchers);
+        if self.id.is_none() {
+            self.id = other.id;
+        }
         self.incremental &= other.incremental;
         if !self.conditions.is_empty() || !other.conditions.is_empty() {
             self.conditions.clear();
@@ -83,6 +89,7 @@ impl SnapshotRequest {
             "additional-conditions": self.conditions.iter()
                 .map(|(c, f)| json!({"data-collection": c, "filter": f}))
                 .collect::<Vec<_>>(),
+            "id": self.id,
         })
         .to_string()
     }
@@ -90,7 +97,9 @@ impl SnapshotRequest {
     pub fn from_json(text: &str) -> Result<SnapshotRequest, String> {
         let data: Value =
             serde_json::from_str(text).map_err(|e| format!("its data is not JSON: {e}"))?;
-        SnapshotRequest::from_data(&data)
+        let mut request = SnapshotRequest::from_data(&data)?;
+        request.id = data.get("id").and_then(Value::as_str).map(str::to_owned);
+        Ok(request)
     }
 
     /// Reads an `execute-snapshot` signal's data document.
@@ -153,6 +162,7 @@ impl SnapshotRequest {
             collections,
             conditions,
             incremental,
+            id: None,
             matchers,
             condition_matchers,
         })
@@ -286,7 +296,8 @@ pub fn read_row(
         None => {}
     }
     match parse(&kind, &data) {
-        Signal::ExecuteSnapshot(request) => {
+        Signal::ExecuteSnapshot(mut request) => {
+            request.id = id;
             let kind = if request.incremental {
                 "incremental (in chunks while streaming goes on)"
             } else {

@@ -94,8 +94,8 @@ pub fn parse(doc: &Document) -> Signal {
     };
     let id = match id {
         Some(Bson::String(s)) => Some(s.clone()),
+        None | Some(Bson::Null) => None,
         Some(other) => Some(other.to_string()),
-        None => None,
     };
     match common::parse_incremental(id.as_deref(), kind, &data) {
         Some(Ok(signal)) => return Signal::Incremental(signal),
@@ -103,7 +103,10 @@ pub fn parse(doc: &Document) -> Signal {
         None => {}
     }
     match common::parse(kind, &data) {
-        common::Signal::ExecuteSnapshot(r) => match SnapshotRequest::with_queries(r) {
+        common::Signal::ExecuteSnapshot(mut r) => match SnapshotRequest::with_queries({
+            r.id = id;
+            r
+        }) {
             Ok(r) => Signal::ExecuteSnapshot(r),
             Err(e) => Signal::Unsupported(kind.clone(), e),
         },
@@ -138,6 +141,8 @@ mod tests {
             assert_eq!(again.collections, r.collections);
             assert_eq!(again.conditions, r.conditions);
             assert!(!again.incremental);
+            assert!(matches!(r.id.as_deref(), Some("s1" | "s2")), "{:?}", r.id);
+            assert_eq!(again.id, r.id, "the offsets keep the signal's id");
         }
     }
 

@@ -1690,9 +1690,7 @@ impl Inner {
         let name = table.name();
         let Some((signal_db, signal_coll)) = self.signal_ns.clone() else {
             tracing::error!("incremental snapshot abandoned: signal.data.collection is not set, so there is no collection to write its watermarks into");
-            self.incremental = None;
-            self.progress.finish();
-            self.notes.incremental_aborted(None);
+            incremental::abandon(&mut self.incremental, &self.progress, &self.notes);
             return Ok(true);
         };
         if self.namespace(&table.schema, &table.table).is_none() {
@@ -1787,9 +1785,7 @@ impl Inner {
                 mongodb::error::ErrorKind::Command(_) | mongodb::error::ErrorKind::Write(_)
             ) {
                 tracing::error!(error = %e, "incremental snapshot abandoned: it needs to insert documents into the signal collection");
-                self.incremental = None;
-                self.progress.finish();
-                self.notes.incremental_aborted(None);
+                incremental::abandon(&mut self.incremental, &self.progress, &self.notes);
                 return Ok(true);
             }
             return Err(classify(

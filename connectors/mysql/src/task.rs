@@ -924,9 +924,11 @@ impl Inner {
                     );
                 }
                 ChunkOutcome::Abandoned => {
-                    self.incremental = None;
-                    self.progress.finish();
-                    self.notes.incremental_aborted(None);
+                    incremental::common::abandon(
+                        &mut self.incremental,
+                        &self.progress,
+                        &self.notes,
+                    );
                     return Ok(());
                 }
             }

@@ -1112,6 +1112,10 @@ async fn snapshots_send_notifications_to_the_sink_topic() {
         "{incremental:?}"
     );
     assert_eq!(incremental[0].2["data_collections"], "app.captured");
+    for r in incremental_seen.iter().filter(|r| r.topic == "notes") {
+        let id = r.value.as_struct().and_then(|v| v.get("id"));
+        assert_eq!(id, Some(&Value::from("sig-1")), "the signal's id");
+    }
     assert_eq!(incremental[1].2["maximum_key"], "5");
     assert_eq!(incremental[3].2["last_processed_key"], "5");
     assert_eq!(incremental[4].2["total_rows_scanned"], "5");

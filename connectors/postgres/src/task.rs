@@ -2577,9 +2577,11 @@ impl Inner {
                     self.incremental_dirty = true;
                 }
                 ChunkOutcome::Abandoned => {
-                    self.incremental = None;
-                    self.progress.finish();
-                    self.notes.incremental_aborted(None);
+                    incremental::common::abandon(
+                        &mut self.incremental,
+                        &self.progress,
+                        &self.notes,
+                    );
                     self.incremental_dirty = true;
                     return Ok(());
                 }

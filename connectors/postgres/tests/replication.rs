@@ -2936,6 +2936,14 @@ async fn snapshots_send_notifications_to_the_sink_topic() {
         "{incremental:?}"
     );
     assert_eq!(incremental[0].2["data_collections"], "public.a");
+    for r in seen.iter().filter(|r| r.topic == "notes") {
+        let id = r.value.as_struct().and_then(|v| v.get("id"));
+        assert_eq!(
+            id,
+            Some(&headwater_api::Value::from("sig-1")),
+            "an incremental snapshot's notifications carry its signal's id"
+        );
+    }
     assert_eq!(incremental[1].2["maximum_key"], "5");
     assert_eq!(incremental[1].2["last_processed_key"], "2");
     assert_eq!(incremental[4].2["total_rows_scanned"], "5");

@@ -487,7 +487,12 @@ async fn run_once(setup: &TaskSetup, mut task: Box<dyn SourceTask>) -> Result<()
             last_polled = polled;
             // Source tasks count their progress in batches with a position (records_polled
             // stays the metric): a run handing out only notifications has not recovered.
-            if batch.records.iter().any(|r| !r.source_offset.is_empty()) {
+            if batch
+                .records
+                .iter()
+                .rev()
+                .any(|r| !r.source_offset.is_empty())
+            {
                 setup
                     .shared
                     .positioned_batches

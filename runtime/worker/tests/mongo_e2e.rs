@@ -1635,6 +1635,15 @@ fn snapshots_send_notifications_to_the_log_and_the_sink_topic() {
         .rfind(|v| v["payload"]["type"] == "TABLE_SCAN_COMPLETED")
         .unwrap();
     assert_eq!(data_of(scan)["total_rows_scanned"], "10", "{scan}");
+    assert_eq!(
+        scan["payload"]["id"],
+        "inc-1",
+        "an incremental snapshot's notifications carry its signal's id: {:?}",
+        values
+            .iter()
+            .map(|v| (v["payload"]["type"].clone(), v["payload"]["id"].clone()))
+            .collect::<Vec<_>>()
+    );
     assert!(
         w.logs().iter().any(|l| l.contains("[Notification Service]")
             && l.contains("aggregateType='Incremental Snapshot', type='COMPLETED'")),
