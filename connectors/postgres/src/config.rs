@@ -87,6 +87,10 @@ pub struct PostgresConfig {
     pub snapshot_chunk_rows: u64,
     /// `snapshot.tables.order.by.row.count`.
     pub table_order: headwater_connector_common::config::TableOrder,
+    /// `snapshot.locking.mode=shared`: ACCESS SHARE locks on the tables for the snapshot.
+    pub snapshot_lock_shared: bool,
+    /// `snapshot.lock.timeout.ms`.
+    pub snapshot_lock_timeout: Duration,
     /// `incremental.snapshot.chunk.size`: rows per chunk of an incremental snapshot.
     pub incremental_chunk_size: usize,
     pub mapping: MappingConfig,
@@ -315,6 +319,16 @@ pub fn config_def() -> ConfigDef {
     let def = headwater_connector_common::config::define_errors_max_retries(def);
     let def = headwater_connector_common::notification::define_keys(def);
     let def = headwater_connector_common::config::TableOrder::define(def);
+    let def = def
+        .define(key("snapshot.locking.mode", String).default_str("none").validator(Validator::custom(|v| {
+            let s = v.to_config_string();
+            match s.trim().to_ascii_lowercase().as_str() {
+                "none" | "shared" => Ok(()),
+                "custom" => Err("snapshot.locking.mode=custom is not supported: custom lock implementations are Java classes; use none or shared".to_owned()),
+                _ => Err(format!("snapshot.locking.mode={s} is not one of none, shared")),
+            }
+        })).doc("none (Debezium's default): the snapshot takes no table locks; shared: in the snapshot's transaction, before reading the tables' definitions, it takes ACCESS SHARE locks on the tables to copy (LOCK TABLE ... IN ACCESS SHARE MODE), held until the snapshot ends, so no schema change of them runs meanwhile."))
+        .define(key("snapshot.lock.timeout.ms", Long).default_str("10000").validator(Validator::at_least(0.0)).doc("With snapshot.locking.mode=shared: how long the snapshot waits for its table locks (lock_timeout; 0 waits without limit) before the task retries."));
     headwater_connector_common::config::define_signal_keys(def)
 }
 
@@ -626,6 +640,8 @@ impl PostgresConfig {
             snapshot_max_threads: long("snapshot.max.threads").max(1) as usize,
             snapshot_chunk_rows: long("snapshot.chunk.rows").max(1) as u64,
             table_order: headwater_connector_common::config::TableOrder::from_props(props),
+            snapshot_lock_shared: lower("snapshot.locking.mode") == "shared",
+            snapshot_lock_timeout: ms("snapshot.lock.timeout.ms"),
             incremental_chunk_size: p
                 .get_long("incremental.snapshot.chunk.size")
                 .unwrap_or(1024)

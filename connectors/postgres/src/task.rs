@@ -801,6 +801,12 @@ impl Inner {
         tracing::error!(error = %error.message(), request = snap.signal.as_deref().unwrap_or_default(), "execute-snapshot signal abandoned: the server refused part of its copy; streaming goes on after the signal");
         snap.progress.finish();
         self.notify_snapshot_failed(&snap);
+        // The snapshot's transaction ends here too (catalog reads while streaming must not see
+        // its old snapshot, and no lock or xmin stays held).
+        self.sql
+            .batch_execute("ROLLBACK")
+            .await
+            .map_err(|e| sql_err("ending the abandoned snapshot's transaction", e))?;
         let unfinished: Vec<String> = snap
             .tables
             .iter()
@@ -1211,8 +1217,12 @@ impl Inner {
             stream_from = Lsn::from_i64(from);
         }
         let request = start.signal;
+        let names = self.snapshot_tables(request.as_ref()).await?;
+        if self.cfg.snapshot_lock_shared {
+            self.lock_tables_shared(&names).await?;
+        }
         let mut schemas = Vec::new();
-        for (s, t) in self.snapshot_tables(request.as_ref()).await? {
+        for (s, t) in names {
             if done.iter().any(|d| *d == format!("{s}.{t}")) {
                 continue;
             }
@@ -1383,6 +1393,34 @@ impl Inner {
             started: Instant::now(),
         }));
         Ok(())
+    }
+
+    /// `snapshot.locking.mode=shared`: in the snapshot's transaction, before their definitions
+    /// are read, takes ACCESS SHARE locks on the tables to copy (Debezium's statement), held
+    /// until the snapshot ends: no ALTER or DROP of them runs meanwhile; reads and writes do.
+    /// A lock not granted within `snapshot.lock.timeout.ms` is a retriable error.
+    async fn lock_tables_shared(&self, tables: &[(String, String)]) -> Result<(), ConnectError> {
+        if tables.is_empty() {
+            return Ok(());
+        }
+        let list = tables
+            .iter()
+            .map(|(s, t)| format!("{}.{}", quote_ident(s), quote_ident(t)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let statement = format!(
+            "SET LOCAL lock_timeout = {}; LOCK TABLE {list} IN ACCESS SHARE MODE",
+            self.cfg.snapshot_lock_timeout.as_millis()
+        );
+        tracing::info!(tables = tables.len(), timeout_ms = self.cfg.snapshot_lock_timeout.as_millis() as u64, "snapshot.locking.mode=shared: locking the tables against schema changes for the snapshot");
+        match self.sql.batch_execute(&statement).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.code().is_some_and(|c| c.code() == "55P03") => Err(ConnectError::retriable(format!(
+                "snapshot.locking.mode=shared: the tables to snapshot could not be locked within snapshot.lock.timeout.ms ({} ms): a session holds an exclusive lock on one of them (a schema change?); retrying ({e})",
+                self.cfg.snapshot_lock_timeout.as_millis()
+            ))),
+            Err(e) => Err(sql_err("locking the tables to snapshot (snapshot.locking.mode=shared)", e)),
+        }
     }
 
     /// The tables a snapshot copies, in snapshot order: the captured tables

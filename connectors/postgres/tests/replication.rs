@@ -2995,3 +2995,38 @@ async fn the_snapshot_orders_tables_by_row_count_when_asked() {
         task.stop().await;
     }
 }
+
+/// `snapshot.locking.mode=shared`: the start locks the tables to copy (before reading their
+/// definitions) until the snapshot ends: a schema change meanwhile waits (here: times out),
+/// and runs once the snapshot has ended. (An exclusive holder cannot make the start's own lock
+/// time out in a test: its transaction holds an xid, which the slot creation before the lock
+/// waits for.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_snapshot_locks_keep_schema_changes_out_until_the_snapshot_ends() {
+    let (pg, db) = server_with_captured_rows("locks", 5).await;
+    let props = task_props(
+        &pg,
+        "locks",
+        &[
+            ("slot.name", "locks_slot"),
+            ("table.include.list", "public.captured"),
+            ("snapshot.mode", "initial_only"),
+            ("snapshot.locking.mode", "shared"),
+        ],
+    );
+    let mut task = PostgresSourceTask::new();
+    task.start(SourceTaskContext::default(), props)
+        .await
+        .unwrap();
+    let alter = "SET lock_timeout = 300; ALTER TABLE captured ADD COLUMN extra int";
+    let blocked = db
+        .batch_execute(alter)
+        .await
+        .expect_err("the snapshot holds its lock");
+    assert_eq!(blocked.code().map(|c| c.code()), Some("55P03"), "{blocked}");
+    let rows = drain(&mut task, 5).await;
+    assert_eq!(ids(&rows, "r").len(), 5);
+    // The snapshot's end released the lock.
+    db.batch_execute(alter).await.unwrap();
+    task.stop().await;
+}
