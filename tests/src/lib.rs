@@ -8,7 +8,8 @@
 //!   binary log, ready for binlog CDC;
 //! * [`MongoServer`] — a private SecantusDB server (MongoDB wire protocol, a one-member replica
 //!   set with change streams), ready for change-stream CDC;
-//! * [`pki::TestPki`]: a test CA and certificates for TLS tests.
+//! * [`pki::TestPki`]: a test CA and certificates for TLS tests;
+//! * [`records::notifications`]: Debezium's notification records as plain values.
 //!
 //! Invariants every server of this crate keeps:
 //!
@@ -28,6 +29,7 @@
 pub mod bench;
 pub mod harness;
 pub mod pki;
+pub mod records;
 pub mod rng;
 
 pub use harness::{

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use headwater_api::plugin::{Boundary, SourceTask, SourceTaskContext};
 use headwater_api::{OffsetMap, OffsetValue, Properties, SourceRecord, Value};
 use headwater_connector_mysql::MySqlSourceTask;
+use headwater_tests::records::notifications;
 use headwater_tests::MariaDbServer;
 use mysql_async::prelude::Queryable;
 
@@ -995,35 +996,6 @@ async fn the_snapshot_lock_gives_up_after_its_timeout() {
     t.stop().await;
 }
 
-/// The notifications on topic `notes` among `records`: (aggregate type, type, additional data).
-fn notifications(
-    records: &[SourceRecord],
-) -> Vec<(String, String, std::collections::BTreeMap<String, String>)> {
-    let text = |v: Option<&Value>| match v {
-        Some(Value::String(s)) => s.clone(),
-        other => panic!("not text: {other:?}"),
-    };
-    records
-        .iter()
-        .filter(|r| r.topic == "notes")
-        .map(|r| {
-            assert!(
-                r.source_offset.is_empty(),
-                "a notification carries no offset"
-            );
-            let v = r.value.as_struct().expect("a struct value");
-            let data = match v.get("additional_data") {
-                Some(Value::Map(m)) => m
-                    .iter()
-                    .map(|(k, v)| (text(Some(k)), text(Some(v))))
-                    .collect(),
-                other => panic!("no additional data: {other:?}"),
-            };
-            (text(v.get("aggregate_type")), text(v.get("type")), data)
-        })
-        .collect()
-}
-
 /// Polls (committing like the engine) into `seen` until a notification of `aggregate` and
 /// `kind` arrived.
 async fn until_notified(
@@ -1033,15 +1005,15 @@ async fn until_notified(
     kind: &str,
 ) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !notifications(seen)
+    while !notifications(seen, "notes")
         .iter()
-        .any(|(a, k, _)| a == aggregate && k == kind)
+        .any(|n| n.aggregate_type == aggregate && n.kind == kind)
     {
         seen.extend(drain(t, 1).await);
         assert!(
             Instant::now() < deadline,
             "no {aggregate} {kind}: {:?}",
-            notifications(seen)
+            notifications(seen, "notes")
         );
     }
 }
@@ -1063,8 +1035,8 @@ async fn snapshots_send_notifications_to_the_sink_topic() {
     let mut t = start(p.clone(), Vec::new()).await;
     let mut seen = Vec::new();
     until_notified(&mut t, &mut seen, "Initial Snapshot", "COMPLETED").await;
-    let initial = notifications(&seen);
-    let kinds: Vec<&str> = initial.iter().map(|(_, k, _)| k.as_str()).collect();
+    let initial = notifications(&seen, "notes");
+    let kinds: Vec<&str> = initial.iter().map(|n| n.kind.as_str()).collect();
     assert_eq!(
         kinds,
         [
@@ -1075,13 +1047,13 @@ async fn snapshots_send_notifications_to_the_sink_topic() {
         ]
     );
     assert_eq!(
-        initial[1].2["current_collection_in_progress"],
+        initial[1].data["current_collection_in_progress"],
         "app.captured"
     );
-    assert_eq!(initial[2].2["scanned_collection"], "app.captured");
-    assert_eq!(initial[2].2["total_rows_scanned"], "5");
-    assert_eq!(initial[2].2["status"], "SUCCEEDED");
-    assert_eq!(initial[2].2["connector_name"], "cdc");
+    assert_eq!(initial[2].data["scanned_collection"], "app.captured");
+    assert_eq!(initial[2].data["total_rows_scanned"], "5");
+    assert_eq!(initial[2].data["status"], "SUCCEEDED");
+    assert_eq!(initial[2].data["connector_name"], "cdc");
     assert_eq!(ids(&seen, "r").len(), 5);
 
     db.query_drop(
@@ -1097,8 +1069,8 @@ async fn snapshots_send_notifications_to_the_sink_topic() {
         "COMPLETED",
     )
     .await;
-    let incremental = notifications(&incremental_seen);
-    let kinds: Vec<&str> = incremental.iter().map(|(_, k, _)| k.as_str()).collect();
+    let incremental = notifications(&incremental_seen, "notes");
+    let kinds: Vec<&str> = incremental.iter().map(|n| n.kind.as_str()).collect();
     assert_eq!(
         kinds,
         [
@@ -1111,14 +1083,14 @@ async fn snapshots_send_notifications_to_the_sink_topic() {
         ],
         "{incremental:?}"
     );
-    assert_eq!(incremental[0].2["data_collections"], "app.captured");
-    for r in incremental_seen.iter().filter(|r| r.topic == "notes") {
-        let id = r.value.as_struct().and_then(|v| v.get("id"));
-        assert_eq!(id, Some(&Value::from("sig-1")), "the signal's id");
-    }
-    assert_eq!(incremental[1].2["maximum_key"], "5");
-    assert_eq!(incremental[3].2["last_processed_key"], "5");
-    assert_eq!(incremental[4].2["total_rows_scanned"], "5");
+    assert_eq!(incremental[0].data["data_collections"], "app.captured");
+    assert!(
+        incremental.iter().all(|n| n.id == "sig-1"),
+        "the signal's id: {incremental:?}"
+    );
+    assert_eq!(incremental[1].data["maximum_key"], "5");
+    assert_eq!(incremental[3].data["last_processed_key"], "5");
+    assert_eq!(incremental[4].data["total_rows_scanned"], "5");
     let committed: Committed = incremental_seen
         .iter()
         .rev()

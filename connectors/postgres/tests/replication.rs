@@ -35,6 +35,7 @@ use headwater_connector_postgres::replication::{
 use headwater_connector_postgres::tls::TlsSettings;
 use headwater_connector_postgres::PostgresSourceTask;
 use headwater_tests::pki::TestPki;
+use headwater_tests::records::notifications;
 use headwater_tests::PostgresServer;
 
 fn opts(pg: &PostgresServer, db: &str, user: &str, password: Option<&str>) -> ConnectOptions {
@@ -2810,36 +2811,6 @@ async fn partitioned_tables_are_captured_as_their_root() {
     );
 }
 
-/// The notifications on topic `notes` among `records`: (aggregate type, type, additional data).
-fn notifications(
-    records: &[headwater_api::SourceRecord],
-) -> Vec<(String, String, std::collections::BTreeMap<String, String>)> {
-    let text = |v: Option<&headwater_api::Value>| match v {
-        Some(headwater_api::Value::String(s)) => s.clone(),
-        other => panic!("not text: {other:?}"),
-    };
-    records
-        .iter()
-        .filter(|r| r.topic == "notes")
-        .map(|r| {
-            let v = r.value.as_struct().expect("a struct value");
-            assert_eq!(
-                r.key.as_struct().and_then(|k| k.get("id")),
-                v.get("id"),
-                "the key is the notification's id"
-            );
-            let data = match v.get("additional_data") {
-                Some(headwater_api::Value::Map(m)) => m
-                    .iter()
-                    .map(|(k, v)| (text(Some(k)), text(Some(v))))
-                    .collect(),
-                other => panic!("no additional data: {other:?}"),
-            };
-            (text(v.get("aggregate_type")), text(v.get("type")), data)
-        })
-        .collect()
-}
-
 /// `notification.enabled.channels=sink`: the initial snapshot and an incremental one tell
 /// their progress as Debezium's notification records on `notification.sink.topic.name`
 /// (started, each table in progress and done with its row count, completed; the incremental
@@ -2873,17 +2844,10 @@ async fn snapshots_send_notifications_to_the_sink_topic() {
     )
     .await;
     let snapshot = drain(&mut task, 8 + 6).await;
-    assert!(
-        snapshot
-            .iter()
-            .filter(|r| r.topic == "notes")
-            .all(|r| r.source_offset.is_empty()),
-        "notifications carry no offset"
-    );
-    let initial = notifications(&snapshot);
+    let initial = notifications(&snapshot, "notes");
     let kinds: Vec<(&str, &str)> = initial
         .iter()
-        .map(|(a, t, _)| (a.as_str(), t.as_str()))
+        .map(|n| (n.aggregate_type.as_str(), n.kind.as_str()))
         .collect();
     assert_eq!(
         kinds,
@@ -2896,14 +2860,17 @@ async fn snapshots_send_notifications_to_the_sink_topic() {
             ("Initial Snapshot", "COMPLETED"),
         ]
     );
-    let done_a = &initial[2].2;
+    let done_a = &initial[2].data;
     assert_eq!(done_a["scanned_collection"], "public.a");
     assert_eq!(done_a["total_rows_scanned"], "5");
     assert_eq!(done_a["status"], "SUCCEEDED");
     assert_eq!(done_a["data_collections"], "public.a,public.b");
     assert_eq!(done_a["connector_name"], "idle");
-    assert_eq!(initial[3].2["current_collection_in_progress"], "public.b");
-    assert_eq!(initial[4].2["total_rows_scanned"], "3");
+    assert_eq!(
+        initial[3].data["current_collection_in_progress"],
+        "public.b"
+    );
+    assert_eq!(initial[4].data["total_rows_scanned"], "3");
 
     let mut committed = Vec::new();
     let mut seen = step(&mut task, &mut committed).await;
@@ -2915,13 +2882,13 @@ async fn snapshots_send_notifications_to_the_sink_topic() {
     until_incremental_ends(&mut task, &mut committed, &mut seen, 5).await;
     // The completion is raised when the next table is asked for: one more poll.
     seen.extend(step(&mut task, &mut committed).await);
-    let incremental = notifications(&seen);
-    let kinds: Vec<&str> = incremental.iter().map(|(_, t, _)| t.as_str()).collect();
+    let incremental = notifications(&seen, "notes");
+    let kinds: Vec<&str> = incremental.iter().map(|n| n.kind.as_str()).collect();
     assert!(
         incremental
             .iter()
-            .all(|(a, _, _)| a == "Incremental Snapshot"),
-        "{incremental:?}"
+            .all(|n| n.aggregate_type == "Incremental Snapshot" && n.id == "sig-1"),
+        "an incremental snapshot's notifications carry its signal's id: {incremental:?}"
     );
     assert_eq!(
         kinds,
@@ -2935,19 +2902,11 @@ async fn snapshots_send_notifications_to_the_sink_topic() {
         ],
         "{incremental:?}"
     );
-    assert_eq!(incremental[0].2["data_collections"], "public.a");
-    for r in seen.iter().filter(|r| r.topic == "notes") {
-        let id = r.value.as_struct().and_then(|v| v.get("id"));
-        assert_eq!(
-            id,
-            Some(&headwater_api::Value::from("sig-1")),
-            "an incremental snapshot's notifications carry its signal's id"
-        );
-    }
-    assert_eq!(incremental[1].2["maximum_key"], "5");
-    assert_eq!(incremental[1].2["last_processed_key"], "2");
-    assert_eq!(incremental[4].2["total_rows_scanned"], "5");
-    assert_eq!(incremental[4].2["status"], "SUCCEEDED");
+    assert_eq!(incremental[0].data["data_collections"], "public.a");
+    assert_eq!(incremental[1].data["maximum_key"], "5");
+    assert_eq!(incremental[1].data["last_processed_key"], "2");
+    assert_eq!(incremental[4].data["total_rows_scanned"], "5");
+    assert_eq!(incremental[4].data["status"], "SUCCEEDED");
     task.stop().await;
 }
 
