@@ -4,6 +4,8 @@
 //!   case-insensitive regular expressions over qualified names).
 //! - [`column_mappers`]: Debezium's column truncation, masking and hashing.
 //! - [`name_adjust`]: Debezium's `avro` schema and field name adjustment.
+//! - [`context_headers`]: Debezium's `__debezium.context.*` headers
+//!   (`extended.headers.enabled`).
 //! - [`config`]: `skipped.operations` and the include/exclude pair rule.
 //! - [`signal`]: Debezium's source signals (`execute-snapshot`, `log`).
 //! - [`signal_file`]: Debezium's file signal channel (`signal.file`).
@@ -17,6 +19,7 @@
 
 pub mod column_mappers;
 pub mod config;
+pub mod context_headers;
 pub mod heartbeat;
 pub mod incremental;
 pub mod name_adjust;

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use headwater_connector_common::context_headers::ContextHeaders;
 use headwater_connector_common::name_adjust::NameAdjustment;
 
 use headwater_api::logical::debezium;
@@ -146,6 +147,8 @@ pub struct EventBuilder {
     update_description_schema: SchemaRef,
     truncated_array_schema: SchemaRef,
     collections: NamespaceMap<Arc<CollectionSchemas>>,
+    /// Debezium's context headers, on every change event and tombstone made here.
+    pub context: ContextHeaders,
 }
 
 /// Replaces characters Kafka does not allow in topic names with `_` (as Debezium does).
@@ -175,6 +178,7 @@ impl EventBuilder {
             update_description_schema: update_description_schema(),
             truncated_array_schema: truncated_array_schema(),
             collections: NamespaceMap::default(),
+            context: ContextHeaders::disabled(),
         }
     }
 
@@ -335,7 +339,7 @@ impl EventBuilder {
                 Value::Null,
             ],
         );
-        SourceRecord::new(
+        let mut record = SourceRecord::new(
             OffsetMap::new(),
             OffsetMap::new(),
             c.topic.clone(),
@@ -343,13 +347,15 @@ impl EventBuilder {
             Value::Struct(key),
             Some(c.envelope_schema.clone()),
             Value::Struct(envelope),
-        )
+        );
+        self.context.add_to(&mut record.headers);
+        record
     }
 
     /// The tombstone after a delete of `key_id`.
     pub fn tombstone(&self, c: &CollectionSchemas, key_id: String) -> SourceRecord {
         let key = Struct::from_trusted_values(c.key_schema.clone(), vec![Value::from(key_id)]);
-        SourceRecord::new(
+        let mut record = SourceRecord::new(
             OffsetMap::new(),
             OffsetMap::new(),
             c.topic.clone(),
@@ -357,7 +363,9 @@ impl EventBuilder {
             Value::Struct(key),
             None,
             Value::Null,
-        )
+        );
+        self.context.add_to(&mut record.headers);
+        record
     }
 }
 

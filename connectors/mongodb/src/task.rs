@@ -36,6 +36,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use headwater_api::plugin::{BoxFuture, SourceBatch, SourceTask, SourceTaskContext};
 use headwater_api::{Boundary, ConnectError, OffsetMap, OffsetValue, Properties, SourceRecord};
+use headwater_connector_common::context_headers::ContextHeaders;
 use headwater_connector_common::heartbeat::Heartbeats;
 use headwater_connector_common::txmeta::TransactionMetadata;
 use mongodb::bson::{doc, Bson, DateTime, Document, RawBsonRef, RawDocument, Timestamp};
@@ -509,7 +510,9 @@ impl Inner {
             MongoConfig::parse(&props).map_err(|v| ConnectError::config(v.error_message()))?;
         let client = connect(&cfg).await?;
         let names = headwater_connector_common::name_adjust::NameAdjustments::from_props(&props);
-        let events = EventBuilder::new(&cfg.topic_prefix, names.schema);
+        let mut events = EventBuilder::new(&cfg.topic_prefix, names.schema);
+        events.context =
+            ContextHeaders::from_props(&props, &cfg.topic_prefix, context.task_id, "mongodb");
         let committed = context.offset(&events.partition).cloned();
         let mut inner = Inner {
             progress: context.snapshot_progress.clone(),

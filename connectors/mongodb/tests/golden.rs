@@ -153,6 +153,8 @@ struct Driver {
     task: MongoSourceTask,
     conv: JsonConverter,
     committed: Option<(OffsetMap, OffsetMap)>,
+    /// The task runs seen in the records' context headers.
+    runs: headwater_tests::records::RunIds,
     /// Run C's transform, applied to every record as it is polled.
     smt: Option<ExtractNewDocumentState>,
     /// The transform's failures (records it refused), in order.
@@ -165,6 +167,7 @@ impl Driver {
             task: MongoSourceTask::new(),
             conv: JsonConverter::new(JsonConverterConfig::default()),
             committed: None,
+            runs: Default::default(),
             smt: None,
             smt_errors: Vec::new(),
         }
@@ -245,8 +248,9 @@ impl Driver {
         )
     }
 
-    fn compare(&self, case: &str, got: &[SourceRecord]) {
+    fn compare(&mut self, case: &str, got: &[SourceRecord]) {
         let want = golden(case);
+        self.runs.check(got, "cdc", "mongodb");
         assert_eq!(
             got.len(),
             want.len(),
@@ -392,6 +396,8 @@ async fn every_golden_case_is_reproduced() {
             .await;
         d.compare(name, &got);
     }
+    // extended.headers.enabled (default on): one run id per task start (A, B, 5, 55, C).
+    assert_eq!(d.runs.0.len(), 5, "{:?}", d.runs);
     // 66: the mixed-type array is refused with a message naming the field.
     assert_eq!(d.smt_errors.len(), 1, "{:?}", d.smt_errors);
     let e = &d.smt_errors[0];

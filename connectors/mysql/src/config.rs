@@ -322,6 +322,7 @@ pub fn config_def() -> ConfigDef {
     let def = define_snapshot_mode_keys(def);
     let def = headwater_connector_common::config::define_errors_max_retries(def);
     let def = headwater_connector_common::notification::define_keys(def);
+    let def = headwater_connector_common::context_headers::define_keys(def);
     let def = headwater_connector_common::config::TableOrder::define(def);
     headwater_connector_common::config::define_signal_keys(def)
 }

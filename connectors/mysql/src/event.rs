@@ -16,6 +16,7 @@ use crate::types::{self, ColumnSpec, MappingConfig, MyType, Origin, TypeError};
 use headwater_connector_common::column_mappers::{
     ColumnFacts, ColumnKind, ColumnMappers, MappedColumn,
 };
+use headwater_connector_common::context_headers::ContextHeaders;
 use headwater_connector_common::name_adjust::NameAdjustments;
 
 /// `db.table`.
@@ -376,6 +377,9 @@ pub struct EventBuilder {
     pub source_schema: SchemaRef,
     pub server_name: String,
     pub partition: OffsetMap,
+    /// Debezium's context headers, on every record [`EventBuilder::record`] makes and on
+    /// schema-change records.
+    pub context: ContextHeaders,
 }
 
 /// Current time in µs and ns since 1970.
@@ -395,6 +399,7 @@ impl EventBuilder {
             source_schema: source_schema(flavor),
             server_name: server_name.to_owned(),
             partition,
+            context: ContextHeaders::disabled(),
         }
     }
 
@@ -490,7 +495,7 @@ impl EventBuilder {
             Some(v) => (Some(ts.envelope_schema.clone()), v),
             None => (None, Value::Null),
         };
-        SourceRecord::new(
+        let mut record = SourceRecord::new(
             self.partition.clone(),
             offset,
             ts.topic.clone(),
@@ -498,7 +503,9 @@ impl EventBuilder {
             key,
             value_schema,
             value,
-        )
+        );
+        self.context.add_to(&mut record.headers);
+        record
     }
 }
 

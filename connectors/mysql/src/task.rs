@@ -47,6 +47,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStreamRequest, Conn, OptsBuilder, Value as MyValue};
 
 use crate::tls::SslMode;
+use headwater_connector_common::context_headers::ContextHeaders;
 use headwater_connector_common::signal::{self as signals, SnapshotRequest};
 use headwater_connector_common::signal_file::{self, FileSignals};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -481,7 +482,13 @@ impl Inner {
             return Err(ConnectError::not_supported("the server writes compressed binlog events (log_bin_compress=ON), which this connector cannot decode yet; set log_bin_compress=OFF"));
         }
         let checksums_on = !need(variable(&mut sql, "binlog_checksum").await?, "NONE");
-        let events = EventBuilder::new(cfg.flavor, &cfg.topic_prefix);
+        let mut events = EventBuilder::new(cfg.flavor, &cfg.topic_prefix);
+        events.context = ContextHeaders::from_props(
+            &props,
+            &cfg.topic_prefix,
+            context.task_id,
+            cfg.flavor.connector_name(),
+        );
         let committed = context.offset(&events.partition).cloned();
         let mut inner = Inner {
             progress: context.snapshot_progress.clone(),
@@ -2528,7 +2535,7 @@ impl Inner {
                         .record(ts, offset.clone(), old_key.clone(), Some(v));
                     if let Some(nk) = &new_key {
                         del.headers
-                            .add(NEWKEY_HEADER, ts.key_schema.clone(), nk.clone());
+                            .prepend(NEWKEY_HEADER, ts.key_schema.clone(), nk.clone());
                     }
                     let tomb = self.cfg.tombstones_on_delete.then(|| {
                         let mut t = self
@@ -2543,7 +2550,7 @@ impl Inner {
                     let mut cre = self.events.record(ts, offset, new_key, Some(v));
                     if let Some(ok) = &old_key {
                         cre.headers
-                            .add(OLDKEY_HEADER, ts.key_schema.clone(), ok.clone());
+                            .prepend(OLDKEY_HEADER, ts.key_schema.clone(), ok.clone());
                     }
                     self.push(del, out);
                     if let Some(t) = tomb {
@@ -2782,7 +2789,7 @@ impl Inner {
         let _ = value.put("databaseName", Value::String(db_name.to_owned()));
         let _ = value.put("ddl", Value::String(ddl.to_owned()));
         let _ = value.put("tableChanges", Value::Array(changes));
-        SourceRecord::new(
+        let mut record = SourceRecord::new(
             self.events.partition.clone(),
             offset,
             self.cfg.topic_prefix.clone(),
@@ -2790,7 +2797,9 @@ impl Inner {
             Value::Struct(key),
             Some(value_schema),
             Value::Struct(value),
-        )
+        );
+        self.events.context.add_to(&mut record.headers);
+        record
     }
 
     /// The schema-change records a snapshot starts with, as Debezium writes them: the server

@@ -107,6 +107,8 @@ struct Driver {
     task: MySqlSourceTask,
     conv: JsonConverter,
     committed: Option<(OffsetMap, OffsetMap)>,
+    /// The task runs seen in the records' context headers.
+    runs: headwater_tests::records::RunIds,
 }
 
 impl Driver {
@@ -158,8 +160,9 @@ impl Driver {
         )
     }
 
-    fn compare(&self, case: &str, got: &[SourceRecord]) {
+    fn compare(&mut self, case: &str, got: &[SourceRecord]) {
         let want = golden(case);
+        self.runs.check(got, "cdc", "mysql");
         assert_eq!(
             got.len(),
             want.len(),
@@ -251,6 +254,7 @@ async fn every_golden_case_is_reproduced() {
         task: MySqlSourceTask::new(),
         conv: JsonConverter::new(JsonConverterConfig::default()),
         committed: None,
+        runs: Default::default(),
     };
     d.task
         .start(SourceTaskContext::default(), props(&server, &[]))
@@ -291,11 +295,19 @@ async fn every_golden_case_is_reproduced() {
         d.compare(name, &got);
         if name.starts_with("04_") {
             // Primary-key change: headers as Debezium writes them.
-            assert!(got[0].headers.last_with_name("__debezium.newkey").is_some());
-            assert!(got[1].headers.last_with_name("__debezium.newkey").is_some());
-            assert!(got[2].headers.last_with_name("__debezium.oldkey").is_some());
+            // Debezium's order: the key-change header, then its context headers.
+            let before = |i: usize| {
+                headwater_tests::records::context_headers(&got[i])
+                    .expect("context headers")
+                    .before
+            };
+            assert_eq!(before(0), ["__debezium.newkey"]);
+            assert_eq!(before(1), ["__debezium.newkey"]);
+            assert_eq!(before(2), ["__debezium.oldkey"]);
         }
     }
+    // extended.headers.enabled (default on): one run id per task start.
+    assert_eq!(d.runs.0.len(), 2, "{:?}", d.runs);
     // Committed offsets are Debezium's binlog offsets at a transaction boundary.
     let off = &d.committed.as_ref().unwrap().1;
     for k in ["file", "pos", "gtids", "ts_sec", "server_id"] {

@@ -20,6 +20,7 @@ use crate::types::{self, decode_binary, ColumnType, MappingConfig, PgType, TypeE
 use headwater_connector_common::column_mappers::{
     ColumnFacts, ColumnKind, ColumnMappers, MappedColumn,
 };
+use headwater_connector_common::context_headers::ContextHeaders;
 use headwater_connector_common::name_adjust::NameAdjustments;
 
 /// What a column mapper needs to know of a column's kind: character data (text, varchar,
@@ -476,6 +477,8 @@ pub struct EventBuilder {
     pub server_name: String,
     pub db: String,
     pub partition: OffsetMap,
+    /// Debezium's context headers, on every record [`EventBuilder::record`] makes.
+    pub context: ContextHeaders,
 }
 
 /// Current time in µs and ns since 1970.
@@ -495,6 +498,7 @@ impl EventBuilder {
             server_name: server_name.to_owned(),
             db: db.to_owned(),
             partition,
+            context: ContextHeaders::disabled(),
         }
     }
 
@@ -634,7 +638,7 @@ impl EventBuilder {
         } else {
             self.partition.clone()
         };
-        SourceRecord::new(
+        let mut record = SourceRecord::new(
             partition,
             offset,
             ts.topic.clone(),
@@ -642,7 +646,9 @@ impl EventBuilder {
             key,
             value_schema,
             value,
-        )
+        );
+        self.context.add_to(&mut record.headers);
+        record
     }
 }
 

@@ -41,6 +41,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
+use headwater_connector_common::context_headers::ContextHeaders;
 use headwater_connector_common::heartbeat::Heartbeats;
 use headwater_connector_common::signal::{self as signals, SnapshotRequest};
 use headwater_connector_common::signal_file::{self, FileSignals};
@@ -623,7 +624,9 @@ impl Inner {
                 "PostgreSQL runs with wal_level={wal_level}, but logical replication needs wal_level=logical: run ALTER SYSTEM SET wal_level = logical (or set it in postgresql.conf) and restart the server"
             )));
         }
-        let events = EventBuilder::new(&cfg.topic_prefix, &cfg.dbname);
+        let mut events = EventBuilder::new(&cfg.topic_prefix, &cfg.dbname);
+        events.context =
+            ContextHeaders::from_props(&props, &cfg.topic_prefix, context.task_id, "postgresql");
         let msg_schemas = message_schemas(cfg.mapping.binary, &events.source_schema);
         let shared = Arc::new(Shared {
             durable: AtomicU64::new(0),
@@ -3109,7 +3112,7 @@ impl Inner {
                             .record(&ts, offset.clone(), old_key.clone(), Some(value));
                     if let Some(nk) = &new_key {
                         del.headers
-                            .add(NEWKEY_HEADER, ts.key_schema.clone(), nk.clone());
+                            .prepend(NEWKEY_HEADER, ts.key_schema.clone(), nk.clone());
                     }
                     let tomb = self.cfg.tombstones_on_delete.then(|| {
                         let mut t = self
@@ -3122,7 +3125,7 @@ impl Inner {
                     let mut cre = self.events.record(&ts, offset, new_key, Some(value));
                     if let Some(ok) = &old_key {
                         cre.headers
-                            .add(OLDKEY_HEADER, ts.key_schema.clone(), ok.clone());
+                            .prepend(OLDKEY_HEADER, ts.key_schema.clone(), ok.clone());
                     }
                     if !skip_old {
                         self.push_record(del, wal_start, out);
@@ -3335,7 +3338,7 @@ impl Inner {
         if self.txn.is_none() {
             offset.insert("lsn_proc".into(), lsn.as_i64().into());
         }
-        SourceRecord::new(
+        let mut record = SourceRecord::new(
             self.events.partition.clone(),
             offset,
             format!("{}.message", self.cfg.topic_prefix),
@@ -3343,7 +3346,9 @@ impl Inner {
             Value::Struct(key),
             Some(value_schema.clone()),
             Value::Struct(value),
-        )
+        );
+        self.events.context.add_to(&mut record.headers);
+        record
     }
 
     /// At a commit ending at `end_lsn`: removes the relations found dropped once the stream

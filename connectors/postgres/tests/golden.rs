@@ -98,6 +98,8 @@ struct Driver {
     task: PostgresSourceTask,
     conv: JsonConverter,
     committed: Option<(OffsetMap, OffsetMap)>,
+    /// The task runs seen in the records' context headers.
+    runs: headwater_tests::records::RunIds,
 }
 
 impl Driver {
@@ -149,8 +151,9 @@ impl Driver {
         )
     }
 
-    fn compare(&self, case: &str, got: &[SourceRecord]) {
+    fn compare(&mut self, case: &str, got: &[SourceRecord]) {
         let want = golden(case);
+        self.runs.check(got, "cdc", "postgresql");
         assert_eq!(
             got.len(),
             want.len(),
@@ -234,6 +237,7 @@ async fn every_golden_case_is_reproduced() {
         task: PostgresSourceTask::new(),
         conv: JsonConverter::new(JsonConverterConfig::default()),
         committed: None,
+        runs: Default::default(),
     };
     d.task
         .start(SourceTaskContext::default(), props(&pg, &[]))
@@ -272,11 +276,19 @@ async fn every_golden_case_is_reproduced() {
         d.compare(name, &got);
         if name.starts_with("04_") {
             // Primary-key change: headers as Debezium writes them.
-            assert!(got[0].headers.last_with_name("__debezium.newkey").is_some());
-            assert!(got[1].headers.last_with_name("__debezium.newkey").is_some());
-            assert!(got[2].headers.last_with_name("__debezium.oldkey").is_some());
+            // Debezium's order: the key-change header, then its context headers.
+            let before = |i: usize| {
+                headwater_tests::records::context_headers(&got[i])
+                    .expect("context headers")
+                    .before
+            };
+            assert_eq!(before(0), ["__debezium.newkey"]);
+            assert_eq!(before(1), ["__debezium.newkey"]);
+            assert_eq!(before(2), ["__debezium.oldkey"]);
         }
     }
+    // extended.headers.enabled (default on): one run id per task start.
+    assert_eq!(d.runs.0.len(), 2, "{:?}", d.runs);
     // The slot's confirmed position followed the committed offsets.
     let row = db
         .query_one("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'debezium_slot'", &[])

@@ -73,6 +73,22 @@ impl Headers {
             value,
         });
     }
+    /// Appends a built header.
+    pub fn push(&mut self, header: Header) {
+        self.0.push(header);
+    }
+    /// Puts a header before all others (Debezium's key-change headers precede its context
+    /// headers).
+    pub fn prepend(&mut self, key: impl Into<String>, schema: Option<SchemaRef>, value: Value) {
+        self.0.insert(
+            0,
+            Header {
+                key: key.into(),
+                schema,
+                value,
+            },
+        );
+    }
     /// The last header with this key (Kafka's `lastWithName`).
     pub fn last_with_name(&self, key: &str) -> Option<&Header> {
         self.0.iter().rev().find(|h| h.key == key)

@@ -6,7 +6,7 @@
 //! Also the text form of a record for `errors.log.include.messages` ([`describe_record`]).
 
 use headwater_api::config::ConfigValidation;
-use headwater_api::{Headers, Properties, SourceRecord, Value};
+use headwater_api::{Header, Headers, Properties, SourceRecord, Value};
 use headwater_format::converters::{create_converter, find_converter, Converter};
 use headwater_format::{JsonConverter, JsonConverterConfig};
 
@@ -82,28 +82,69 @@ impl Converters {
 
     /// Header values as bytes, the way Kafka Connect's `SimpleHeaderConverter` writes them:
     /// strings as UTF-8, other primitives as their text, structures as JSON, null as null.
-    pub fn header_bytes(&self, headers: &Headers) -> Vec<(String, Option<Vec<u8>>)> {
-        headers
-            .iter()
-            .map(|h| {
-                let bytes = match &h.value {
-                    Value::Null => None,
-                    Value::String(s) => Some(s.as_bytes().to_vec()),
-                    Value::Bytes(b) => Some(b.clone()),
-                    Value::Boolean(b) => Some(b.to_string().into_bytes()),
-                    Value::Int8(v) => Some(v.to_string().into_bytes()),
-                    Value::Int16(v) => Some(v.to_string().into_bytes()),
-                    Value::Int32(v) => Some(v.to_string().into_bytes()),
-                    Value::Int64(v) => Some(v.to_string().into_bytes()),
-                    other => self
-                        .header_json
-                        .from_connect_data("", h.schema.as_ref(), other)
-                        .ok()
-                        .flatten(),
-                };
-                (h.key.clone(), bytes)
-            })
-            .collect()
+    /// Strings and bytes are used as they are; the text of other values is written to
+    /// `encoded` (cleared first). `out` gets one entry per header, in order; read a value back
+    /// with [`header_value`]. Nothing is allocated once the two buffers have grown.
+    pub fn encode_headers(
+        &self,
+        headers: &Headers,
+        encoded: &mut Vec<u8>,
+        out: &mut Vec<HeaderBytes>,
+    ) {
+        encoded.clear();
+        out.clear();
+        for h in headers.iter() {
+            let start = encoded.len();
+            let text = |encoded: &mut Vec<u8>, v: &dyn std::fmt::Display| {
+                use std::io::Write as _;
+                let _ = write!(encoded, "{v}");
+                HeaderBytes::Encoded(start..encoded.len())
+            };
+            out.push(match &h.value {
+                Value::Null => HeaderBytes::Null,
+                Value::String(_) | Value::Bytes(_) => HeaderBytes::AsIs,
+                Value::Boolean(b) => text(encoded, b),
+                Value::Int8(v) => text(encoded, v),
+                Value::Int16(v) => text(encoded, v),
+                Value::Int32(v) => text(encoded, v),
+                Value::Int64(v) => text(encoded, v),
+                other => match self
+                    .header_json
+                    .from_connect_data("", h.schema.as_ref(), other)
+                {
+                    Ok(Some(bytes)) => {
+                        encoded.extend_from_slice(&bytes);
+                        HeaderBytes::Encoded(start..encoded.len())
+                    }
+                    _ => HeaderBytes::Null,
+                },
+            });
+        }
+    }
+}
+
+/// Where a header's bytes are, after [`Converters::encode_headers`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HeaderBytes {
+    /// A null value.
+    Null,
+    /// The value's own bytes (a string's UTF-8, a byte array).
+    AsIs,
+    /// This range of the encoded buffer.
+    Encoded(std::ops::Range<usize>),
+}
+
+/// The bytes of `header` as [`Converters::encode_headers`] placed them.
+pub fn header_value<'a>(
+    header: &'a Header,
+    at: &HeaderBytes,
+    encoded: &'a [u8],
+) -> Option<&'a [u8]> {
+    match (at, &header.value) {
+        (HeaderBytes::AsIs, Value::String(s)) => Some(s.as_bytes()),
+        (HeaderBytes::AsIs, Value::Bytes(b)) => Some(b),
+        (HeaderBytes::Encoded(range), _) => encoded.get(range.clone()),
+        _ => None,
     }
 }
 

@@ -325,6 +325,10 @@ struct Scratch {
     value_spans: Vec<(usize, std::sync::Arc<[u8]>)>,
     /// The whole key when it has spans and is hashed to choose a partition.
     whole_key: Vec<u8>,
+    /// The record's header values that are not strings or bytes, as text
+    /// (see `Converters::encode_headers`), and where each header's bytes are.
+    header_text: Vec<u8>,
+    header_bytes: Vec<crate::convert::HeaderBytes>,
     /// Emptied record buffers of appended builders.
     free_records: Vec<Vec<u8>>,
     /// The last source partition seen and its JSON form (the `offsets` key).
@@ -662,7 +666,11 @@ fn process(
         Ok(v) => v,
         Err(e) => return skip_or_fail("VALUE_CONVERTER", e.into()),
     };
-    let headers = setup.converters.header_bytes(&transformed.headers);
+    setup.converters.encode_headers(
+        &transformed.headers,
+        &mut scratch.header_text,
+        &mut scratch.header_bytes,
+    );
     let topic = transformed.topic;
     let (partitions, compression) = match &scratch.last_topic {
         Some((name, partitions, compression)) if *name == topic => (*partitions, *compression),
@@ -727,16 +735,18 @@ fn process(
             pending.scratch.records_buffer(sealer),
         )
     });
-    let header_refs: Vec<RecordHeader<'_>> = headers
+    let scratch = &pending.scratch;
+    let header_refs: Vec<RecordHeader<'_>> = transformed
+        .headers
         .iter()
-        .map(|(k, v)| RecordHeader {
-            key: k.as_str(),
-            value: v.as_deref(),
+        .zip(&scratch.header_bytes)
+        .map(|(h, at)| RecordHeader {
+            key: h.key.as_str(),
+            value: crate::convert::header_value(h, at, &scratch.header_text),
         })
         .collect();
     let before = builder.size_bytes();
     let timestamp = transformed.timestamp.unwrap_or(polled_at_ms);
-    let scratch = &pending.scratch;
     builder.append_with_spans(
         timestamp,
         has_key.then_some(&scratch.key[..]),

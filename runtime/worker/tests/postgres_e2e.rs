@@ -2,8 +2,9 @@
 //! `cdc\.public\.(.*)` -> `warehouse.$1`, `config/connectors/postgres-cdc-source.json`) run by the
 //! `headwater` binary against a real PostgreSQL from the test harness: existing rows arrive as
 //! `r` events on `warehouse.*`, later changes as `c`/`u`/`d` plus tombstones, in Debezium's
-//! envelope; a restarted worker resumes streaming without repeating or losing a change. A stop
-//! during `snapshot.delay.ms` ends the wait at once.
+//! envelope with Debezium's context headers (a new run id per worker run); a restarted worker
+//! resumes streaming without repeating or losing a change. A stop during `snapshot.delay.ms`
+//! ends the wait at once.
 
 mod common;
 
@@ -18,6 +19,52 @@ fn records(w: &Worker, topic: &str) -> Vec<(Value, Value)> {
         .unwrap_or_default()
         .into_iter()
         .map(|mut r| (r["key"].take(), r["value"].take()))
+        .collect()
+}
+
+/// The headers of each record of a topic's partition 0 as `(key, text value)` pairs.
+fn headers(w: &Worker, topic: &str) -> Vec<Vec<(String, String)>> {
+    w.partition0_records(topic)
+        .unwrap_or_default()
+        .iter()
+        .map(|r| {
+            r["headers"]
+                .as_array()
+                .expect("headers")
+                .iter()
+                .map(|h| {
+                    let text = h["value"].as_str().unwrap_or_default();
+                    (h["key"].as_str().unwrap().to_owned(), text.to_owned())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The `__debezium.context.runId` of each record (panics on a record without one), after
+/// checking the other context headers are the seed connector's.
+fn run_ids(w: &Worker, topic: &str) -> Vec<String> {
+    headers(w, topic)
+        .into_iter()
+        .map(|hs| {
+            let keys: Vec<&str> = hs.iter().map(|(k, _)| k.as_str()).collect();
+            assert_eq!(
+                keys,
+                [
+                    "__debezium.context.connectorLogicalName",
+                    "__debezium.context.taskId",
+                    "__debezium.context.connectorName",
+                    "__debezium.context.runId"
+                ],
+                "{hs:?}"
+            );
+            assert_eq!(
+                (hs[0].1.as_str(), hs[1].1.as_str(), hs[2].1.as_str()),
+                ("cdc", "0", "postgresql")
+            );
+            assert_eq!(hs[3].1.len(), 36, "a UUID: {hs:?}");
+            hs[3].1.clone()
+        })
         .collect()
 }
 
@@ -99,6 +146,13 @@ fn seed_connector_config_streams_debezium_events() {
     let recs = records(&w, "warehouse.orders");
     assert_eq!(recs[2].1["payload"]["after"]["status"], "paid");
     assert_eq!(recs[4].1, Value::Null, "a real tombstone");
+    // Debezium's context headers (extended.headers.enabled, on by default) on every event and
+    // the tombstone, as Kafka clients read them: one run id for the worker's run.
+    let first_run = run_ids(&w, "warehouse.orders");
+    assert!(
+        first_run.iter().all(|r| *r == first_run[0]),
+        "{first_run:?}"
+    );
     w.sigterm();
 
     // Changes made while the worker is down arrive after the restart, once.
@@ -120,6 +174,9 @@ fn seed_connector_config_streams_debezium_events() {
         "nothing repeated"
     );
     assert_eq!(ops(&w, "warehouse.customers"), ["r", "c"]);
+    let runs = run_ids(&w, "warehouse.customers");
+    assert_eq!(runs[0], first_run[0]);
+    assert_ne!(runs[1], first_run[0], "a new run id after the restart");
     w.sigterm();
 }
 
@@ -145,6 +202,7 @@ fn transform_chain_routes_unwraps_and_masks() {
         "org.apache.kafka.connect.transforms.MaskField$Value".into(),
     );
     c.insert("transforms.mask.fields".into(), "email".into());
+    c.insert("extended.headers.enabled".into(), "false".into());
     c.insert("transforms.mask.predicate".into(), "isCustomers".into());
     c.insert("predicates".into(), "isCustomers".into());
     c.insert(
@@ -187,6 +245,11 @@ fn transform_chain_routes_unwraps_and_masks() {
     let (_, updated) = records(&w, "warehouse.customers").remove(1);
     assert_eq!(updated["payload"]["__op"], "u");
     assert_eq!(updated["payload"]["email"], "");
+    assert_eq!(
+        headers(&w, "warehouse.customers"),
+        [vec![], vec![]],
+        "extended.headers.enabled=false: no context headers"
+    );
     w.sigterm();
 }
 
