@@ -451,6 +451,9 @@ pub struct BenchArgs {
     /// `--incremental` (pg-bench and mysql-bench): a fourth phase, an incremental snapshot of
     /// the table while a trickle of changes streams ([`incremental_phase`]).
     pub incremental: bool,
+    /// `--set key=value` (repeatable): connector settings over the program's own, to measure
+    /// one option's cost (`--set extended.headers.enabled=false`).
+    pub settings: BTreeMap<String, String>,
 }
 
 /// The record format a benchmark's source connector writes.
@@ -495,7 +498,7 @@ impl BenchArgs {
                 "mysql-bench" => " [--incremental]",
                 _ => "",
             };
-            eprintln!("usage: {program} [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N]{t} [--format json|avro]{tls} [--dir DIR]");
+            eprintln!("usage: {program} [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N]{t} [--format json|avro]{tls} [--set KEY=VALUE]... [--dir DIR]");
             std::process::exit(2)
         };
         let mut a = BenchArgs {
@@ -509,6 +512,7 @@ impl BenchArgs {
             format: RecordFormat::Json,
             tls: false,
             incremental: false,
+            settings: BTreeMap::new(),
         };
         let mut it = std::env::args().skip(1);
         while let Some(arg) = it.next() {
@@ -529,6 +533,11 @@ impl BenchArgs {
                 "--incremental" if matches!(program, "pg-bench" | "mysql-bench") => {
                     a.incremental = true
                 }
+                "--set" => {
+                    let setting = it.next().unwrap_or_else(|| usage());
+                    let (key, value) = setting.split_once('=').unwrap_or_else(|| usage());
+                    a.settings.insert(key.to_owned(), value.to_owned());
+                }
                 "--format" => {
                     a.format = match it.next().as_deref() {
                         Some("json") => RecordFormat::Json,
@@ -545,6 +554,15 @@ impl BenchArgs {
             a.bin.display()
         );
         a
+    }
+
+    /// Adds the `--format` converters and the `--set` settings to a source connector's
+    /// `config` object.
+    pub fn configure(&self, config: &mut Value) {
+        self.format.apply(config);
+        for (key, value) in &self.settings {
+            config[key.as_str()] = Value::from(value.as_str());
+        }
     }
 
     /// A fresh work directory (removed when dropped) under `--dir`, else the current one.
@@ -599,6 +617,8 @@ pub struct Figures {
     pub format: RecordFormat,
     /// [`bytes_per_record`]: (record bytes, log bytes on disk) per record.
     pub bytes_per_record: (f64, f64),
+    /// The `--set` connector settings, printed with the figures.
+    pub settings: BTreeMap<String, String>,
 }
 
 impl Figures {
@@ -633,6 +653,9 @@ impl Figures {
             "record_bytes_per_event": round(record_bytes, 1),
             "log_disk_bytes_per_event": round(disk_bytes, 1),
         });
+        if !self.settings.is_empty() {
+            out["settings"] = serde_json::json!(self.settings);
+        }
         if let (Some(o), Value::Object(e)) = (out.as_object_mut(), extra) {
             o.extend(e);
         }

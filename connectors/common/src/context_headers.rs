@@ -5,8 +5,9 @@
 //! - `__debezium.context.taskId`: the task's number (`0` for these one-task connectors);
 //! - `__debezium.context.connectorName`: the connector type as Debezium names it
 //!   (`postgresql`, `mysql`, `mariadb`, `mongodb`);
-//! - `__debezium.context.runId`: a random UUID drawn when the task starts, so a restart (of the
-//!   worker or of the task after an error) is told apart from the run before it.
+//! - `__debezium.context.runId`: a UUID drawn when the task starts, so a restart (of the worker
+//!   or of the task after an error) is told apart from the run before it; time-ordered
+//!   (version 7) as Debezium's `UUIDUtils` draws them, so a later run's id sorts after.
 //!
 //! As in Debezium's `EventDispatcher`, they go on data change events (snapshot, incremental
 //! snapshot and streaming, the tombstone after a delete, PostgreSQL's logical-decoding
@@ -39,7 +40,7 @@ pub fn define_keys(def: ConfigDef) -> ConfigDef {
     def.define(
         ConfigKey::new(ENABLED, ConfigType::Boolean)
             .default_str("true")
-            .doc("Add Debezium's context headers (__debezium.context.connectorLogicalName, taskId, connectorName, runId) to every change event and schema-change record."),
+            .doc("Add Debezium's context headers (__debezium.context.connectorLogicalName, taskId, connectorName, runId) to change events and their tombstones, PostgreSQL logical messages and MySQL schema-change records."),
     )
 }
 
@@ -72,7 +73,7 @@ impl ContextHeaders {
             logical_name,
             task_id,
             connector_type,
-            &uuid::Uuid::new_v4().to_string(),
+            &uuid::Uuid::now_v7().to_string(),
         )
     }
 
@@ -144,13 +145,21 @@ mod tests {
                 ("__debezium.context.runId", Some(run)),
             ]
         );
-        assert!(uuid::Uuid::parse_str(run).is_ok(), "{run}");
+        let parsed = uuid::Uuid::parse_str(run).expect("a UUID");
+        assert_eq!(
+            parsed.get_version_num(),
+            7,
+            "time-ordered, as Debezium's: {run}"
+        );
         assert!(headers
             .iter()
             .skip(1)
             .all(|h| h.schema.as_ref().is_some_and(|s| s.name().is_none())));
         let second = ContextHeaders::from_props(&props(&[]), "cdc", 0, "postgresql");
         assert_ne!(second.run_id(), first.run_id());
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let third = ContextHeaders::from_props(&props(&[]), "cdc", 0, "postgresql");
+        assert!(third.run_id() > first.run_id(), "a later run sorts after");
     }
 
     #[test]

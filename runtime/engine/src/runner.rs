@@ -736,7 +736,7 @@ fn process(
         )
     });
     let scratch = &pending.scratch;
-    let header_refs: Vec<RecordHeader<'_>> = transformed
+    let header_refs: smallvec::SmallVec<[RecordHeader<'_>; 8]> = transformed
         .headers
         .iter()
         .zip(&scratch.header_bytes)

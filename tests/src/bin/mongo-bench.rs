@@ -18,7 +18,7 @@
 //!
 //! Usage: `cargo build --release -p headwater && cargo run --release -p headwater-tests --bin
 //! mongo-bench -- [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N]
-//! [--threads N] [--dir DIR]`.
+//! [--threads N] [--set KEY=VALUE]... [--dir DIR]`.
 
 use std::future::IntoFuture;
 use std::time::{Duration, Instant};
@@ -91,7 +91,7 @@ fn main() {
         "mongodb.connection.string": server.uri(), "topic.prefix": "bench",
         "collection.include.list": "bench.orders",
         "snapshot.max.threads": args.threads.to_string()}});
-    args.format.apply(&mut config["config"]);
+    args.configure(&mut config["config"]);
     let file = work.path().join("bench.json");
     std::fs::write(&file, config.to_string()).unwrap();
 
@@ -142,6 +142,7 @@ fn main() {
         polls,
         peak_rss_mb: peak_rss_mb(pid),
         format: args.format,
+        settings: args.settings.clone(),
         bytes_per_record: bytes_per_record(w.addr, "bench"),
     };
     drop(w);

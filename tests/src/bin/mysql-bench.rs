@@ -25,7 +25,7 @@
 //!
 //! Usage: `cargo build --release -p headwater && cargo run --release -p headwater-tests --bin
 //! mysql-bench -- [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N]
-//! [--incremental] [--dir DIR]`.
+//! [--incremental] [--set KEY=VALUE]... [--dir DIR]`.
 
 use std::time::{Duration, Instant};
 
@@ -97,7 +97,7 @@ fn main() {
         );
         config["config"]["signal.data.collection"] = json!("bench.debezium_signal");
     }
-    args.format.apply(&mut config["config"]);
+    args.configure(&mut config["config"]);
     let file = work.path().join("bench.json");
     std::fs::write(&file, config.to_string()).unwrap();
 
@@ -193,6 +193,7 @@ fn main() {
         polls,
         peak_rss_mb: peak_rss_mb(pid),
         format: args.format,
+        settings: args.settings.clone(),
         bytes_per_record: bytes_per_record(w.addr, "bench"),
     };
     drop(w);

@@ -31,7 +31,7 @@
 //!
 //! Usage: `cargo build --release -p headwater && cargo run --release -p headwater-tests --bin
 //! pg-bench -- [--bin PATH] [--rows N] [--stream-events N] [--rate N] [--seconds N]
-//! [--threads N] [--format json|avro] [--tls] [--incremental] [--dir DIR]`; the binary defaults to `$CARGO_TARGET_DIR/release/headwater`
+//! [--threads N] [--format json|avro] [--tls] [--incremental] [--set KEY=VALUE]... [--dir DIR]`; the binary defaults to `$CARGO_TARGET_DIR/release/headwater`
 //! (or `target/release/headwater` in the workspace).
 
 use std::time::{Duration, Instant};
@@ -66,7 +66,7 @@ fn main() {
         .unwrap();
         config["config"]["signal.data.collection"] = json!("public.debezium_signal");
     }
-    args.format.apply(&mut config["config"]);
+    args.configure(&mut config["config"]);
     if let Some(pki) = &pki {
         // Every connection of the connector over TLS, the certificate checked in full.
         config["config"]["database.hostname"] = json!("localhost");
@@ -177,6 +177,7 @@ fn main() {
         polls,
         peak_rss_mb: peak_rss_mb(pid),
         format: args.format,
+        settings: args.settings.clone(),
         bytes_per_record: bytes_per_record(w.addr, "bench"),
     };
     drop(w);
