@@ -16,8 +16,9 @@
 //! and notifications carry none.
 //!
 //! Invariants: a disabled [`ContextHeaders`] adds nothing and costs one branch; an enabled one
-//! holds the four headers built once per task start and clones them onto each record (the
-//! schema is shared, the strings are copied).
+//! holds the four headers built once per task start and adds them to each record as one
+//! shared run (`Headers::push_shared`: a reference count, no copy), which reads as four
+//! ordinary headers to transforms and converters.
 
 use std::sync::Arc;
 
@@ -46,7 +47,7 @@ pub fn define_keys(def: ConfigDef) -> ConfigDef {
 
 /// The context headers of one task run; cheap to clone (clones share the headers).
 #[derive(Clone, Debug, Default)]
-pub struct ContextHeaders(Option<Arc<[Header; 4]>>);
+pub struct ContextHeaders(Option<Arc<[Header]>>);
 
 impl ContextHeaders {
     /// Headers that add nothing (`extended.headers.enabled=false`).
@@ -85,7 +86,7 @@ impl ContextHeaders {
             schema: Some(string.clone()),
             value: Value::String(value),
         };
-        ContextHeaders(Some(Arc::new([
+        ContextHeaders(Some(Arc::from(vec![
             header(LOGICAL_NAME, logical_name.to_owned()),
             header(TASK_ID, task_id.to_string()),
             header(CONNECTOR_NAME, connector_type.to_owned()),
@@ -103,12 +104,11 @@ impl ContextHeaders {
         self.0.as_ref().and_then(|h| h[3].value.as_str())
     }
 
-    /// Appends the four headers to `headers` (nothing when disabled).
+    /// Appends the four headers to `headers` (nothing when disabled), shared: a record
+    /// holds a reference to the run's headers, not copies.
     pub fn add_to(&self, headers: &mut Headers) {
         if let Some(all) = &self.0 {
-            for h in all.iter() {
-                headers.push(h.clone());
-            }
+            headers.push_shared(all);
         }
     }
 }

@@ -59,15 +59,42 @@ pub struct Header {
 }
 
 /// Ordered record headers; a key may repeat, as in Kafka.
-#[derive(Clone, Debug, PartialEq, Default)]
-pub struct Headers(Vec<Header>);
+///
+/// A run of headers that every record of a task carries (Debezium's context headers) is
+/// shared, not copied: [`Headers::push_shared`] adds it as one `Arc`, and it is copied out
+/// only when [`Headers::remove`] takes one of its headers away. Whatever is shared or not,
+/// the headers read, compare and iterate as one ordered list.
+#[derive(Clone, Debug, Default)]
+pub struct Headers(Vec<HeaderRun>);
+
+/// A part of [`Headers`]: one header, or a shared run of them (never empty).
+#[derive(Clone, Debug)]
+enum HeaderRun {
+    One(Header),
+    Shared(std::sync::Arc<[Header]>),
+}
+
+impl HeaderRun {
+    fn as_slice(&self) -> &[Header] {
+        match self {
+            HeaderRun::One(h) => std::slice::from_ref(h),
+            HeaderRun::Shared(run) => run,
+        }
+    }
+}
+
+impl PartialEq for Headers {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
 
 impl Headers {
     pub fn new() -> Self {
         Headers(Vec::new())
     }
     pub fn add(&mut self, key: impl Into<String>, schema: Option<SchemaRef>, value: Value) {
-        self.0.push(Header {
+        self.push(Header {
             key: key.into(),
             schema,
             value,
@@ -75,33 +102,54 @@ impl Headers {
     }
     /// Appends a built header.
     pub fn push(&mut self, header: Header) {
-        self.0.push(header);
+        self.0.push(HeaderRun::One(header));
+    }
+    /// Appends a run of headers shared with other records (nothing is copied).
+    pub fn push_shared(&mut self, run: &std::sync::Arc<[Header]>) {
+        if !run.is_empty() {
+            self.0.push(HeaderRun::Shared(run.clone()));
+        }
     }
     /// Puts a header before all others (Debezium's key-change headers precede its context
     /// headers).
     pub fn prepend(&mut self, key: impl Into<String>, schema: Option<SchemaRef>, value: Value) {
         self.0.insert(
             0,
-            Header {
+            HeaderRun::One(Header {
                 key: key.into(),
                 schema,
                 value,
-            },
+            }),
         );
     }
     /// The last header with this key (Kafka's `lastWithName`).
     pub fn last_with_name(&self, key: &str) -> Option<&Header> {
-        self.0.iter().rev().find(|h| h.key == key)
+        self.iter().rev().find(|h| h.key == key)
     }
-    /// Removes every header with this key.
+    /// Removes every header with this key (a shared run holding one is copied out first).
     pub fn remove(&mut self, key: &str) {
-        self.0.retain(|h| h.key != key);
+        if !self.iter().any(|h| h.key == key) {
+            return;
+        }
+        let runs = std::mem::take(&mut self.0);
+        for run in runs {
+            match run {
+                HeaderRun::One(h) if h.key == key => {}
+                HeaderRun::One(h) => self.0.push(HeaderRun::One(h)),
+                HeaderRun::Shared(run) if run.iter().any(|h| h.key == key) => self.0.extend(
+                    run.iter()
+                        .filter(|h| h.key != key)
+                        .map(|h| HeaderRun::One(h.clone())),
+                ),
+                shared => self.0.push(shared),
+            }
+        }
     }
-    pub fn iter(&self) -> impl Iterator<Item = &Header> {
-        self.0.iter()
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Header> {
+        self.0.iter().flat_map(HeaderRun::as_slice)
     }
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.0.iter().map(|run| run.as_slice().len()).sum()
     }
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
@@ -243,6 +291,39 @@ impl ConnectRecord for SourceRecord {
 mod tests {
     use super::*;
     use crate::schema::Schema;
+
+    #[test]
+    fn shared_runs_read_as_one_list_and_are_copied_out_only_to_remove_from_them() {
+        let header = |key: &str, value: &str| Header {
+            key: key.to_owned(),
+            schema: Some(Schema::string()),
+            value: value.into(),
+        };
+        let run: std::sync::Arc<[Header]> = vec![header("c1", "x"), header("c2", "y")].into();
+        let mut headers = Headers::new();
+        headers.push_shared(&run);
+        headers.prepend("first", None, Value::Null);
+        headers.add("c1", None, "later".into());
+        headers.push_shared(&std::sync::Arc::from(Vec::new()));
+        let keys = |h: &Headers| h.iter().map(|h| h.key.clone()).collect::<Vec<_>>();
+        assert_eq!(keys(&headers), ["first", "c1", "c2", "c1"]);
+        assert_eq!(headers.len(), 4);
+        assert_eq!(headers.last_with_name("c1").unwrap().value, "later".into());
+        assert_eq!(headers.last_with_name("c2").unwrap().value, "y".into());
+        let mut copied = Headers::new();
+        copied.add("first", None, Value::Null);
+        for h in run.iter() {
+            copied.push(h.clone());
+        }
+        copied.add("c1", None, "later".into());
+        assert_eq!(headers, copied, "equal by content, shared or not");
+        headers.remove("c1");
+        assert_eq!(keys(&headers), ["first", "c2"]);
+        assert_eq!(run.len(), 2, "the shared run itself is untouched");
+        headers.remove("first");
+        headers.remove("c2");
+        assert!(headers.is_empty());
+    }
 
     #[test]
     fn tombstone_and_offset_json() {
