@@ -34,7 +34,9 @@ pub use plugin::{
     SourceBatch, SourceConnector, SourceTask, SourceTaskContext, StopRequest, TaskWaiting,
     Transform, WaitingStatus,
 };
-pub use record::{ConnectRecord, Header, Headers, OffsetMap, OffsetValue, SourceRecord};
+pub use record::{
+    ConnectRecord, Header, HeaderRunRef, Headers, OffsetMap, OffsetValue, SourceRecord,
+};
 pub use schema::{Field, Schema, SchemaBuilder, SchemaRef, SchemaType};
 pub use sink::{
     FieldsRead, SinkBatch, SinkConnector, SinkRecord, SinkTask, SinkTaskContext, TopicPartition,

@@ -67,6 +67,14 @@ pub struct Header {
 #[derive(Clone, Debug, Default)]
 pub struct Headers(Vec<HeaderRun>);
 
+/// A part of [`Headers`] as [`Headers::runs`] shows it: one header, or a run shared with
+/// other records (never empty), which a writer can encode once for all of them.
+#[derive(Clone, Copy, Debug)]
+pub enum HeaderRunRef<'a> {
+    One(&'a Header),
+    Shared(&'a std::sync::Arc<[Header]>),
+}
+
 /// A part of [`Headers`]: one header, or a shared run of them (never empty).
 #[derive(Clone, Debug)]
 enum HeaderRun {
@@ -144,6 +152,13 @@ impl Headers {
                 shared => self.0.push(shared),
             }
         }
+    }
+    /// The headers in order, a shared run as one part.
+    pub fn runs(&self) -> impl Iterator<Item = HeaderRunRef<'_>> {
+        self.0.iter().map(|run| match run {
+            HeaderRun::One(h) => HeaderRunRef::One(h),
+            HeaderRun::Shared(run) => HeaderRunRef::Shared(run),
+        })
     }
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Header> {
         self.0.iter().flat_map(HeaderRun::as_slice)

@@ -6,9 +6,12 @@
 //! Also the text form of a record for `errors.log.include.messages` ([`describe_record`]).
 
 use headwater_api::config::ConfigValidation;
-use headwater_api::{Header, Headers, Properties, SourceRecord, Value};
+use std::sync::Arc;
+
+use headwater_api::{Header, HeaderRunRef, Headers, Properties, SourceRecord, Value};
 use headwater_format::converters::{create_converter, find_converter, Converter};
 use headwater_format::{JsonConverter, JsonConverterConfig};
+use headwater_log::{encode_record_headers, HeaderPart, RecordHeader};
 
 const DEFAULT_CONVERTER: &str = "org.apache.kafka.connect.json.JsonConverter";
 
@@ -83,42 +86,65 @@ impl Converters {
     /// Header values as bytes, the way Kafka Connect's `SimpleHeaderConverter` writes them:
     /// strings as UTF-8, other primitives as their text, structures as JSON, null as null.
     /// Strings and bytes are used as they are; the text of other values is written to
-    /// `encoded` (cleared first). `out` gets one entry per header, in order; read a value back
-    /// with [`header_value`]. Nothing is allocated once the two buffers have grown.
+    /// `encoded` (cleared first). A run of headers shared by many records
+    /// ([`Headers::push_shared`]) is encoded once into `runs` and reused while it lasts.
+    /// `out` gets one entry per single header or shared run, in order; [`header_parts`] turns
+    /// them into what the batch builder takes. Nothing is allocated once the buffers have
+    /// grown and the runs are known.
     pub fn encode_headers(
         &self,
         headers: &Headers,
         encoded: &mut Vec<u8>,
+        runs: &mut EncodedRuns,
         out: &mut Vec<HeaderBytes>,
     ) {
         encoded.clear();
         out.clear();
-        for h in headers.iter() {
-            let start = encoded.len();
-            let text = |encoded: &mut Vec<u8>, v: &dyn std::fmt::Display| {
-                use std::io::Write as _;
-                let _ = write!(encoded, "{v}");
-                HeaderBytes::Encoded(start..encoded.len())
-            };
-            out.push(match &h.value {
-                Value::Null => HeaderBytes::Null,
-                Value::String(_) | Value::Bytes(_) => HeaderBytes::AsIs,
-                Value::Boolean(b) => text(encoded, b),
-                Value::Int8(v) => text(encoded, v),
-                Value::Int16(v) => text(encoded, v),
-                Value::Int32(v) => text(encoded, v),
-                Value::Int64(v) => text(encoded, v),
-                other => match self
-                    .header_json
-                    .from_connect_data("", h.schema.as_ref(), other)
-                {
-                    Ok(Some(bytes)) => {
-                        encoded.extend_from_slice(&bytes);
-                        HeaderBytes::Encoded(start..encoded.len())
+        for part in headers.runs() {
+            out.push(match part {
+                HeaderRunRef::One(h) => self.value_bytes(h, encoded),
+                HeaderRunRef::Shared(run) => HeaderBytes::Run(runs.index_of(run, |bytes| {
+                    let mut text = Vec::new();
+                    for h in run.iter() {
+                        let at = self.value_bytes(h, &mut text);
+                        let value = header_value(h, &at, &text);
+                        encode_record_headers(
+                            bytes,
+                            std::iter::once(RecordHeader { key: &h.key, value }),
+                        );
+                        text.clear();
                     }
-                    _ => HeaderBytes::Null,
-                },
+                })),
             });
+        }
+    }
+
+    /// Where `h`'s value bytes are: its own, or its text appended to `encoded`.
+    fn value_bytes(&self, h: &Header, encoded: &mut Vec<u8>) -> HeaderBytes {
+        let start = encoded.len();
+        let text = |encoded: &mut Vec<u8>, v: &dyn std::fmt::Display| {
+            use std::io::Write as _;
+            let _ = write!(encoded, "{v}");
+            HeaderBytes::Encoded(start..encoded.len())
+        };
+        match &h.value {
+            Value::Null => HeaderBytes::Null,
+            Value::String(_) | Value::Bytes(_) => HeaderBytes::AsIs,
+            Value::Boolean(b) => text(encoded, b),
+            Value::Int8(v) => text(encoded, v),
+            Value::Int16(v) => text(encoded, v),
+            Value::Int32(v) => text(encoded, v),
+            Value::Int64(v) => text(encoded, v),
+            other => match self
+                .header_json
+                .from_connect_data("", h.schema.as_ref(), other)
+            {
+                Ok(Some(bytes)) => {
+                    encoded.extend_from_slice(&bytes);
+                    HeaderBytes::Encoded(start..encoded.len())
+                }
+                _ => HeaderBytes::Null,
+            },
         }
     }
 }
@@ -132,6 +158,60 @@ pub enum HeaderBytes {
     AsIs,
     /// This range of the encoded buffer.
     Encoded(std::ops::Range<usize>),
+    /// A shared run, encoded whole in this entry of the [`EncodedRuns`].
+    Run(usize),
+}
+
+/// Shared header runs in Kafka's record-header encoding, by the run they were made from (the
+/// `Arc` is held, so its address cannot be reused while the entry lives). At most
+/// [`EncodedRuns::MAX`] are kept; past that the list starts over.
+#[derive(Default)]
+pub struct EncodedRuns(Vec<(Arc<[Header]>, Vec<u8>)>);
+
+impl EncodedRuns {
+    /// Runs kept at once (a task has one; transforms may make a few more).
+    pub const MAX: usize = 8;
+
+    /// The entry of `run`, encoded by `encode` when it is new.
+    fn index_of(&mut self, run: &Arc<[Header]>, encode: impl FnOnce(&mut Vec<u8>)) -> usize {
+        if let Some(i) = self.0.iter().position(|(r, _)| Arc::ptr_eq(r, run)) {
+            return i;
+        }
+        if self.0.len() >= Self::MAX {
+            self.0.clear();
+        }
+        let mut bytes = Vec::new();
+        encode(&mut bytes);
+        self.0.push((run.clone(), bytes));
+        self.0.len() - 1
+    }
+}
+
+/// The batch builder's header parts of `headers` after [`Converters::encode_headers`] wrote
+/// `at`, `encoded` and `runs`.
+pub fn header_parts<'a>(
+    headers: &'a Headers,
+    at: &'a [HeaderBytes],
+    encoded: &'a [u8],
+    runs: &'a EncodedRuns,
+) -> impl Iterator<Item = HeaderPart<'a>> {
+    headers
+        .runs()
+        .zip(at)
+        .map(move |(part, at)| match (part, at) {
+            (HeaderRunRef::Shared(run), HeaderBytes::Run(i)) => HeaderPart::Encoded {
+                count: run.len(),
+                bytes: &runs.0[*i].1,
+            },
+            // encode_headers gives every shared run its entry.
+            (HeaderRunRef::Shared(run), _) => {
+                unreachable!("a shared run of {} headers without its encoding", run.len())
+            }
+            (HeaderRunRef::One(h), at) => HeaderPart::One(RecordHeader {
+                key: &h.key,
+                value: header_value(h, at, encoded),
+            }),
+        })
 }
 
 /// The bytes of `header` as [`Converters::encode_headers`] placed them.
@@ -208,6 +288,61 @@ fn show_value(value: &Value) -> String {
 mod tests {
     use super::*;
     use headwater_api::{OffsetMap, OffsetValue, Schema, SchemaBuilder, Struct};
+
+    #[test]
+    fn shared_header_runs_are_encoded_once_and_write_what_single_headers_write() {
+        use headwater_log::{BatchBuilder, Compression, DecodedBatch, ProducerFields};
+        let converters = Converters::from_props(&Properties::new()).unwrap();
+        let header = |key: &str, value: Value| Header {
+            key: key.to_owned(),
+            schema: None,
+            value,
+        };
+        let run: Arc<[Header]> = vec![
+            header("ctx.name", "cdc".into()),
+            header("ctx.n", Value::Int32(7)),
+            header("ctx.null", Value::Null),
+        ]
+        .into();
+        let mut shared = Headers::new();
+        shared.push_shared(&run);
+        shared.prepend("first", None, Value::Boolean(true));
+        shared.add("last", None, Value::Bytes(vec![1, 2]));
+        let mut single = Headers::new();
+        for h in shared.iter() {
+            single.push(h.clone());
+        }
+        let (mut text, mut runs, mut at) = (Vec::new(), EncodedRuns::default(), Vec::new());
+        let mut batches = Vec::new();
+        for headers in [&shared, &single, &shared] {
+            converters.encode_headers(headers, &mut text, &mut runs, &mut at);
+            let parts: Vec<_> = header_parts(headers, &at, &text, &runs).collect();
+            let mut b = BatchBuilder::new(Compression::None, ProducerFields::default());
+            b.append_with_header_parts(1, None, &[], Some(b"v"), &[], &parts);
+            batches.push(b.build().unwrap());
+        }
+        assert_eq!(runs.0.len(), 1, "one run, encoded once");
+        assert_eq!(batches[0], batches[1]);
+        assert_eq!(batches[0], batches[2]);
+        let decoded = DecodedBatch::decode(&batches[0]).unwrap();
+        let records = decoded.records().unwrap();
+        let want: Vec<(&str, Option<&[u8]>)> = vec![
+            ("first", Some(b"true")),
+            ("ctx.name", Some(b"cdc")),
+            ("ctx.n", Some(b"7")),
+            ("ctx.null", None),
+            ("last", Some(&[1, 2])),
+        ];
+        assert_eq!(records[0].headers, want);
+        // Past MAX runs the list starts over, so it stays bounded.
+        for _ in 0..EncodedRuns::MAX + 1 {
+            let other: Arc<[Header]> = vec![header("x", "y".into())].into();
+            let mut h = Headers::new();
+            h.push_shared(&other);
+            converters.encode_headers(&h, &mut text, &mut runs, &mut at);
+        }
+        assert!(runs.0.len() <= EncodedRuns::MAX);
+    }
 
     #[test]
     fn records_are_described_like_kafka_connect() {

@@ -30,7 +30,7 @@ use headwater_api::{
     Transform,
 };
 
-use headwater_log::batch::{BatchBuilder, Compression, ProducerFields, RecordHeader};
+use headwater_log::batch::{BatchBuilder, Compression, HeaderPart, ProducerFields};
 use headwater_log::{Log, LogError, Partitioner, TopicCompression, TopicConfig};
 use tokio::sync::{oneshot, watch};
 
@@ -329,6 +329,8 @@ struct Scratch {
     /// (see `Converters::encode_headers`), and where each header's bytes are.
     header_text: Vec<u8>,
     header_bytes: Vec<crate::convert::HeaderBytes>,
+    /// Shared header runs (the context headers), encoded once.
+    header_runs: crate::convert::EncodedRuns,
     /// Emptied record buffers of appended builders.
     free_records: Vec<Vec<u8>>,
     /// The last source partition seen and its JSON form (the `offsets` key).
@@ -669,6 +671,7 @@ fn process(
     setup.converters.encode_headers(
         &transformed.headers,
         &mut scratch.header_text,
+        &mut scratch.header_runs,
         &mut scratch.header_bytes,
     );
     let topic = transformed.topic;
@@ -736,24 +739,22 @@ fn process(
         )
     });
     let scratch = &pending.scratch;
-    let header_refs: smallvec::SmallVec<[RecordHeader<'_>; 8]> = transformed
-        .headers
-        .iter()
-        .zip(&scratch.header_bytes)
-        .map(|(h, at)| RecordHeader {
-            key: h.key.as_str(),
-            value: crate::convert::header_value(h, at, &scratch.header_text),
-        })
-        .collect();
+    let header_parts: smallvec::SmallVec<[HeaderPart<'_>; 8]> = crate::convert::header_parts(
+        &transformed.headers,
+        &scratch.header_bytes,
+        &scratch.header_text,
+        &scratch.header_runs,
+    )
+    .collect();
     let before = builder.size_bytes();
     let timestamp = transformed.timestamp.unwrap_or(polled_at_ms);
-    builder.append_with_spans(
+    builder.append_with_header_parts(
         timestamp,
         has_key.then_some(&scratch.key[..]),
         &scratch.key_spans,
         has_value.then_some(&scratch.value[..]),
         &scratch.value_spans,
-        &header_refs,
+        &header_parts,
     );
     let size = builder.size_bytes();
     pending.bytes += size - before;

@@ -237,6 +237,49 @@ pub struct RecordHeader<'a> {
     pub value: Option<&'a [u8]>,
 }
 
+/// A key or value (`None`: null) and the shared spans to insert into it (see
+/// [`BatchBuilder::append_with_spans`]).
+type BytesWithSpans<'a> = (Option<&'a [u8]>, &'a [(usize, Arc<[u8]>)]);
+
+/// A record's headers in pieces: single headers, and runs already in Kafka's record-header
+/// encoding (each header's key length, key, value length and value; see
+/// [`encode_record_headers`]), which a caller keeps for headers every record carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeaderPart<'a> {
+    One(RecordHeader<'a>),
+    /// `count` headers encoded as `bytes`.
+    Encoded {
+        count: usize,
+        bytes: &'a [u8],
+    },
+}
+
+/// Appends `headers` in Kafka's record-header encoding (without their count) to `out`: what
+/// a [`HeaderPart::Encoded`] holds.
+pub fn encode_record_headers<'h>(
+    out: &mut Vec<u8>,
+    headers: impl Iterator<Item = RecordHeader<'h>>,
+) {
+    for h in headers {
+        write_record_header(out, h);
+    }
+}
+
+fn write_record_header(out: &mut Vec<u8>, h: RecordHeader<'_>) {
+    write_varint(out, h.key.len() as i32);
+    out.extend_from_slice(h.key.as_bytes());
+    write_bytes(out, h.value);
+}
+
+/// The encoded length of one header.
+fn header_len(h: RecordHeader<'_>) -> usize {
+    let value = match h.value {
+        Some(v) => varint_len(v.len() as i32) + v.len(),
+        None => varint_len(-1),
+    };
+    varint_len(h.key.len() as i32) + h.key.len() + value
+}
+
 /// The producer fields of a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProducerFields {
@@ -386,6 +429,70 @@ impl BatchBuilder {
         value_spans: &[(usize, Arc<[u8]>)],
         headers: &[RecordHeader<'_>],
     ) {
+        let header_count = headers.len();
+        let header_bytes = headers.iter().map(|h| header_len(*h)).sum();
+        self.append_parts(
+            timestamp,
+            (key, key_spans),
+            (value, value_spans),
+            (header_count, header_bytes),
+            |out| {
+                for h in headers {
+                    write_record_header(out, *h);
+                }
+            },
+        );
+    }
+
+    /// [`BatchBuilder::append_with_spans`] with headers in [`HeaderPart`]s.
+    pub fn append_with_header_parts(
+        &mut self,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        key_spans: &[(usize, Arc<[u8]>)],
+        value: Option<&[u8]>,
+        value_spans: &[(usize, Arc<[u8]>)],
+        headers: &[HeaderPart<'_>],
+    ) {
+        let (mut header_count, mut header_bytes) = (0, 0);
+        for part in headers {
+            match part {
+                HeaderPart::One(h) => {
+                    header_count += 1;
+                    header_bytes += header_len(*h);
+                }
+                HeaderPart::Encoded { count, bytes } => {
+                    header_count += count;
+                    header_bytes += bytes.len();
+                }
+            }
+        }
+        self.append_parts(
+            timestamp,
+            (key, key_spans),
+            (value, value_spans),
+            (header_count, header_bytes),
+            |out| {
+                for part in headers {
+                    match part {
+                        HeaderPart::One(h) => write_record_header(out, *h),
+                        HeaderPart::Encoded { bytes, .. } => out.extend_from_slice(bytes),
+                    }
+                }
+            },
+        );
+    }
+
+    /// Appends a record whose `header_count` headers are `header_bytes` long once `headers`
+    /// wrote them (without their count).
+    fn append_parts(
+        &mut self,
+        timestamp: i64,
+        (key, key_spans): BytesWithSpans<'_>,
+        (value, value_spans): BytesWithSpans<'_>,
+        (header_count, header_bytes): (usize, usize),
+        headers: impl FnOnce(&mut Vec<u8>),
+    ) {
         if self.count == 0 {
             self.base_timestamp = timestamp;
         }
@@ -398,8 +505,13 @@ impl BatchBuilder {
             |spans: &[(usize, Arc<[u8]>)]| -> usize { spans.iter().map(|(_, b)| b.len()).sum() };
         let key_len = key.map(|k| k.len() + spans_len(key_spans));
         let value_len = value.map(|v| v.len() + spans_len(value_spans));
-        let headers = headers.iter().map(|h| (h.key, h.value));
-        let body_len = record_body_len(ts_delta, offset_delta, key_len, value_len, headers.clone());
+        let body_len = record_body_len(
+            ts_delta,
+            offset_delta,
+            key_len,
+            value_len,
+            (header_count, header_bytes),
+        );
         let lz4 = self.compression == Compression::Lz4;
         // A record too large for one repeat block is staged as plain bytes (64 KiB blocks).
         let repeatable = lz4
@@ -427,7 +539,10 @@ impl BatchBuilder {
             }
             None => write_varint(&mut self.records, -1),
         }
-        write_record_headers(&mut self.records, headers);
+        write_varint(&mut self.records, header_count as i32);
+        let before = self.records.len();
+        headers(&mut self.records);
+        debug_assert_eq!(self.records.len() - before, header_bytes);
         self.count += 1;
         if lz4 {
             if self.repeats.is_empty() {
@@ -706,37 +821,45 @@ fn encode_record<'h>(
 ) {
     let key_len = key.map(<[u8]>::len);
     let value_len = value.map(<[u8]>::len);
-    let body_len = record_body_len(ts_delta, offset_delta, key_len, value_len, headers.clone());
+    let as_header = |(key, value)| RecordHeader { key, value };
+    let header_count = headers.clone().count();
+    let header_bytes = headers.clone().map(|h| header_len(as_header(h))).sum();
+    let body_len = record_body_len(
+        ts_delta,
+        offset_delta,
+        key_len,
+        value_len,
+        (header_count, header_bytes),
+    );
     out.reserve(body_len + 5);
     write_record_head(out, body_len, ts_delta, offset_delta, key_len);
     if let Some(k) = key {
         out.extend_from_slice(k);
     }
     write_bytes(out, value);
-    write_record_headers(out, headers);
+    write_varint(out, header_count as i32);
+    encode_record_headers(out, headers.map(as_header));
 }
 
 /// The length of a record's body (everything after its length varint), its key and value
 /// `key_len` and `value_len` bytes long (`None`: null).
-fn record_body_len<'h>(
+fn record_body_len(
     ts_delta: i64,
     offset_delta: i32,
     key_len: Option<usize>,
     value_len: Option<usize>,
-    headers: impl Iterator<Item = (&'h str, Option<&'h [u8]>)>,
+    (header_count, header_bytes): (usize, usize),
 ) -> usize {
     let len_of = |len: Option<usize>| match len {
         Some(n) => varint_len(n as i32) + n,
         None => varint_len(-1),
     };
-    let mut body_len =
-        1 + varlong_len(ts_delta) + varint_len(offset_delta) + len_of(key_len) + len_of(value_len);
-    let mut header_count = 0;
-    for (k, v) in headers {
-        header_count += 1;
-        body_len += varint_len(k.len() as i32) + k.len() + len_of(v.map(<[u8]>::len));
-    }
-    body_len + varint_len(header_count)
+    1 + varlong_len(ts_delta)
+        + varint_len(offset_delta)
+        + len_of(key_len)
+        + len_of(value_len)
+        + varint_len(header_count as i32)
+        + header_bytes
 }
 
 /// Appends a record's length, attributes, deltas and key length: what precedes the key
@@ -753,19 +876,6 @@ fn write_record_head(
     write_varlong(out, ts_delta);
     write_varint(out, offset_delta);
     write_varint(out, key_len.map_or(-1, |n| n as i32));
-}
-
-/// Appends a record's headers: what follows the value bytes.
-fn write_record_headers<'h>(
-    out: &mut Vec<u8>,
-    headers: impl Iterator<Item = (&'h str, Option<&'h [u8]>)> + Clone,
-) {
-    write_varint(out, headers.clone().count() as i32);
-    for (k, v) in headers {
-        write_varint(out, k.len() as i32);
-        out.extend_from_slice(k.as_bytes());
-        write_bytes(out, v);
-    }
 }
 
 /// A batch without records covering offsets `base_offset..=last_offset`: what compaction
@@ -1319,6 +1429,64 @@ fn decompress_lz4_blocks(data: &[u8], out: &mut Vec<u8>) -> Option<Result<(), Ba
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_parts_write_the_same_bytes_as_single_headers() {
+        let shared = [
+            RecordHeader {
+                key: "__debezium.context.connectorLogicalName",
+                value: Some(b"cdc"),
+            },
+            RecordHeader {
+                key: "nothing",
+                value: None,
+            },
+        ];
+        let mut encoded = Vec::new();
+        encode_record_headers(&mut encoded, shared.iter().copied());
+        let first = RecordHeader {
+            key: "__debezium.newkey",
+            value: Some(b"{\"id\":2}"),
+        };
+        let last = RecordHeader {
+            key: "added",
+            value: Some(b""),
+        };
+        for compression in [Compression::None, Compression::Lz4] {
+            let mut by_parts = BatchBuilder::new(compression, ProducerFields::default());
+            let mut single = BatchBuilder::new(compression, ProducerFields::default());
+            for i in 0..50i64 {
+                let value = format!("value {i}");
+                let parts = [
+                    HeaderPart::One(first),
+                    HeaderPart::Encoded {
+                        count: shared.len(),
+                        bytes: &encoded,
+                    },
+                    HeaderPart::One(last),
+                ];
+                let (parts, all): (&[HeaderPart], Vec<RecordHeader>) = if i % 3 == 0 {
+                    (&parts[1..2], shared.to_vec())
+                } else {
+                    (&parts, [&[first][..], &shared, &[last]].concat())
+                };
+                by_parts.append_with_header_parts(i, None, &[], Some(value.as_bytes()), &[], parts);
+                single.append_with_spans(i, None, &[], Some(value.as_bytes()), &[], &all);
+                assert_eq!(by_parts.size_bytes(), single.size_bytes(), "record {i}");
+            }
+            let (by_parts, single) = (by_parts.build().unwrap(), single.build().unwrap());
+            assert_eq!(by_parts, single, "{compression:?}");
+            let decoded = DecodedBatch::decode(&by_parts).unwrap();
+            let records = decoded.records().unwrap();
+            assert_eq!(records[1].headers.len(), 4);
+            assert_eq!(
+                records[1].headers[1],
+                ("__debezium.context.connectorLogicalName", Some(&b"cdc"[..]))
+            );
+            assert_eq!(records[1].headers[2], ("nothing", None));
+            assert_eq!(records[0].headers.len(), 2);
+        }
+    }
 
     fn sample(compression: Compression) -> Vec<u8> {
         let mut b = BatchBuilder::new(compression, ProducerFields::default());

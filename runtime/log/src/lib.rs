@@ -27,7 +27,8 @@ pub mod txn;
 pub mod varint;
 
 pub use batch::{
-    BatchBuilder, Compression, DecodedBatch, ProducerFields, RecordHeader, RecordView,
+    encode_record_headers, BatchBuilder, Compression, DecodedBatch, HeaderPart, ProducerFields,
+    RecordHeader, RecordView,
 };
 pub use cleaner::CleanerStats;
 pub use clock::{Clock, FakeClock, SystemClock};
