@@ -166,10 +166,7 @@ pub enum HeaderBytes {
 /// `Arc` is held, so its address cannot be reused while the entry lives). At most
 /// [`EncodedRuns::MAX`] are kept; past that the list starts over.
 #[derive(Default)]
-pub struct EncodedRuns(Vec<EncodedRun>);
-
-/// A shared run and its encoding.
-type EncodedRun = (Arc<[Header]>, Arc<[u8]>);
+pub struct EncodedRuns(Vec<(Arc<[Header]>, Vec<u8>)>);
 
 impl EncodedRuns {
     /// Runs kept at once (a task has one; transforms may make a few more).
@@ -185,7 +182,7 @@ impl EncodedRuns {
         }
         let mut bytes = Vec::new();
         encode(&mut bytes);
-        self.0.push((run.clone(), bytes.into()));
+        self.0.push((run.clone(), bytes));
         self.0.len() - 1
     }
 }
