@@ -100,6 +100,7 @@ impl Converters {
     ) {
         encoded.clear();
         out.clear();
+        runs.make_room();
         for part in headers.runs() {
             out.push(match part {
                 HeaderRunRef::One(h) => self.value_bytes(h, encoded),
@@ -163,8 +164,9 @@ pub enum HeaderBytes {
 }
 
 /// Shared header runs in Kafka's record-header encoding, by the run they were made from (the
-/// `Arc` is held, so its address cannot be reused while the entry lives). At most
-/// [`EncodedRuns::MAX`] are kept; past that the list starts over.
+/// `Arc` is held, so its address cannot be reused while the entry lives). Once
+/// [`EncodedRuns::MAX`] are kept the list starts over, but only between records, so the
+/// entries one record's headers point to stay put while it is written.
 #[derive(Default)]
 pub struct EncodedRuns(Vec<(Arc<[Header]>, Vec<u8>)>);
 
@@ -172,13 +174,17 @@ impl EncodedRuns {
     /// Runs kept at once (a task has one; transforms may make a few more).
     pub const MAX: usize = 8;
 
+    /// Starts the list over when it is full; called before a record's headers are encoded.
+    fn make_room(&mut self) {
+        if self.0.len() >= Self::MAX {
+            self.0.clear();
+        }
+    }
+
     /// The entry of `run`, encoded by `encode` when it is new.
     fn index_of(&mut self, run: &Arc<[Header]>, encode: impl FnOnce(&mut Vec<u8>)) -> usize {
         if let Some(i) = self.0.iter().position(|(r, _)| Arc::ptr_eq(r, run)) {
             return i;
-        }
-        if self.0.len() >= Self::MAX {
-            self.0.clear();
         }
         let mut bytes = Vec::new();
         encode(&mut bytes);
@@ -342,6 +348,29 @@ mod tests {
             converters.encode_headers(&h, &mut text, &mut runs, &mut at);
         }
         assert!(runs.0.len() <= EncodedRuns::MAX);
+        // A record with two runs, the first taking the list's last place, keeps both entries
+        // while it is written.
+        let (a, b): (Arc<[Header]>, Arc<[Header]>) = (
+            vec![header("a", "1".into())].into(),
+            vec![header("b", "2".into())].into(),
+        );
+        let mut runs = EncodedRuns::default();
+        while runs.0.len() < EncodedRuns::MAX - 1 {
+            let mut h = Headers::new();
+            h.push_shared(&vec![header("x", "y".into())].into());
+            converters.encode_headers(&h, &mut text, &mut runs, &mut at);
+        }
+        let mut two = Headers::new();
+        two.push_shared(&a);
+        two.push_shared(&b);
+        converters.encode_headers(&two, &mut text, &mut runs, &mut at);
+        let parts: Vec<_> = header_parts(&two, &at, &text, &runs).collect();
+        let mut builder = BatchBuilder::new(Compression::None, ProducerFields::default());
+        builder.append_with_header_parts(1, None, &[], Some(b"v"), &[], &parts);
+        let built = builder.build().unwrap();
+        let decoded = DecodedBatch::decode(&built).unwrap();
+        let want: Vec<(&str, Option<&[u8]>)> = vec![("a", Some(b"1")), ("b", Some(b"2"))];
+        assert_eq!(decoded.records().unwrap()[0].headers, want);
     }
 
     #[test]
